@@ -1,0 +1,425 @@
+//! The circuit breaker of one (scope, source) gate (SPEC §3): a pure state machine.
+//!
+//! Two trip channels (failure rate over a two-bucket window, and consecutive failures with
+//! health-evidence suppression), a reopen streak that doubles the open time up to
+//! `max_cooldown`, a single probe lease with lazy reissue, epoch fencing, and the retry_after
+//! contract on every exit. Every operation takes `now`; the same sequence of operations always
+//! gives the same states. The memory gate runs this code; the Redis Lua scripts mirror it field
+//! for field and the contract suite holds them to it.
+
+use crate::policy::BreakerPolicy;
+use crate::time::{Timestamp, millis};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::time::Duration;
+
+/// The three states of a gate.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum CircuitState {
+    /// Traffic flows.
+    #[default]
+    Closed,
+    /// Traffic is refused until `open_until`.
+    Open,
+    /// One probe at a time decides between CLOSED and OPEN.
+    HalfOpen,
+}
+
+impl CircuitState {
+    /// The name stored in the Redis HASH and shown in telemetry.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            CircuitState::Closed => "CLOSED",
+            CircuitState::Open => "OPEN",
+            CircuitState::HalfOpen => "HALF_OPEN",
+        }
+    }
+}
+
+impl fmt::Display for CircuitState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Breaker parameters resolved for one gate: the scope's [`BreakerPolicy`] with the effective
+/// consecutive threshold and probe lease of this source. Built only from a validated policy, so
+/// every value is in range (the window has at least two milliseconds, cooldowns are capped…).
+#[derive(Clone, Debug, PartialEq)]
+pub struct GateParams {
+    threshold: u32,
+    cooldown_ms: u64,
+    max_cooldown_ms: u64,
+    min_calls: u32,
+    fail_rate: f64,
+    bucket_ms: u64,
+    half_open_successes: u32,
+    probe_ttl_ms: u64,
+    rate_channel: bool,
+    escalate_cooldown: bool,
+}
+
+impl GateParams {
+    /// Resolves `policy` for one source: the consecutive threshold is
+    /// `max(fail_threshold, raise_by × 2)` and the probe lease, unless configured, is
+    /// `max(2 × slowest_timeout, cooldown, own_timeout + 5 s)`.
+    pub fn new(policy: &BreakerPolicy, raise_by: u32, slowest_timeout: Duration, own_timeout: Duration) -> Self {
+        let derived_ttl = (2 * millis(slowest_timeout)).max(millis(policy.cooldown)).max(millis(own_timeout) + 5000);
+        GateParams {
+            threshold: policy.fail_threshold.max(raise_by.saturating_mul(2)),
+            cooldown_ms: millis(policy.cooldown).max(1),
+            max_cooldown_ms: millis(policy.max_cooldown).max(millis(policy.cooldown)).max(1),
+            min_calls: policy.min_calls.max(1),
+            fail_rate: policy.fail_rate,
+            bucket_ms: (millis(policy.window) / 2).max(1),
+            half_open_successes: policy.half_open_successes.max(1),
+            probe_ttl_ms: policy.probe_ttl.map_or(derived_ttl, millis).max(1),
+            rate_channel: policy.rate_channel,
+            escalate_cooldown: policy.escalate_cooldown,
+        }
+    }
+
+    /// The effective consecutive threshold.
+    pub fn threshold(&self) -> u32 {
+        self.threshold
+    }
+    /// First open duration, in milliseconds.
+    pub fn cooldown_ms(&self) -> u64 {
+        self.cooldown_ms
+    }
+    /// Cap of every open duration, in milliseconds.
+    pub fn max_cooldown_ms(&self) -> u64 {
+        self.max_cooldown_ms
+    }
+    /// Samples before the rate channel (and health evidence) counts.
+    pub fn min_calls(&self) -> u32 {
+        self.min_calls
+    }
+    /// Failure rate that opens the gate.
+    pub fn fail_rate(&self) -> f64 {
+        self.fail_rate
+    }
+    /// Width of one window bucket (half the window), in milliseconds.
+    pub fn bucket_ms(&self) -> u64 {
+        self.bucket_ms
+    }
+    /// Probe successes that close the gate.
+    pub fn half_open_successes(&self) -> u32 {
+        self.half_open_successes
+    }
+    /// Probe lease length, in milliseconds.
+    pub fn probe_ttl_ms(&self) -> u64 {
+        self.probe_ttl_ms
+    }
+    /// Whether the rate channel is on.
+    pub fn rate_channel(&self) -> bool {
+        self.rate_channel
+    }
+    /// Whether the open time doubles per streak.
+    pub fn escalate_cooldown(&self) -> bool {
+        self.escalate_cooldown
+    }
+
+    /// `min(cooldown × 2^(streak−1), max_cooldown)` for `streak ≥ 1` (the plain cooldown for
+    /// streak 0, or when escalation is off), in milliseconds.
+    pub fn cooldown_eff_ms(&self, streak: u32) -> u64 {
+        if !self.escalate_cooldown || streak <= 1 {
+            return self.cooldown_ms.min(self.max_cooldown_ms);
+        }
+        let factor = 1u64.checked_shl(streak - 1).unwrap_or(u64::MAX);
+        self.cooldown_ms.saturating_mul(factor).min(self.max_cooldown_ms)
+    }
+}
+
+/// Why a gate changed state; carried in replies for telemetry and traces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    /// The window's failure rate reached `fail_rate` with `min_calls` samples.
+    RateChannel,
+    /// `failures` reached the threshold without health evidence against it.
+    ConsecutiveChannel,
+    /// The probe attempt failed.
+    ProbeFailed,
+    /// `force_open` (the source is dead: bad key, no balance, unknown model).
+    ForcedOpen,
+    /// The open time elapsed and a caller took the probe.
+    CooldownElapsed,
+    /// Enough probes succeeded.
+    ProbeSucceeded,
+}
+
+/// A state change made by an operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transition {
+    /// State before.
+    pub from: CircuitState,
+    /// State after.
+    pub to: CircuitState,
+    /// Why.
+    pub cause: Cause,
+}
+
+impl Transition {
+    /// Whether `from → to` is an edge of the breaker's graph: CLOSED→OPEN, OPEN→HALF_OPEN,
+    /// HALF_OPEN→OPEN, HALF_OPEN→CLOSED. (OPEN never closes without a probe, CLOSED never
+    /// half-opens.)
+    pub fn is_legal(from: CircuitState, to: CircuitState) -> bool {
+        use CircuitState::*;
+        matches!((from, to), (Closed, Open) | (Open, HalfOpen) | (HalfOpen, Open) | (HalfOpen, Closed))
+    }
+}
+
+/// What every operation returns: the state after it, the epoch, and `retry_after` under the
+/// contract (0 unless OPEN; never above `max_cooldown`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reply {
+    /// State after the operation.
+    pub state: CircuitState,
+    /// Epoch after the operation.
+    pub epoch: u64,
+    /// Time until a certain retry moment: non-zero only when OPEN.
+    pub retry_after: Duration,
+    /// The state change this operation made, if any.
+    pub transition: Option<Transition>,
+    /// The record carried a stale epoch and changed nothing.
+    pub fenced: bool,
+}
+
+/// The verdict of `try_enter`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// CLOSED: go ahead.
+    Allowed,
+    /// This caller holds the single probe lease of a HALF_OPEN gate.
+    Probe,
+    /// Refused; see `retry_after`.
+    Denied,
+}
+
+/// What `try_enter` returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// Allowed, probe, or denied.
+    pub verdict: Verdict,
+    /// State, epoch (to fence this caller's record), retry_after.
+    pub reply: Reply,
+}
+
+impl Entry {
+    /// Whether the caller may send the attempt.
+    pub fn is_admitted(&self) -> bool {
+        self.verdict != Verdict::Denied
+    }
+}
+
+/// The state of one gate, with the field names of the Redis HASH (SPEC §3).
+///
+/// Change it only through the operations; the fields are public so adapters can store and load
+/// it and the contract suite can compare backends.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gate {
+    /// CLOSED, OPEN or HALF_OPEN.
+    pub state: CircuitState,
+    /// Incremented by every transition to OPEN, and by nothing else.
+    pub epoch: u64,
+    /// When an OPEN gate may be probed.
+    pub open_until: Timestamp,
+    /// End of the live probe lease; `None` when no lease is out.
+    pub probe_until: Option<Timestamp>,
+    /// Consecutive failures.
+    pub failures: u32,
+    /// Window bucket id of `a0`/`f0`: `floor(now / (window / 2))`.
+    pub win_id: u64,
+    /// Attempts in the current bucket.
+    pub a0: u32,
+    /// Failures in the current bucket.
+    pub f0: u32,
+    /// Attempts in the previous bucket.
+    pub a1: u32,
+    /// Failures in the previous bucket.
+    pub f1: u32,
+    /// Reopen streak: escalating opens since the last stable CLOSED period.
+    pub streak: u32,
+    /// When a probe last closed the gate; cleared on open.
+    pub closed_since: Option<Timestamp>,
+    /// Probe successes in the current HALF_OPEN period.
+    pub probe_ok: u32,
+}
+
+impl Gate {
+    /// A new gate: CLOSED, epoch 0, empty window.
+    pub fn new() -> Self {
+        Gate::default()
+    }
+
+    /// SPEC §3 operation 1. Admits, grants the probe, or denies with a retry hint.
+    pub fn try_enter(&mut self, p: &GateParams, now: Timestamp) -> Entry {
+        let before = self.state;
+        let verdict = match self.state {
+            CircuitState::Closed => Verdict::Allowed,
+            CircuitState::Open if now < self.open_until => Verdict::Denied,
+            CircuitState::Open => {
+                self.state = CircuitState::HalfOpen;
+                self.probe_ok = 0;
+                self.probe_until = Some(now.saturating_add(Duration::from_millis(p.probe_ttl_ms)));
+                Verdict::Probe
+            }
+            CircuitState::HalfOpen if self.probe_until.is_some_and(|until| now < until) => Verdict::Denied,
+            CircuitState::HalfOpen => {
+                // Lazy reissue: the holder of the expired lease is presumed lost.
+                self.probe_until = Some(now.saturating_add(Duration::from_millis(p.probe_ttl_ms)));
+                Verdict::Probe
+            }
+        };
+        let transition = (before != self.state).then_some(Transition { from: before, to: self.state, cause: Cause::CooldownElapsed });
+        Entry { verdict, reply: self.reply(p, now, transition, false) }
+    }
+
+    /// SPEC §3 operation 2. `real: false` (ResultInvalid) only resets the consecutive counter
+    /// in CLOSED, and counts as a probe success in HALF_OPEN.
+    pub fn record_success(&mut self, p: &GateParams, epoch: u64, now: Timestamp, real: bool) -> Reply {
+        if epoch != self.epoch {
+            return self.reply(p, now, None, true);
+        }
+        let mut transition = None;
+        match self.state {
+            CircuitState::Closed => {
+                self.failures = 0;
+                if real {
+                    self.count(p, now, false);
+                    self.decay_streak(p, now);
+                }
+            }
+            CircuitState::HalfOpen => {
+                self.probe_ok = self.probe_ok.saturating_add(1);
+                self.probe_until = None;
+                if self.probe_ok >= p.half_open_successes {
+                    self.state = CircuitState::Closed;
+                    self.failures = 0;
+                    self.closed_since = Some(now);
+                    transition = Some(Transition { from: CircuitState::HalfOpen, to: CircuitState::Closed, cause: Cause::ProbeSucceeded });
+                }
+            }
+            CircuitState::Open => {}
+        }
+        self.reply(p, now, transition, false)
+    }
+
+    /// SPEC §3 operation 3. In CLOSED the rate channel is checked before the consecutive one.
+    pub fn record_failure(&mut self, p: &GateParams, epoch: u64, now: Timestamp) -> Reply {
+        if epoch != self.epoch {
+            return self.reply(p, now, None, true);
+        }
+        let transition = match self.state {
+            CircuitState::Closed => {
+                self.failures = self.failures.saturating_add(1);
+                self.count(p, now, true);
+                let samples = self.a0.saturating_add(self.a1);
+                let failed = self.f0.saturating_add(self.f1);
+                let evidence = p.rate_channel && samples >= p.min_calls;
+                let rate = if samples == 0 { 0.0 } else { f64::from(failed) / f64::from(samples) };
+                if evidence && rate >= p.fail_rate {
+                    let t = self.open(p, now, true, Cause::RateChannel);
+                    self.failures = p.threshold;
+                    Some(t)
+                } else if self.failures >= p.threshold && !(evidence && rate < p.fail_rate) {
+                    Some(self.open(p, now, false, Cause::ConsecutiveChannel))
+                } else {
+                    None
+                }
+            }
+            CircuitState::HalfOpen => Some(self.open(p, now, true, Cause::ProbeFailed)),
+            CircuitState::Open => None,
+        };
+        self.reply(p, now, transition, false)
+    }
+
+    /// SPEC §3 operation 4 (SourceDead). An already OPEN gate is left as it is: calls admitted
+    /// before the open that all come back 401 must not push the streak up once each.
+    pub fn force_open(&mut self, p: &GateParams, now: Timestamp) -> Reply {
+        let transition = (self.state != CircuitState::Open).then(|| self.open(p, now, true, Cause::ForcedOpen));
+        self.reply(p, now, transition, false)
+    }
+
+    /// SPEC §3 operation 5: hands the probe lease back so the next `try_enter` probes at once.
+    pub fn release_probe(&mut self, p: &GateParams, epoch: u64, now: Timestamp) -> Reply {
+        if epoch != self.epoch {
+            return self.reply(p, now, None, true);
+        }
+        if self.state == CircuitState::HalfOpen {
+            self.probe_until = None;
+        }
+        self.reply(p, now, None, false)
+    }
+
+    /// This gate's part of SPEC §3 operation 6: OPEN → time left until `open_until`, else 0;
+    /// never above `max_cooldown` (a clock that stepped back cannot inflate it).
+    pub fn retry_after(&self, p: &GateParams, now: Timestamp) -> Duration {
+        match self.state {
+            CircuitState::Open => self.open_until.saturating_since(now).min(Duration::from_millis(p.max_cooldown_ms)),
+            CircuitState::Closed | CircuitState::HalfOpen => Duration::ZERO,
+        }
+    }
+
+    /// Window samples (attempts) in the current and previous bucket.
+    pub fn samples(&self) -> u32 {
+        self.a0.saturating_add(self.a1)
+    }
+
+    /// Whether a probe lease is live at `now`.
+    pub fn lease_live(&self, now: Timestamp) -> bool {
+        self.state == CircuitState::HalfOpen && self.probe_until.is_some_and(|until| now < until)
+    }
+
+    fn open(&mut self, p: &GateParams, now: Timestamp, escalate: bool, cause: Cause) -> Transition {
+        let from = self.state;
+        let open_ms = if escalate {
+            self.streak = self.streak.saturating_add(1);
+            p.cooldown_eff_ms(self.streak)
+        } else {
+            p.cooldown_ms
+        };
+        self.state = CircuitState::Open;
+        self.epoch = self.epoch.saturating_add(1);
+        self.open_until = now.saturating_add(Duration::from_millis(open_ms));
+        self.probe_until = None;
+        self.closed_since = None;
+        self.probe_ok = 0;
+        Transition { from, to: CircuitState::Open, cause }
+    }
+
+    /// Rotates the two buckets to `now`'s window id, then counts one attempt (and a failure).
+    fn count(&mut self, p: &GateParams, now: Timestamp, failed: bool) {
+        let id = now.as_millis() / p.bucket_ms;
+        if id == self.win_id.saturating_add(1) {
+            (self.a1, self.f1, self.a0, self.f0) = (self.a0, self.f0, 0, 0);
+        } else if id > self.win_id {
+            (self.a1, self.f1, self.a0, self.f0) = (0, 0, 0, 0);
+        }
+        // A clock that stepped back (id < win_id) keeps writing the newest bucket.
+        self.win_id = self.win_id.max(id);
+        self.a0 = self.a0.saturating_add(1);
+        if failed {
+            self.f0 = self.f0.saturating_add(1);
+        }
+    }
+
+    fn decay_streak(&mut self, p: &GateParams, now: Timestamp) {
+        let stable_for = Duration::from_millis(p.cooldown_eff_ms(self.streak).saturating_mul(2));
+        if self.streak > 0 && self.closed_since.is_some_and(|since| now.saturating_since(since) >= stable_for) {
+            self.streak = 0;
+        }
+    }
+
+    fn reply(&self, p: &GateParams, now: Timestamp, transition: Option<Transition>, fenced: bool) -> Reply {
+        Reply { state: self.state, epoch: self.epoch, retry_after: self.retry_after(p, now), transition, fenced }
+    }
+}
+
+/// SPEC §3 operation 6 over several gates: the minimum `retry_after` (0 for no gates).
+pub fn min_retry_after<'a>(gates: impl IntoIterator<Item = (&'a Gate, &'a GateParams)>, now: Timestamp) -> Duration {
+    gates.into_iter().map(|(gate, p)| gate.retry_after(p, now)).min().unwrap_or(Duration::ZERO)
+}

@@ -1,0 +1,40 @@
+//! `gateway-core`: the pure state machines of the LLM gateway and the ports its adapters
+//! implement.
+//!
+//! - [`outcome`]: the outcome classes and the one table of what each does (SPEC §2);
+//! - [`breaker`]: the per-(scope, source) circuit breaker (SPEC §3);
+//! - [`memo`], [`health`], [`aimd`], [`stall`], [`backoff`]: the process-local helpers (§4, §7);
+//! - [`select`]: health-aware P2C, round-robin, least-in-flight, in-call demotion (§5);
+//! - [`admission`]: the pure decisions of admission: skip reasons, "no candidate runnable", naps (§6);
+//! - [`policy`]: validated policies and the raw config shapes they come from (§9);
+//! - [`ports`]: `BreakerGate`, `QuotaGate`, `Upstream`, `Telemetry`; [`time`]: `Clock`, `WallClock`.
+//!
+//! # Determinism contract
+//!
+//! Nothing here performs I/O, reads a clock or draws from an ambient RNG: every state change
+//! takes `now` as a [`time::Timestamp`], and every random choice takes `&mut impl rand_core::Rng`.
+//! The same sequence of calls with the same arguments (and the same seeded RNG) yields the same
+//! states and results, on every platform. `clippy.toml` enforces the clock and RNG bans, and CI
+//! checks that this crate depends on no async runtime, Redis or HTTP crate.
+
+pub mod admission;
+pub mod aimd;
+pub mod backoff;
+pub mod breaker;
+pub mod health;
+pub mod memo;
+pub mod outcome;
+pub mod policy;
+pub mod ports;
+pub mod random;
+pub mod request;
+pub mod select;
+pub mod stall;
+pub mod telemetry;
+pub mod time;
+
+pub use breaker::{CircuitState, Entry, Gate, GateParams, Reply, Verdict};
+pub use outcome::{Effects, OutcomeClass};
+pub use policy::{BreakerPolicy, PolicyError, ScopeConfig, ScopePolicy};
+pub use ports::{BreakerGate, GateError, GateKey, QuotaGate, Telemetry, Upstream};
+pub use time::Timestamp;

@@ -1,0 +1,285 @@
+//! The outcome classes of one attempt and, in [`OUTCOME_TABLE`], what each one does (SPEC §2).
+//!
+//! Every loop (chat, embeddings, the soak, the server) consults this one table through
+//! [`OutcomeClass::effects`] instead of matching on classes itself, so the rules cannot drift
+//! apart between call kinds or backends.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// What an upstream adapter reports for one attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutcomeClass {
+    /// A usable answer (HTTP 200 with content).
+    Success,
+    /// HTTP 429: the provider's scheduling signal, not a fault of the source.
+    RateLimited,
+    /// Timeout, connect/reset, 5xx, empty completion, watchdog cut-off.
+    Transient,
+    /// 401, 403, insufficient balance or quota, unknown model: the source cannot serve anyone.
+    SourceDead,
+    /// 400/413/422 from a provider that did respond: the payload itself is bad.
+    RequestRejected,
+    /// Structured output that did not parse or match its schema.
+    ResultInvalid,
+}
+
+impl OutcomeClass {
+    /// Every class, in table order.
+    pub const ALL: [OutcomeClass; 6] = [
+        OutcomeClass::Success,
+        OutcomeClass::RateLimited,
+        OutcomeClass::Transient,
+        OutcomeClass::SourceDead,
+        OutcomeClass::RequestRejected,
+        OutcomeClass::ResultInvalid,
+    ];
+
+    /// The row of [`OUTCOME_TABLE`] for this class.
+    pub const fn effects(self) -> &'static Effects {
+        &OUTCOME_TABLE[self as usize]
+    }
+
+    /// The snake_case name used in telemetry and configuration.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            OutcomeClass::Success => "success",
+            OutcomeClass::RateLimited => "rate_limited",
+            OutcomeClass::Transient => "transient",
+            OutcomeClass::SourceDead => "source_dead",
+            OutcomeClass::RequestRejected => "request_rejected",
+            OutcomeClass::ResultInvalid => "result_invalid",
+        }
+    }
+}
+
+impl fmt::Display for OutcomeClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What an outcome does to the shared breaker gate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BreakerEffect {
+    /// `record_success(epoch, now, real)`; `real: false` only resets the consecutive counter.
+    RecordSuccess {
+        /// Whether the success enters the rate window.
+        real: bool,
+    },
+    /// `record_failure(epoch, now)`.
+    RecordFailure,
+    /// `force_open(now)`.
+    ForceOpen,
+    /// The gate is not told (and a probe lease is released).
+    Nothing,
+}
+
+/// What an outcome feeds the health EWMA.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HealthEffect {
+    /// Counts as a success.
+    Ok,
+    /// Counts as a failure.
+    Fail,
+    /// Not fed: a bad payload or a bad result says nothing about the service.
+    Nothing,
+}
+
+/// What an outcome does to the AIMD pacer's limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AimdEffect {
+    /// Additive increase: `limit += 1 / limit`.
+    Increase,
+    /// Multiplicative decrease: `limit *= cut`.
+    Decrease,
+    /// No change.
+    Nothing,
+}
+
+/// Which per-call budget an outcome spends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BudgetEffect {
+    /// One of the `max_retries` budget-consuming attempts.
+    Retry,
+    /// One of the `structured_max_retries` re-asks of the structured ladder (§8).
+    StructuredReask,
+    /// No budget at all (429 is pushback, success ends the call).
+    Nothing,
+}
+
+/// What the call loop does after the attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NextStep {
+    /// Return the response to the application.
+    Return,
+    /// Sleep `backoff(k)` (at least the Retry-After when `honour_retry_after`), then pick again.
+    BackOffAndRepick {
+        /// Whether the provider's Retry-After is a floor of the sleep.
+        honour_retry_after: bool,
+    },
+    /// Pick again at once, no sleep.
+    RepickNow,
+    /// End the call with `RequestRejected`.
+    EndCall,
+    /// Ask again (through the normal pick) for a result that parses.
+    Reask,
+}
+
+/// One row of the outcome table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Effects {
+    /// The class this row describes.
+    pub class: OutcomeClass,
+    /// What the breaker is told.
+    pub breaker: BreakerEffect,
+    /// What the health EWMA is fed.
+    pub health: HealthEffect,
+    /// What the AIMD limit does.
+    pub aimd: AimdEffect,
+    /// Which budget the attempt spends.
+    pub budget: BudgetEffect,
+    /// Whether the attempt counts toward the call's `attempt_fails` (in-call demotion).
+    pub counts_as_call_failure: bool,
+    /// What the call loop does next.
+    pub next: NextStep,
+}
+
+impl Effects {
+    /// Whether the attempt enters the rate window: real successes as an attempt, failures as an
+    /// attempt and a failure. Derived from [`Effects::breaker`] so the two cannot disagree.
+    pub const fn window(&self) -> WindowEffect {
+        match self.breaker {
+            BreakerEffect::RecordSuccess { real: true } => WindowEffect::Attempt,
+            BreakerEffect::RecordFailure => WindowEffect::AttemptAndFailure,
+            _ => WindowEffect::Nothing,
+        }
+    }
+
+    /// A probe attempt whose breaker effect is [`BreakerEffect::Nothing`] (429, a rejected
+    /// payload) proves nothing about the source and must hand its lease back with
+    /// `release_probe`; every other class settles the probe through its breaker effect
+    /// (ResultInvalid counts as a probe success: the provider is up).
+    pub const fn releases_probe(&self) -> bool {
+        matches!(self.breaker, BreakerEffect::Nothing)
+    }
+}
+
+/// What an attempt adds to the breaker's rate window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WindowEffect {
+    /// One attempt.
+    Attempt,
+    /// One attempt and one failure.
+    AttemptAndFailure,
+    /// Nothing.
+    Nothing,
+}
+
+/// SPEC §2, one row per [`OutcomeClass`] in declaration order.
+pub const OUTCOME_TABLE: [Effects; 6] = [
+    Effects {
+        class: OutcomeClass::Success,
+        breaker: BreakerEffect::RecordSuccess { real: true },
+        health: HealthEffect::Ok,
+        aimd: AimdEffect::Increase,
+        budget: BudgetEffect::Nothing,
+        counts_as_call_failure: false,
+        next: NextStep::Return,
+    },
+    Effects {
+        class: OutcomeClass::RateLimited,
+        breaker: BreakerEffect::Nothing,
+        health: HealthEffect::Fail,
+        aimd: AimdEffect::Decrease,
+        budget: BudgetEffect::Nothing,
+        counts_as_call_failure: true,
+        next: NextStep::BackOffAndRepick { honour_retry_after: true },
+    },
+    Effects {
+        class: OutcomeClass::Transient,
+        breaker: BreakerEffect::RecordFailure,
+        health: HealthEffect::Fail,
+        aimd: AimdEffect::Nothing,
+        budget: BudgetEffect::Retry,
+        counts_as_call_failure: true,
+        next: NextStep::BackOffAndRepick { honour_retry_after: false },
+    },
+    Effects {
+        class: OutcomeClass::SourceDead,
+        breaker: BreakerEffect::ForceOpen,
+        health: HealthEffect::Fail,
+        aimd: AimdEffect::Nothing,
+        budget: BudgetEffect::Retry,
+        counts_as_call_failure: true,
+        next: NextStep::RepickNow,
+    },
+    Effects {
+        class: OutcomeClass::RequestRejected,
+        breaker: BreakerEffect::Nothing,
+        health: HealthEffect::Nothing,
+        aimd: AimdEffect::Nothing,
+        budget: BudgetEffect::Nothing,
+        counts_as_call_failure: false,
+        next: NextStep::EndCall,
+    },
+    Effects {
+        class: OutcomeClass::ResultInvalid,
+        breaker: BreakerEffect::RecordSuccess { real: false },
+        health: HealthEffect::Nothing,
+        aimd: AimdEffect::Nothing,
+        budget: BudgetEffect::StructuredReask,
+        counts_as_call_failure: false,
+        next: NextStep::Reask,
+    },
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_rows_are_in_class_order() {
+        for class in OutcomeClass::ALL {
+            assert_eq!(class.effects().class, class);
+        }
+    }
+
+    #[test]
+    fn only_real_outcomes_enter_the_window() {
+        let window: Vec<_> = OutcomeClass::ALL.iter().map(|c| (c.as_str(), c.effects().window())).collect();
+        assert_eq!(
+            window,
+            [
+                ("success", WindowEffect::Attempt),
+                ("rate_limited", WindowEffect::Nothing),
+                ("transient", WindowEffect::AttemptAndFailure),
+                ("source_dead", WindowEffect::Nothing),
+                ("request_rejected", WindowEffect::Nothing),
+                ("result_invalid", WindowEffect::Nothing),
+            ]
+        );
+    }
+
+    #[test]
+    fn pushback_and_bad_payloads_release_a_probe_everything_else_settles_it() {
+        let releasing: Vec<_> = OutcomeClass::ALL.into_iter().filter(|c| c.effects().releases_probe()).collect();
+        assert_eq!(releasing, [OutcomeClass::RateLimited, OutcomeClass::RequestRejected]);
+    }
+
+    #[test]
+    fn rate_limited_never_consumes_the_retry_budget() {
+        assert_eq!(OutcomeClass::RateLimited.effects().budget, BudgetEffect::Nothing);
+        assert_eq!(OutcomeClass::Transient.effects().budget, BudgetEffect::Retry);
+    }
+
+    #[test]
+    fn names_round_trip_through_serde() {
+        for class in OutcomeClass::ALL {
+            let json = serde_json::to_string(&class).unwrap();
+            assert_eq!(json, format!("\"{}\"", class.as_str()));
+            assert_eq!(serde_json::from_str::<OutcomeClass>(&json).unwrap(), class);
+        }
+    }
+}

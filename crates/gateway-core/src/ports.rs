@@ -1,0 +1,163 @@
+//! The ports: small async traits the adapters implement (the memory gates are the reference,
+//! Redis and HTTP live in their own crates). Each method documents what it promises; a
+//! compile-time check at the bottom proves every port can be used as `dyn`.
+
+use crate::breaker::{Entry, GateParams, Reply};
+use crate::policy::QuotaLimits;
+use crate::request::{Attempt, Request};
+use crate::telemetry::{AttemptEvent, CallEvent, GateEvent};
+use async_trait::async_trait;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Names one gate (and one quota account): a scope, an optional tenant partition (per-tenant
+/// isolation, SPEC §11) and a source.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GateKey {
+    /// The scope.
+    pub scope: Arc<str>,
+    /// The tenant, when the scope isolates tenants.
+    pub tenant: Option<Arc<str>>,
+    /// The source.
+    pub source: Arc<str>,
+}
+
+impl GateKey {
+    /// A key without tenant partition.
+    pub fn new(scope: impl Into<Arc<str>>, source: impl Into<Arc<str>>) -> Self {
+        GateKey { scope: scope.into(), tenant: None, source: source.into() }
+    }
+
+    /// The same source in a tenant's partition.
+    pub fn with_tenant(mut self, tenant: impl Into<Arc<str>>) -> Self {
+        self.tenant = Some(tenant.into());
+        self
+    }
+}
+
+impl fmt::Display for GateKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.tenant {
+            Some(tenant) => write!(f, "{}/{}/{}", self.scope, tenant, self.source),
+            None => write!(f, "{}/{}", self.scope, self.source),
+        }
+    }
+}
+
+/// A gate or quota backend that could not answer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum GateError {
+    /// The backend (e.g. Redis) is unreachable or timed out. Admission fails closed on it; a
+    /// record operation logs, counts and carries on.
+    #[error("{backend} backend unavailable for {key}: {detail}")]
+    BackendUnavailable {
+        /// Which backend (`redis`, `memory`).
+        backend: &'static str,
+        /// The gate or account asked about.
+        key: String,
+        /// What failed.
+        detail: String,
+    },
+    /// The backend answered something this build cannot read.
+    #[error("{backend} backend answered malformed state for {key}: {detail}")]
+    Malformed {
+        /// Which backend.
+        backend: &'static str,
+        /// The gate or account asked about.
+        key: String,
+        /// What was wrong.
+        detail: String,
+    },
+}
+
+/// The breaker gates of SPEC §3, one per [`GateKey`]. Every operation is atomic per gate and
+/// uses the backend's clock; `params` are the gate's resolved policy.
+#[async_trait]
+pub trait BreakerGate: Send + Sync {
+    /// Admits (CLOSED), grants the single probe lease (OPEN past `open_until`, or HALF_OPEN with
+    /// an expired lease), or denies with `retry_after` (> 0 only when OPEN).
+    async fn try_enter(&self, key: &GateKey, params: &GateParams) -> Result<Entry, GateError>;
+    /// Records a success of an attempt admitted at `epoch`; a stale epoch changes nothing.
+    async fn record_success(&self, key: &GateKey, params: &GateParams, epoch: u64, real: bool) -> Result<Reply, GateError>;
+    /// Records a failure (never a 429) of an attempt admitted at `epoch`; fenced likewise.
+    async fn record_failure(&self, key: &GateKey, params: &GateParams, epoch: u64) -> Result<Reply, GateError>;
+    /// Opens the gate because the source is dead (bad key, no balance, unknown model).
+    async fn force_open(&self, key: &GateKey, params: &GateParams) -> Result<Reply, GateError>;
+    /// Hands back a probe lease that proved nothing (429, bad payload, cancellation).
+    async fn release_probe(&self, key: &GateKey, params: &GateParams, epoch: u64) -> Result<Reply, GateError>;
+    /// The minimum `retry_after` over the gates (0 for none, for CLOSED or HALF_OPEN gates).
+    async fn retry_after(&self, gates: &[(GateKey, GateParams)]) -> Result<Duration, GateError>;
+}
+
+/// A granted quota permit. Release it once the attempt ends (a guard in the client does it on
+/// every path); backends lease permits so a crashed worker's permits expire.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Permit {
+    /// The source's quota account.
+    pub key: GateKey,
+    /// Backend-unique permit id.
+    pub id: u64,
+    /// Tokens charged at acquire.
+    pub estimated_tokens: u32,
+}
+
+/// Which local limit refused a permit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuotaLimit {
+    /// `max_concurrency`.
+    Concurrency,
+    /// `rpm`.
+    RequestsPerMinute,
+    /// `tpm`.
+    TokensPerMinute,
+}
+
+/// The answer to a permit request. A refusal is a value, not an error.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QuotaDecision {
+    /// Go ahead; release the permit when the attempt ends.
+    Granted(Permit),
+    /// Refused by `limit`; a permit could be had after `retry_after` (0 when unknown, e.g. a
+    /// concurrency slot that frees when some attempt ends).
+    Refused {
+        /// The limit that refused.
+        limit: QuotaLimit,
+        /// Hint until a permit could be had.
+        retry_after: Duration,
+    },
+}
+
+/// The local quota of each source: in-flight, requests per minute, tokens per minute.
+#[async_trait]
+pub trait QuotaGate: Send + Sync {
+    /// Asks for a permit charging `estimated_tokens` against `limits`.
+    async fn acquire(&self, key: &GateKey, limits: &QuotaLimits, estimated_tokens: u32) -> Result<QuotaDecision, GateError>;
+    /// Corrects the token charge of `permit` to `actual_tokens`.
+    async fn settle(&self, permit: &Permit, actual_tokens: u32) -> Result<(), GateError>;
+    /// Frees the permit's concurrency slot. Releasing twice is harmless.
+    async fn release(&self, permit: &Permit) -> Result<(), GateError>;
+}
+
+/// One upstream transport (HTTP, the simulator, a scripted fake).
+#[async_trait]
+pub trait Upstream: Send + Sync {
+    /// Sends one attempt of `request` to `source` and classifies how it ended. Never panics and
+    /// never returns an error: every failure is an [`Attempt`] with its outcome class. Must stop
+    /// within the source's `timeout` (and `watchdog` for streams).
+    async fn send(&self, source: &str, request: &Request) -> Attempt;
+}
+
+/// Where attempt, call and gate events go. Implementations must be cheap and never block: they
+/// run on the call path.
+pub trait Telemetry: Send + Sync {
+    /// One attempt ended.
+    fn attempt(&self, event: &AttemptEvent);
+    /// One call ended (exactly once per call).
+    fn call(&self, event: &CallEvent);
+    /// A gate changed state (by this process's operation).
+    fn gate(&self, _event: &GateEvent) {}
+}
+
+/// Proves the ports are object safe.
+const _: fn(&dyn BreakerGate, &dyn QuotaGate, &dyn Upstream, &dyn Telemetry) = |_, _, _, _| {};

@@ -1,0 +1,110 @@
+//! Telemetry events: one per attempt, one per call, one per gate transition. Carried through the
+//! [`Telemetry`](crate::ports::Telemetry) port; the soak checks its invariants from them.
+
+use crate::admission::SkipReason;
+use crate::breaker::{CircuitState, Transition};
+use crate::outcome::OutcomeClass;
+use crate::ports::GateKey;
+use crate::time::Timestamp;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// One attempt ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttemptEvent {
+    /// The gate (scope, tenant, source) the attempt went through.
+    pub key: GateKey,
+    /// Call id, unique in the process.
+    pub call_id: u64,
+    /// When the attempt started.
+    pub started: Timestamp,
+    /// Outcome class.
+    pub class: OutcomeClass,
+    /// Adapter detail (`http_503`, `watchdog`…).
+    pub detail: String,
+    /// Time from send to outcome.
+    pub latency: Duration,
+    /// Provider Retry-After, if any.
+    pub retry_after: Option<Duration>,
+    /// Whether it spent retry budget.
+    pub consumed_budget: bool,
+    /// Whether it held the probe lease.
+    pub probe: bool,
+    /// The gate state the attempt was admitted in.
+    pub admitted_in: CircuitState,
+}
+
+/// Why a source did not serve a call, as reported in terminal errors and call events.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceReason {
+    /// Skipped at admission.
+    Skipped(SkipReason),
+    /// Attempted and ended with this class and detail.
+    Attempted {
+        /// Outcome class.
+        class: OutcomeClass,
+        /// Adapter detail.
+        detail: String,
+    },
+}
+
+/// How a call ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallResult {
+    /// A response was returned.
+    Ok,
+    /// The retry budget ran out.
+    RetryExhausted,
+    /// Every source was refused by the breaker side, with `circuit_open = fail_fast`.
+    CircuitOpen,
+    /// Quota-blocked with `quota_full = fail_fast`.
+    QuotaExhausted,
+    /// Waited past the stall bound.
+    Stalled,
+    /// The payload was rejected by a provider.
+    RequestRejected,
+    /// The structured-output ladder ran out.
+    StructuredExhausted,
+    /// The application dropped the call.
+    Cancelled,
+}
+
+/// One call ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CallEvent {
+    /// Scope of the call.
+    pub scope: String,
+    /// Call id, unique in the process.
+    pub call_id: u64,
+    /// How it ended.
+    pub result: CallResult,
+    /// Attempts sent.
+    pub attempts: u32,
+    /// Attempts that spent retry budget.
+    pub budget_attempts: u32,
+    /// Structured re-asks.
+    pub reasks: u32,
+    /// Per-source reasons, in the order they arose.
+    pub reasons: Vec<(String, SourceReason)>,
+    /// Time spent not attempting.
+    pub waited: Duration,
+    /// Whole call time.
+    pub elapsed: Duration,
+}
+
+/// A gate changed state.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GateEvent {
+    /// The gate.
+    pub key: GateKey,
+    /// When (by the gate backend's clock).
+    pub at: Timestamp,
+    /// What changed.
+    pub transition: Transition,
+    /// Epoch after the change.
+    pub epoch: u64,
+    /// `retry_after` right after the change.
+    pub retry_after: Duration,
+}

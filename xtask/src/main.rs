@@ -1,0 +1,33 @@
+//! `cargo xtask <command>`: repository automation, one module per subcommand, std only.
+
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a command-line tool prints
+
+mod deps;
+
+use std::process::ExitCode;
+
+const USAGE: &str = "usage: cargo xtask <command>
+
+commands:
+  deps    check the dependency direction: gateway-core pulls in no async runtime, Redis or
+          HTTP crate, and only gateway-redis depends on fred";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("deps") => deps::run(&args[1..]),
+        Some("-h" | "--help" | "help") => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        Some(other) => Err(format!("unknown command {other:?}\n\n{USAGE}")),
+        None => Err(USAGE.to_owned()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("xtask: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}

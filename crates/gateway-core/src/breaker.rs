@@ -364,7 +364,8 @@ impl Gate {
         }
     }
 
-    /// Window samples (attempts) in the current and previous bucket.
+    /// Window samples (attempts) in the current and previous bucket as of the last write (the
+    /// window rotates on writes only).
     pub fn samples(&self) -> u32 {
         self.a0.saturating_add(self.a1)
     }

@@ -132,11 +132,17 @@ pub struct BreakerConfig {
     pub half_open_successes: Option<u32>,
     /// Probe lease length in seconds (default derived from the sources' timeouts).
     pub probe_ttl_s: Option<f64>,
-    /// Whether the failure-rate channel is on (default true; the baseline turns it off).
+    /// Whether the failure-rate channel is on (default true). Not a config key: only the
+    /// `baseline` preset turns it off, to reproduce the old library.
+    #[serde(skip)]
     pub rate_channel: Option<bool>,
-    /// Whether open time doubles per reopen streak (default true; the baseline turns it off).
+    /// Whether open time doubles per reopen streak (default true). Not a config key (baseline
+    /// preset only).
+    #[serde(skip)]
     pub escalate_cooldown: Option<bool>,
-    /// What raises the consecutive threshold (default `source_concurrency`).
+    /// What raises the consecutive threshold (default `source_concurrency`). Not a config key
+    /// (baseline preset only): the scope rule blinded the breaker in the field.
+    #[serde(skip)]
     pub threshold_basis: Option<ThresholdBasis>,
 }
 
@@ -392,6 +398,16 @@ impl ScopeConfig {
             .iter()
             .map(|(source, config)| config.resolve(source, &format!("{name}.sources.{source}")))
             .collect::<Result<Vec<_>, _>>()?;
+        // A probe lease shorter than an attempt may run would let a second probe start while
+        // the first is still in flight.
+        let slowest = sources.iter().map(|s| s.timeout).max().unwrap_or_default();
+        if let Some(ttl) = breaker.probe_ttl.filter(|ttl| *ttl < slowest) {
+            return Err(f.out_of_range(
+                "breaker.probe_ttl_s",
+                ttl.as_secs_f64(),
+                format!("at least the slowest source timeout, {} seconds", slowest.as_secs_f64()),
+            ));
+        }
         let stall_window = f.secs("stall_window_s", self.stall_window_s.unwrap_or(300.0), 0.001, DAY_S)?;
         let stall_window_s = stall_window.as_secs_f64();
         let base_s = self.backoff_base_s.unwrap_or(0.25);
@@ -523,6 +539,26 @@ mod tests {
         bad_name.sources.insert("s 3".into(), SourceConfig::default());
         assert!(err(&bad_name).starts_with("chat.sources.s 3: value \"s 3\" is invalid"));
         assert!(scope(required()).resolve("").unwrap_err().to_string().contains("is invalid"));
+    }
+
+    #[test]
+    fn a_probe_lease_shorter_than_a_source_timeout_is_refused() {
+        let mut config = scope(BreakerConfig { probe_ttl_s: Some(20.0), ..required() });
+        config.sources.insert("s1".into(), SourceConfig { timeout_s: Some(30.0), ..SourceConfig::default() });
+        assert_eq!(
+            err(&config),
+            "chat.breaker.probe_ttl_s: value 20 is out of range (expected at least the slowest source timeout, 30 seconds)"
+        );
+        config.breaker.probe_ttl_s = Some(30.0);
+        assert_eq!(config.resolve("chat").unwrap().gate_params(0).unwrap().probe_ttl_ms(), 30_000);
+    }
+
+    #[test]
+    fn baseline_knobs_are_not_config_keys() {
+        for key in ["rate_channel", "escalate_cooldown", "threshold_basis"] {
+            let e = serde_json::from_str::<BreakerConfig>(&format!(r#"{{"{key}": false}}"#)).unwrap_err().to_string();
+            assert!(e.contains(&format!("unknown field `{key}`")), "{e}");
+        }
     }
 
     #[test]

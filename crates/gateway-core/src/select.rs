@@ -91,7 +91,9 @@ fn p2c<R: Rng + ?Sized>(sources: &[SourceView], rng: &mut R, out: &mut [usize]) 
     let b = (a + 1 + below(rng, n - 1)) % n;
     let first = if score(&sources[b]) > score(&sources[a]) { b } else { a };
     out.swap(0, first);
-    out[1..].sort_by(|&x, &y| by_score_desc(sources, x, y));
+    // The comparison is a total order (index breaks ties), so an unstable sort is deterministic
+    // and needs no allocation.
+    out[1..].sort_unstable_by(|&x, &y| by_score_desc(sources, x, y));
 }
 
 fn by_score_desc(sources: &[SourceView], x: usize, y: usize) -> Ordering {

@@ -65,6 +65,34 @@ fn contract_02_rate_channel_never_opens_under_min_calls() {
 }
 
 #[test]
+fn contract_02b_the_window_is_two_buckets_that_rotate_on_write() {
+    let p = params(BreakerConfig { min_calls: Some(1000), ..seed_breaker() }, 16);
+    let mut gate = Gate::new();
+    let counts = |g: &Gate| (g.win_id, g.a0, g.f0, g.a1, g.f1);
+    for _ in 0..5 {
+        attempt(&mut gate, &p, secs(1.0), Transient);
+    }
+    attempt(&mut gate, &p, secs(29.0), Success);
+    assert_eq!(counts(&gate), (0, 6, 5, 0, 0));
+    // one bucket ahead: previous := current, current := 0, then the write
+    attempt(&mut gate, &p, secs(30.0), Transient);
+    assert_eq!(counts(&gate), (1, 1, 1, 6, 5));
+    // one more: the oldest bucket falls out
+    attempt(&mut gate, &p, secs(60.0), Success);
+    assert_eq!(counts(&gate), (2, 1, 0, 1, 1));
+    // further ahead: both buckets restart
+    attempt(&mut gate, &p, secs(150.0), Transient);
+    assert_eq!(counts(&gate), (5, 1, 1, 0, 0));
+    // a clock that stepped back keeps writing the newest bucket
+    attempt(&mut gate, &p, secs(100.0), Transient);
+    assert_eq!(counts(&gate), (5, 2, 2, 0, 0));
+    // reads and records that change nothing do not rotate
+    gate.try_enter(&p, secs(500.0));
+    attempt(&mut gate, &p, secs(500.0), RateLimited);
+    assert_eq!(counts(&gate), (5, 2, 2, 0, 0));
+}
+
+#[test]
 fn contract_03_consecutive_threshold_is_raised_only_by_the_source_concurrency() {
     let isolate = BreakerConfig { min_calls: Some(1000), ..seed_breaker() };
     for (max_concurrency, threshold) in [(0, 5), (1, 5), (2, 5), (3, 6), (16, 32)] {
@@ -80,6 +108,17 @@ fn contract_03_consecutive_threshold_is_raised_only_by_the_source_concurrency() 
         assert_eq!(reply.transition.unwrap().cause, Cause::ConsecutiveChannel);
         assert_eq!((gate.streak, reply.retry_after), (0, MIN), "consecutive opens never grow the streak");
     }
+    // Through a scope: a concurrency of 100 never raises it, the source's own concurrency does.
+    let scope: gateway_core::ScopeConfig = serde_json::from_value(serde_json::json!({
+        "breaker": {"fail_threshold": 5, "cooldown_s": 60},
+        "concurrency": 100,
+        "sources": {"narrow": {"max_concurrency": 1}, "wide": {"max_concurrency": 16}, "open": {}}
+    }))
+    .unwrap();
+    let scope = scope.resolve("chat").unwrap();
+    let thresholds: Vec<(&str, u32)> =
+        scope.sources.iter().enumerate().map(|(i, s)| (s.name.as_str(), scope.gate_params(i).unwrap().threshold())).collect();
+    assert_eq!(thresholds, [("narrow", 5), ("open", 5), ("wide", 32)]);
     // A success resets the consecutive count.
     let p = params(isolate, 1);
     let mut gate = Gate::new();
@@ -122,6 +161,47 @@ fn contract_04_open_time_doubles_per_streak_is_capped_and_decays() {
         attempt(&mut gate, &p, secs(t), class);
     }
     assert_eq!((gate.state, gate.streak, gate.retry_after(&p, secs(t))), (CircuitState::Open, 1, MIN));
+}
+
+#[test]
+fn contract_04c_decay_needs_a_real_success_after_twice_the_current_cooldown_eff() {
+    let p = params(seed_breaker(), 16);
+    let mut gate = opened_by_rate(&p);
+    let probe = gate.try_enter(&p, secs(60.0));
+    gate.record_failure(&p, probe.reply.epoch, secs(60.0)); // streak 2: open 120 s
+    let probe = gate.try_enter(&p, secs(180.0));
+    gate.record_success(&p, probe.reply.epoch, secs(180.0), true);
+    assert_eq!((gate.state, gate.streak), (CircuitState::Closed, 2));
+    // 2 × cooldown_eff(2) = 240 s. Time alone decays nothing, and neither does a ResultInvalid.
+    gate.try_enter(&p, secs(1000.0));
+    assert_eq!(gate.streak, 2);
+    attempt(&mut gate, &p, secs(419.999), Success);
+    assert_eq!(gate.streak, 2);
+    attempt(&mut gate, &p, secs(420.0), ResultInvalid);
+    assert_eq!(gate.streak, 2, "ResultInvalid resets the consecutive counter only");
+    attempt(&mut gate, &p, secs(420.0), Success);
+    assert_eq!(gate.streak, 0);
+}
+
+#[test]
+fn contract_04d_a_consecutive_open_keeps_the_streak_and_the_plain_cooldown() {
+    let p = params(seed_breaker(), 1); // threshold 5
+    let mut gate = Gate::new();
+    gate.force_open(&p, secs(0.0)); // streak 1: open 60 s
+    for t in [60.0, 180.0] {
+        let probe = gate.try_enter(&p, secs(t));
+        assert_eq!(probe.verdict, Verdict::Probe);
+        gate.record_failure(&p, probe.reply.epoch, secs(t)); // streak 2 (120 s), then 3 (240 s)
+    }
+    let probe = gate.try_enter(&p, secs(420.0));
+    gate.record_success(&p, probe.reply.epoch, secs(420.0), true);
+    assert_eq!(gate.streak, 3);
+    assert_eq!(gate.closed_since, Some(secs(420.0)));
+    for _ in 0..5 {
+        attempt(&mut gate, &p, secs(460.0), Transient); // 5 samples < min_calls: consecutive channel
+    }
+    assert_eq!((gate.state, gate.streak, gate.retry_after(&p, secs(460.0))), (CircuitState::Open, 3, MIN));
+    assert_eq!(gate.closed_since, None, "closed_since is cleared on open");
 }
 
 #[test]
@@ -169,6 +249,14 @@ fn contract_06_a_burst_of_429_never_opens_a_burst_of_timeouts_opens_and_heals() 
     let probe = gate.try_enter(&p, secs(61.0));
     assert_eq!(probe.verdict, Verdict::Probe);
     gate.record_success(&p, probe.reply.epoch, secs(61.0), true);
+    assert_eq!((gate.state, gate.streak), (CircuitState::Closed, 0));
+    // A second burst, a minute later, costs one plain cooldown again.
+    for _ in 0..5 {
+        attempt(&mut gate, &p, secs(62.0), Transient);
+    }
+    assert_eq!((gate.state, gate.streak, gate.retry_after(&p, secs(62.0))), (CircuitState::Open, 0, MIN));
+    let probe = gate.try_enter(&p, secs(122.0));
+    gate.record_success(&p, probe.reply.epoch, secs(122.0), true);
     assert_eq!((gate.state, gate.streak), (CircuitState::Closed, 0));
 }
 
@@ -289,6 +377,18 @@ fn contract_11_concurrent_try_enter_on_an_expired_open_gate_grants_one_probe() {
 }
 
 #[test]
+fn contract_11b_the_probe_lease_outlives_the_slowest_attempt_not_the_cooldown() {
+    // cooldown 10 s, timeouts 30 s: probe_ttl = max(2 × 30, 10, 30 + 5) = 60 s.
+    let p = params(BreakerConfig { cooldown_s: Some(10.0), ..seed_breaker() }, 16);
+    assert_eq!(p.probe_ttl_ms(), 60_000);
+    let mut gate = Gate::new();
+    gate.force_open(&p, secs(0.0));
+    assert_eq!(gate.try_enter(&p, secs(10.0)).verdict, Verdict::Probe);
+    assert_eq!(gate.try_enter(&p, secs(69.999)).verdict, Verdict::Denied);
+    assert_eq!(gate.try_enter(&p, secs(70.0)).verdict, Verdict::Probe);
+}
+
+#[test]
 fn contract_12_stale_epoch_records_change_nothing() {
     let p = params(seed_breaker(), 1);
     let mut gate = Gate::new();
@@ -306,6 +406,17 @@ fn contract_12_stale_epoch_records_change_nothing() {
     // The current epoch is not fenced.
     assert!(!gate.record_success(&p, probe.reply.epoch, secs(61.0), true).fenced);
     assert_eq!(gate.state, CircuitState::Closed);
+    // Reopened and closed again: callers of both earlier epochs are fenced on the CLOSED gate.
+    gate.force_open(&p, secs(62.0));
+    let probe = gate.try_enter(&p, secs(200.0));
+    gate.record_success(&p, probe.reply.epoch, secs(200.0), true);
+    assert_eq!((gate.state, gate.epoch), (CircuitState::Closed, 2));
+    let before = gate.clone();
+    for stale in [0, 1, 3] {
+        assert!(gate.record_failure(&p, stale, secs(201.0)).fenced);
+        assert!(gate.record_success(&p, stale, secs(201.0), true).fenced);
+    }
+    assert_eq!(gate, before);
 }
 
 #[test]

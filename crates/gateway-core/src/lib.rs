@@ -6,6 +6,7 @@
 //! - [`memo`], [`health`], [`aimd`], [`stall`], [`backoff`]: the process-local helpers (§4, §7);
 //! - [`select`]: health-aware P2C, round-robin, least-in-flight, in-call demotion (§5);
 //! - [`admission`]: the pure decisions of admission: skip reasons, "no candidate runnable", naps (§6);
+//! - [`quota`]: the local quota of a source account (concurrency, rpm, tpm with leases);
 //! - [`policy`]: validated policies and the raw config shapes they come from (§9);
 //! - [`ports`]: `BreakerGate`, `QuotaGate`, `Upstream`, `Telemetry`; [`time`]: `Clock`, `WallClock`.
 //!
@@ -26,6 +27,7 @@ pub mod memo;
 pub mod outcome;
 pub mod policy;
 pub mod ports;
+pub mod quota;
 pub mod random;
 pub mod request;
 pub mod select;
@@ -37,4 +39,4 @@ pub use breaker::{CircuitState, Entry, Gate, GateParams, Reply, Verdict};
 pub use outcome::{Effects, OutcomeClass};
 pub use policy::{BreakerPolicy, PolicyError, ScopeConfig, ScopePolicy};
 pub use ports::{BreakerGate, GateError, GateKey, QuotaGate, Telemetry, Upstream};
-pub use time::Timestamp;
+pub use time::{Clock, ManualClock, Timestamp};

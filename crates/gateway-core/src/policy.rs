@@ -278,7 +278,7 @@ pub struct SourcePolicy {
 }
 
 /// The local quota of one source; `None` is unlimited.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QuotaLimits {
     /// Attempts in flight at once.
     pub max_concurrency: Option<u32>,
@@ -286,6 +286,15 @@ pub struct QuotaLimits {
     pub rpm: Option<u32>,
     /// Tokens per rolling minute (estimated at acquire, corrected at settle).
     pub tpm: Option<u32>,
+    /// How long a permit's concurrency slot is held if it is never released (a crashed
+    /// worker): twice the source timeout, so a live attempt never outlives its permit.
+    pub permit_ttl: Duration,
+}
+
+impl Default for QuotaLimits {
+    fn default() -> Self {
+        QuotaLimits { max_concurrency: None, rpm: None, tpm: None, permit_ttl: Duration::from_secs(120) }
+    }
 }
 
 impl SourceConfig {
@@ -294,17 +303,19 @@ impl SourceConfig {
         let f = Fields { prefix };
         check_name(name, prefix)?;
         let positive = |field: &str, v: Option<u32>| v.map(|v| f.int(field, v, 1, u32::MAX)).transpose();
+        let timeout = f.secs("timeout_s", self.timeout_s.unwrap_or(60.0), 0.001, DAY_S)?;
         Ok(SourcePolicy {
             name: name.to_owned(),
             base_url: self.base_url.clone(),
             api_key: self.api_key.clone(),
             model: self.model.clone(),
-            timeout: f.secs("timeout_s", self.timeout_s.unwrap_or(60.0), 0.001, DAY_S)?,
+            timeout,
             watchdog: self.watchdog_s.map(|s| f.secs("watchdog_s", s, 0.001, DAY_S)).transpose()?,
             quota: QuotaLimits {
                 max_concurrency: positive("max_concurrency", self.max_concurrency)?,
                 rpm: positive("rpm", self.rpm)?,
                 tpm: positive("tpm", self.tpm)?,
+                permit_ttl: timeout.saturating_mul(2),
             },
             headers: self.headers.clone().unwrap_or_default(),
         })

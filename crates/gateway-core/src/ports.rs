@@ -4,6 +4,7 @@
 
 use crate::breaker::{Entry, GateParams, Reply};
 use crate::policy::QuotaLimits;
+pub use crate::quota::QuotaLimit;
 use crate::request::{Attempt, Request};
 use crate::telemetry::{AttemptEvent, CallEvent, GateEvent};
 use async_trait::async_trait;
@@ -59,6 +60,14 @@ pub enum GateError {
         /// What failed.
         detail: String,
     },
+    /// The key cannot be stored by this backend (e.g. a part that would break a Redis key).
+    #[error("invalid gate key {key}: {detail}")]
+    InvalidKey {
+        /// The key as given.
+        key: String,
+        /// What is wrong with it.
+        detail: String,
+    },
     /// The backend answered something this build cannot read.
     #[error("{backend} backend answered malformed state for {key}: {detail}")]
     Malformed {
@@ -100,17 +109,6 @@ pub struct Permit {
     pub id: u64,
     /// Tokens charged at acquire.
     pub estimated_tokens: u32,
-}
-
-/// Which local limit refused a permit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum QuotaLimit {
-    /// `max_concurrency`.
-    Concurrency,
-    /// `rpm`.
-    RequestsPerMinute,
-    /// `tpm`.
-    TokensPerMinute,
 }
 
 /// The answer to a permit request. A refusal is a value, not an error.

@@ -66,6 +66,38 @@ pub trait WallClock: Send + Sync {
 
 const _: fn(&dyn Clock, &dyn WallClock) = |_, _| {};
 
+/// A clock that moves only when told: the virtual time of tests and simulations. Shared by
+/// reference (`Arc<ManualClock>`), so a test and the adapter it drives see one time line.
+#[derive(Debug, Default)]
+pub struct ManualClock {
+    now_ms: std::sync::atomic::AtomicU64,
+}
+
+impl ManualClock {
+    /// A clock standing at `start`.
+    pub fn new(start: Timestamp) -> Self {
+        ManualClock { now_ms: std::sync::atomic::AtomicU64::new(start.as_millis()) }
+    }
+
+    /// Moves the clock forward by `d`.
+    pub fn advance(&self, d: Duration) {
+        let _ = self.now_ms.fetch_update(std::sync::atomic::Ordering::SeqCst, std::sync::atomic::Ordering::SeqCst, |ms| {
+            Some(ms.saturating_add(millis(d)))
+        });
+    }
+
+    /// Sets the clock to `t` (forward or back: tests of a clock that stepped back use it).
+    pub fn set(&self, t: Timestamp) {
+        self.now_ms.store(t.as_millis(), std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Timestamp {
+        Timestamp(self.now_ms.load(std::sync::atomic::Ordering::SeqCst))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,5 +109,18 @@ mod tests {
         assert_eq!(Timestamp::ZERO.saturating_since(late), Duration::ZERO);
         assert_eq!(Timestamp::from_secs(3).saturating_since(Timestamp::from_millis(500)), Duration::from_millis(2500));
         assert_eq!(millis(Duration::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn manual_clock_moves_only_when_told() {
+        let clock = ManualClock::new(Timestamp::from_secs(5));
+        assert_eq!(clock.now(), Timestamp::from_secs(5));
+        clock.advance(Duration::from_millis(1500));
+        assert_eq!(clock.now(), Timestamp::from_millis(6500));
+        clock.set(Timestamp::from_secs(1));
+        assert_eq!(clock.now(), Timestamp::from_secs(1));
+        clock.set(Timestamp::from_millis(u64::MAX));
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(clock.now().as_millis(), u64::MAX);
     }
 }

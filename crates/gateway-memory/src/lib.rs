@@ -1,0 +1,109 @@
+//! `gateway-memory`: the in-process gates. [`MemoryGates`] implements `BreakerGate` and
+//! [`MemoryQuota`] implements `QuotaGate` by running gateway-core's state machines under
+//! sharded locks (no global lock on the hot path). They are the reference implementation the
+//! contract suite holds the Redis gates to.
+
+mod sharded;
+
+use async_trait::async_trait;
+use gateway_core::breaker::{Entry, Gate, GateParams, Reply};
+use gateway_core::policy::QuotaLimits;
+use gateway_core::ports::{BreakerGate, GateError, GateKey, Permit, QuotaDecision, QuotaGate};
+use gateway_core::quota::QuotaAccount;
+use gateway_core::time::Clock;
+use sharded::Sharded;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Every `BreakerGate` of one process, keyed by (scope, tenant, source).
+pub struct MemoryGates {
+    gates: Sharded<Gate>,
+    clock: Arc<dyn Clock>,
+}
+
+impl MemoryGates {
+    /// Gates on `clock` (a `ManualClock` in tests, the process's monotonic clock otherwise).
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        MemoryGates { gates: Sharded::new(), clock }
+    }
+
+    /// A copy of one gate's state (`None` if it was never touched).
+    pub fn snapshot(&self, key: &GateKey) -> Option<Gate> {
+        self.gates.get(key)
+    }
+
+    fn with<R>(&self, key: &GateKey, op: impl FnOnce(&mut Gate, gateway_core::Timestamp) -> R) -> Result<R, GateError> {
+        let now = self.clock.now();
+        Ok(self.gates.with(key, |gate| op(gate, now)))
+    }
+}
+
+#[async_trait]
+impl BreakerGate for MemoryGates {
+    async fn try_enter(&self, key: &GateKey, params: &GateParams) -> Result<Entry, GateError> {
+        self.with(key, |gate, now| gate.try_enter(params, now))
+    }
+
+    async fn record_success(&self, key: &GateKey, params: &GateParams, epoch: u64, real: bool) -> Result<Reply, GateError> {
+        self.with(key, |gate, now| gate.record_success(params, epoch, now, real))
+    }
+
+    async fn record_failure(&self, key: &GateKey, params: &GateParams, epoch: u64) -> Result<Reply, GateError> {
+        self.with(key, |gate, now| gate.record_failure(params, epoch, now))
+    }
+
+    async fn force_open(&self, key: &GateKey, params: &GateParams) -> Result<Reply, GateError> {
+        self.with(key, |gate, now| gate.force_open(params, now))
+    }
+
+    async fn release_probe(&self, key: &GateKey, params: &GateParams, epoch: u64) -> Result<Reply, GateError> {
+        self.with(key, |gate, now| gate.release_probe(params, epoch, now))
+    }
+
+    async fn retry_after(&self, gates: &[(GateKey, GateParams)]) -> Result<Duration, GateError> {
+        let now = self.clock.now();
+        let each = gates.iter().map(|(key, params)| self.gates.get(key).map_or(Duration::ZERO, |gate| gate.retry_after(params, now)));
+        Ok(each.min().unwrap_or(Duration::ZERO))
+    }
+}
+
+/// Every source account's quota in one process.
+pub struct MemoryQuota {
+    accounts: Sharded<QuotaAccount>,
+    clock: Arc<dyn Clock>,
+}
+
+impl MemoryQuota {
+    /// Quota accounts on `clock`.
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        MemoryQuota { accounts: Sharded::new(), clock }
+    }
+
+    /// Permits of `key` holding a concurrency slot now.
+    pub fn in_flight(&self, key: &GateKey) -> usize {
+        let now = self.clock.now();
+        self.accounts.get(key).map_or(0, |account| account.in_flight(now))
+    }
+}
+
+#[async_trait]
+impl QuotaGate for MemoryQuota {
+    async fn acquire(&self, key: &GateKey, limits: &QuotaLimits, estimated_tokens: u32) -> Result<QuotaDecision, GateError> {
+        let now = self.clock.now();
+        let granted = self.accounts.with(key, |account| account.acquire(limits, estimated_tokens, now));
+        Ok(match granted {
+            Ok(id) => QuotaDecision::Granted(Permit { key: key.clone(), id, estimated_tokens }),
+            Err(refusal) => QuotaDecision::Refused { limit: refusal.limit, retry_after: refusal.retry_after },
+        })
+    }
+
+    async fn settle(&self, permit: &Permit, actual_tokens: u32) -> Result<(), GateError> {
+        self.accounts.with(&permit.key, |account| account.settle(permit.id, actual_tokens));
+        Ok(())
+    }
+
+    async fn release(&self, permit: &Permit) -> Result<(), GateError> {
+        self.accounts.with(&permit.key, |account| account.release(permit.id));
+        Ok(())
+    }
+}

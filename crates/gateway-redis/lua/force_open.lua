@@ -1,0 +1,3 @@
+-- force_open: the source is dead. An already OPEN gate is left as it is.
+if g.state ~= 'OPEN' then open(true, 'forced_open') end
+return reply('', false)

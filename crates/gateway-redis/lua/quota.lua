@@ -1,0 +1,21 @@
+-- quota.lua: shared part of the quota scripts. It mirrors crates/gateway-core/src/quota.rs.
+--
+-- KEYS[1] leases ZSET (permit id → lease end ms)   KEYS[2] starts ZSET (permit id → start ms)
+-- KEYS[3] tokens HASH (permit id → charged tokens)  KEYS[4] id sequence
+-- ARGV[1] now in ms, or '' for the Redis server clock; ARGV[2] key TTL in ms; ARGV[3..] the
+-- operation's own arguments.
+
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+else
+  now = tonumber(ARGV[1])
+end
+local key_ttl = tonumber(ARGV[2])
+local leases, starts, tokens, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local WINDOW = 60000
+
+local function touch()
+  for _, k in ipairs(KEYS) do redis.call('PEXPIRE', k, key_ttl) end
+end

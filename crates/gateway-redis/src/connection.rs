@@ -1,0 +1,205 @@
+//! The connection to Redis: a pool with an explicit command timeout, fail-fast while
+//! disconnected, reconnection with exponential back-off, script loading and NOSCRIPT reload,
+//! the time argument of every script, and the mapping of failures to `GateError`.
+
+use crate::scripts::{Script, Scripts};
+use fred::prelude::*;
+use fred::types::CustomCommand;
+use gateway_core::ports::GateError;
+use gateway_core::time::Clock;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// How to reach Redis and how long to wait for it.
+#[derive(Clone)]
+pub struct RedisConfig {
+    /// `redis://[user:password@]host:port[/db]`.
+    pub url: String,
+    /// Connections in the pool (commands are pipelined on each).
+    pub pool_size: usize,
+    /// Upper bound of every command, so a hung server cannot stall a call (fred's default is
+    /// no timeout at all).
+    pub command_timeout: Duration,
+    /// Upper bound of establishing a connection.
+    pub connect_timeout: Duration,
+    /// First reconnection delay; doubles up to `reconnect_max`.
+    pub reconnect_min: Duration,
+    /// Longest reconnection delay. Reconnection never gives up.
+    pub reconnect_max: Duration,
+    /// The clock of the scripts: `None` uses the Redis server's `TIME`, so workers whose clocks
+    /// disagree still agree about windows and cooldowns; tests inject a `ManualClock`.
+    pub clock: Option<Arc<dyn Clock>>,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            url: "redis://127.0.0.1:6379".to_owned(),
+            pool_size: 4,
+            command_timeout: Duration::from_millis(250),
+            connect_timeout: Duration::from_secs(2),
+            reconnect_min: Duration::from_millis(50),
+            reconnect_max: Duration::from_secs(2),
+            clock: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("url", &redact(&self.url))
+            .field("pool_size", &self.pool_size)
+            .field("command_timeout", &self.command_timeout)
+            .field("clock", &self.clock.as_ref().map(|_| "injected"))
+            .finish_non_exhaustive()
+    }
+}
+
+/// `redis://user:secret@host` → `redis://host`: credentials never reach logs or errors.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => format!("{}{}", &url[..scheme + 3], &url[at + 1..]),
+        _ => url.to_owned(),
+    }
+}
+
+/// A pool of connections to one Redis, with the scripts loaded. Share it (`Arc`) between the
+/// gates and the quota of a process.
+pub struct RedisConnection {
+    pool: Pool,
+    options: Options,
+    scripts: Scripts,
+    clock: Option<Arc<dyn Clock>>,
+    degraded: AtomicU64,
+    url: String,
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl RedisConnection {
+    /// Connects the pool and loads every script. Fails with `BackendUnavailable` when Redis
+    /// cannot be reached within `connect_timeout`.
+    pub async fn connect(config: RedisConfig) -> Result<Arc<Self>, GateError> {
+        let url = redact(&config.url);
+        let unavailable = |e: Error| GateError::BackendUnavailable { backend: "redis", key: url.clone(), detail: e.to_string() };
+        let policy = ReconnectPolicy::new_exponential(
+            0,
+            ms(config.reconnect_min).min(u64::from(u32::MAX)) as u32,
+            ms(config.reconnect_max).min(u64::from(u32::MAX)) as u32,
+            2,
+        );
+        let pool = Builder::from_config(Config::from_url(&config.url).map_err(unavailable)?)
+            .with_connection_config(|c| {
+                c.connection_timeout = config.connect_timeout;
+                c.internal_command_timeout = config.connect_timeout;
+                c.max_command_attempts = 1;
+            })
+            .with_performance_config(|c| c.default_command_timeout = config.command_timeout)
+            .set_policy(policy)
+            .build_pool(config.pool_size.max(1))
+            .map_err(unavailable)?;
+        tokio::time::timeout(config.connect_timeout, pool.init())
+            .await
+            .map_err(|_| GateError::BackendUnavailable { backend: "redis", key: url.clone(), detail: "connect timed out".to_owned() })?
+            .map_err(unavailable)?;
+        let connection = RedisConnection {
+            pool,
+            options: Options { fail_fast: true, timeout: Some(config.command_timeout), max_attempts: Some(1), ..Options::default() },
+            scripts: Scripts::new(),
+            clock: config.clock,
+            degraded: AtomicU64::new(0),
+            url: url.clone(),
+        };
+        for script in connection.scripts.all() {
+            connection.load(script).await.map_err(unavailable)?;
+        }
+        Ok(Arc::new(connection))
+    }
+
+    /// Record operations that failed because Redis could not answer (each also logged).
+    pub fn degraded_records(&self) -> u64 {
+        self.degraded.load(Ordering::Relaxed)
+    }
+
+    /// The underlying pool, for tests and tools (e.g. to inspect a gate's HASH).
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    pub(crate) fn scripts(&self) -> &Scripts {
+        &self.scripts
+    }
+
+    /// The `now` argument of a script: the injected clock's milliseconds, or '' for `TIME`.
+    pub(crate) fn now_arg(&self) -> Value {
+        match &self.clock {
+            Some(clock) => Value::Integer(i64::try_from(clock.now().as_millis()).unwrap_or(i64::MAX)),
+            None => Value::String("".into()),
+        }
+    }
+
+    /// Runs `script` with EVALSHA, reloading it once on NOSCRIPT.
+    pub(crate) async fn run(&self, script: &Script, keys: &[String], args: Vec<Value>, key: &str) -> Result<Value, GateError> {
+        let first = self.evalsha(script, keys, args.clone()).await;
+        let result = match first {
+            Err(e) if e.details().starts_with("NOSCRIPT") => {
+                tracing::info!(script = script.name, "redis lost the script (restart, failover or SCRIPT FLUSH); reloading");
+                match self.load(script).await {
+                    Ok(()) => self.evalsha(script, keys, args).await,
+                    Err(e) => Err(e),
+                }
+            }
+            other => other,
+        };
+        result.map_err(|e| GateError::BackendUnavailable { backend: "redis", key: key.to_owned(), detail: format!("{}: {e}", script.name) })
+    }
+
+    /// Counts and logs a record operation that Redis could not take; the call goes on.
+    pub(crate) fn degrade(&self, op: &'static str, error: &GateError) {
+        self.degraded.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(op, %error, "breaker record dropped: redis unavailable; the call continues");
+    }
+
+    async fn evalsha(&self, script: &Script, keys: &[String], args: Vec<Value>) -> Result<Value, Error> {
+        // Route by the first key's slot (every key of a script shares the scope's hash tag).
+        let slot = keys.first().map(|k| fred::util::redis_keyslot(k.as_bytes()));
+        let mut argv: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.len());
+        argv.push(Value::String(script.sha.as_str().into()));
+        argv.push(Value::Integer(keys.len() as i64));
+        argv.extend(keys.iter().map(|k| Value::String(k.as_str().into())));
+        argv.extend(args);
+        self.pool.with_options(&self.options).custom(CustomCommand::new("EVALSHA", slot, false), argv).await
+    }
+
+    async fn load(&self, script: &Script) -> Result<(), Error> {
+        let sha: String = self
+            .pool
+            .with_options(&self.options)
+            .custom(CustomCommand::new("SCRIPT", None::<u16>, false), vec!["LOAD", script.lua.as_str()])
+            .await?;
+        if sha != script.sha {
+            return Err(Error::new(ErrorKind::Unknown, format!("script {} loaded as {sha}, expected {}", script.name, script.sha)));
+        }
+        Ok(())
+    }
+
+    /// The server this connection talks to, without credentials.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn credentials_are_redacted() {
+        assert_eq!(redact("redis://user:hunter2@10.0.0.1:6379/0"), "redis://10.0.0.1:6379/0");
+        assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+    }
+}

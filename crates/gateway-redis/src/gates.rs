@@ -1,0 +1,214 @@
+//! `BreakerGate` on Redis: each operation is one EVALSHA of its script on the gate's HASH.
+
+use crate::connection::RedisConnection;
+use crate::keys;
+use crate::scripts::Script;
+use async_trait::async_trait;
+use fred::prelude::*;
+use gateway_core::breaker::{Cause, CircuitState, Entry, Gate, GateParams, Reply, Transition, Verdict};
+use gateway_core::ports::{BreakerGate, GateError, GateKey};
+use gateway_core::time::Timestamp;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The breaker gates of every process sharing one Redis.
+#[derive(Clone)]
+pub struct RedisGates {
+    conn: Arc<RedisConnection>,
+}
+
+impl RedisGates {
+    /// Gates on `conn`.
+    pub fn new(conn: Arc<RedisConnection>) -> Self {
+        RedisGates { conn }
+    }
+
+    /// The connection, e.g. to read `degraded_records`.
+    pub fn connection(&self) -> &Arc<RedisConnection> {
+        &self.conn
+    }
+
+    /// The stored state of one gate (a missing HASH is a new, CLOSED gate).
+    pub async fn snapshot(&self, key: &GateKey) -> Result<Gate, GateError> {
+        let hash = keys::gate(key)?;
+        let fields: std::collections::HashMap<String, String> = self.conn.pool().hgetall(&hash).await.map_err(|e| unavailable(key, e))?;
+        gate_from_fields(key, &fields)
+    }
+
+    async fn op(&self, script: &Script, key: &GateKey, params: &GateParams, extra: Vec<Value>) -> Result<(Verdict, Reply), GateError> {
+        let hash = keys::gate(key)?;
+        let mut args = Vec::with_capacity(12 + extra.len());
+        args.push(self.conn.now_arg());
+        args.extend(param_args(params));
+        args.extend(extra);
+        let value = self.conn.run(script, std::slice::from_ref(&hash), args, &key.to_string()).await?;
+        parse_reply(key, value)
+    }
+
+    /// A record operation: on failure it is counted and logged before the error is returned.
+    async fn record(&self, script: &Script, key: &GateKey, params: &GateParams, extra: Vec<Value>) -> Result<Reply, GateError> {
+        match self.op(script, key, params, extra).await {
+            Ok((_, reply)) => Ok(reply),
+            Err(error) => {
+                if matches!(error, GateError::BackendUnavailable { .. }) {
+                    self.conn.degrade(script.name, &error);
+                }
+                Err(error)
+            }
+        }
+    }
+}
+
+fn unavailable(key: &GateKey, e: Error) -> GateError {
+    GateError::BackendUnavailable { backend: "redis", key: key.to_string(), detail: e.to_string() }
+}
+
+fn malformed(key: &GateKey, detail: String) -> GateError {
+    GateError::Malformed { backend: "redis", key: key.to_string(), detail }
+}
+
+/// ARGV[2..12] of the gate scripts, in the order `gate.lua` reads them.
+fn param_args(p: &GateParams) -> [Value; 11] {
+    let int = |v: u64| Value::Integer(i64::try_from(v).unwrap_or(i64::MAX));
+    let flag = |b: bool| Value::Integer(i64::from(b));
+    // A key outlives every open period, the window and the probe lease, then some: an idle gate
+    // expires only long after its streak would have decayed anyway.
+    let key_ttl = 2 * (p.max_cooldown_ms() + 2 * p.bucket_ms() + p.probe_ttl_ms()) + 3_600_000;
+    [
+        int(u64::from(p.threshold())),
+        int(p.cooldown_ms()),
+        int(p.max_cooldown_ms()),
+        int(u64::from(p.min_calls())),
+        // `{}` prints the shortest string that reads back as the same f64, as Lua's tonumber does.
+        Value::String(format!("{}", p.fail_rate()).into()),
+        int(p.bucket_ms()),
+        int(u64::from(p.half_open_successes())),
+        int(p.probe_ttl_ms()),
+        flag(p.rate_channel()),
+        flag(p.escalate_cooldown()),
+        int(key_ttl),
+    ]
+}
+
+fn state_from(key: &GateKey, s: &str) -> Result<CircuitState, GateError> {
+    match s {
+        "CLOSED" => Ok(CircuitState::Closed),
+        "OPEN" => Ok(CircuitState::Open),
+        "HALF_OPEN" => Ok(CircuitState::HalfOpen),
+        other => Err(malformed(key, format!("unknown state {other:?}"))),
+    }
+}
+
+fn cause_from(key: &GateKey, s: &str) -> Result<Cause, GateError> {
+    Ok(match s {
+        "rate_channel" => Cause::RateChannel,
+        "consecutive_channel" => Cause::ConsecutiveChannel,
+        "probe_failed" => Cause::ProbeFailed,
+        "forced_open" => Cause::ForcedOpen,
+        "cooldown_elapsed" => Cause::CooldownElapsed,
+        "probe_succeeded" => Cause::ProbeSucceeded,
+        other => return Err(malformed(key, format!("unknown cause {other:?}"))),
+    })
+}
+
+/// `{verdict, state, epoch, retry_after_ms, from, to, cause, fenced}` → verdict and reply.
+fn parse_reply(key: &GateKey, value: Value) -> Result<(Verdict, Reply), GateError> {
+    let items = match value {
+        Value::Array(items) if items.len() == 8 => items,
+        other => return Err(malformed(key, format!("expected an 8-item reply, got {other:?}"))),
+    };
+    let text = |i: usize| items[i].as_str().map(|s| s.to_string()).unwrap_or_default();
+    let int = |i: usize| items[i].as_i64().ok_or_else(|| malformed(key, format!("item {i} is not an integer: {:?}", items[i])));
+    let verdict = match text(0).as_str() {
+        "allowed" => Verdict::Allowed,
+        "probe" => Verdict::Probe,
+        _ => Verdict::Denied,
+    };
+    let transition = match text(4).as_str() {
+        "" => None,
+        from => Some(Transition { from: state_from(key, from)?, to: state_from(key, &text(5))?, cause: cause_from(key, &text(6))? }),
+    };
+    let reply = Reply {
+        state: state_from(key, &text(1))?,
+        epoch: u64::try_from(int(2)?).unwrap_or(0),
+        retry_after: Duration::from_millis(u64::try_from(int(3)?).unwrap_or(0)),
+        transition,
+        fenced: int(7)? == 1,
+    };
+    Ok((verdict, reply))
+}
+
+fn gate_from_fields(key: &GateKey, fields: &std::collections::HashMap<String, String>) -> Result<Gate, GateError> {
+    let num = |name: &str| -> Result<Option<u64>, GateError> {
+        match fields.get(name).map(String::as_str) {
+            None | Some("") => Ok(None),
+            Some(v) => v.parse::<u64>().map(Some).map_err(|_| malformed(key, format!("field {name} = {v:?} is not a count"))),
+        }
+    };
+    let small = |name: &str| -> Result<u32, GateError> { Ok(u32::try_from(num(name)?.unwrap_or(0)).unwrap_or(u32::MAX)) };
+    Ok(Gate {
+        state: fields.get("state").map_or(Ok(CircuitState::Closed), |s| state_from(key, s))?,
+        epoch: num("epoch")?.unwrap_or(0),
+        open_until: Timestamp::from_millis(num("open_until")?.unwrap_or(0)),
+        probe_until: num("probe_until")?.map(Timestamp::from_millis),
+        failures: small("failures")?,
+        win_id: num("win_id")?.unwrap_or(0),
+        a0: small("a0")?,
+        f0: small("f0")?,
+        a1: small("a1")?,
+        f1: small("f1")?,
+        streak: small("streak")?,
+        closed_since: num("closed_since")?.map(Timestamp::from_millis),
+        probe_ok: small("probe_ok")?,
+    })
+}
+
+#[async_trait]
+impl BreakerGate for RedisGates {
+    async fn try_enter(&self, key: &GateKey, params: &GateParams) -> Result<Entry, GateError> {
+        let (verdict, reply) = self.op(&self.conn.scripts().try_enter, key, params, Vec::new()).await?;
+        Ok(Entry { verdict, reply })
+    }
+
+    async fn record_success(&self, key: &GateKey, params: &GateParams, epoch: u64, real: bool) -> Result<Reply, GateError> {
+        let extra = vec![Value::String(epoch.to_string().into()), Value::Integer(i64::from(real))];
+        self.record(&self.conn.scripts().record_success, key, params, extra).await
+    }
+
+    async fn record_failure(&self, key: &GateKey, params: &GateParams, epoch: u64) -> Result<Reply, GateError> {
+        self.record(&self.conn.scripts().record_failure, key, params, vec![Value::String(epoch.to_string().into())]).await
+    }
+
+    async fn force_open(&self, key: &GateKey, params: &GateParams) -> Result<Reply, GateError> {
+        self.record(&self.conn.scripts().force_open, key, params, Vec::new()).await
+    }
+
+    async fn release_probe(&self, key: &GateKey, params: &GateParams, epoch: u64) -> Result<Reply, GateError> {
+        self.record(&self.conn.scripts().release_probe, key, params, vec![Value::String(epoch.to_string().into())]).await
+    }
+
+    async fn retry_after(&self, gates: &[(GateKey, GateParams)]) -> Result<Duration, GateError> {
+        // One script per scope: keys of different scopes may live in different cluster slots.
+        let mut best: Option<Duration> = None;
+        let mut scopes: Vec<&str> = gates.iter().map(|(k, _)| &*k.scope).collect();
+        scopes.sort_unstable();
+        scopes.dedup();
+        for scope in scopes {
+            let mut hashes = Vec::new();
+            let mut args = vec![self.conn.now_arg()];
+            for (key, params) in gates.iter().filter(|(k, _)| &*k.scope == scope) {
+                hashes.push(keys::gate(key)?);
+                args.push(Value::Integer(i64::try_from(params.max_cooldown_ms()).unwrap_or(i64::MAX)));
+            }
+            let value = self.conn.run(&self.conn.scripts().retry_after, &hashes, args, scope).await?;
+            let ms = value.as_i64().ok_or_else(|| GateError::Malformed {
+                backend: "redis",
+                key: scope.to_owned(),
+                detail: format!("retry_after reply {value:?}"),
+            })?;
+            let wait = Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+            best = Some(best.map_or(wait, |b| b.min(wait)));
+        }
+        Ok(best.unwrap_or(Duration::ZERO))
+    }
+}

@@ -1,0 +1,57 @@
+//! Redis key names: `gw:{<scope>}:gate:[<tenant>:]<source>` and
+//! `gw:{<scope>}:quota:[<tenant>:]<source>:<part>`. The scope is the hash tag, so one script may
+//! touch several of a scope's keys on Redis Cluster. Key parts are restricted to the alphabet
+//! config names use, so no part can break the tag or the separators.
+
+use gateway_core::ports::{GateError, GateKey};
+
+fn check(part: &str, what: &str, key: &GateKey) -> Result<(), GateError> {
+    if !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+        Ok(())
+    } else {
+        Err(GateError::InvalidKey { key: key.to_string(), detail: format!("{what} {part:?} must use only letters, digits, '_' and '-'") })
+    }
+}
+
+fn base(key: &GateKey, kind: &str) -> Result<String, GateError> {
+    check(&key.scope, "scope", key)?;
+    check(&key.source, "source", key)?;
+    Ok(match &key.tenant {
+        Some(tenant) => {
+            check(tenant, "tenant", key)?;
+            format!("gw:{{{}}}:{kind}:{tenant}:{}", key.scope, key.source)
+        }
+        None => format!("gw:{{{}}}:{kind}:{}", key.scope, key.source),
+    })
+}
+
+/// The HASH of one gate.
+pub(crate) fn gate(key: &GateKey) -> Result<String, GateError> {
+    base(key, "gate")
+}
+
+/// The four keys of one quota account: leases, starts, tokens, id sequence.
+pub(crate) fn quota(key: &GateKey) -> Result<[String; 4], GateError> {
+    let base = base(key, "quota")?;
+    Ok([format!("{base}:leases"), format!("{base}:starts"), format!("{base}:tokens"), format!("{base}:seq")])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scope_is_the_hash_tag() {
+        assert_eq!(gate(&GateKey::new("chat", "s1")).unwrap(), "gw:{chat}:gate:s1");
+        assert_eq!(gate(&GateKey::new("chat", "s1").with_tenant("gold")).unwrap(), "gw:{chat}:gate:gold:s1");
+        assert_eq!(quota(&GateKey::new("chat", "s1")).unwrap()[3], "gw:{chat}:quota:s1:seq");
+    }
+
+    #[test]
+    fn parts_that_could_break_the_key_are_refused() {
+        let e = gate(&GateKey::new("ch}at", "s1")).unwrap_err().to_string();
+        assert_eq!(e, "invalid gate key ch}at/s1: scope \"ch}at\" must use only letters, digits, '_' and '-'");
+        assert!(gate(&GateKey::new("chat", "a:b")).is_err());
+        assert!(quota(&GateKey::new("chat", "s1").with_tenant("")).is_err());
+    }
+}

@@ -1,0 +1,107 @@
+//! `QuotaGate` on Redis: leases in a sorted set (a crashed worker's permit expires), starts and
+//! token charges of the rolling minute, one script per operation.
+
+use crate::connection::RedisConnection;
+use crate::keys;
+use async_trait::async_trait;
+use fred::prelude::*;
+use gateway_core::policy::QuotaLimits;
+use gateway_core::ports::{GateError, GateKey, Permit, QuotaDecision, QuotaGate, QuotaLimit};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The local quota of every source account, shared by every process using one Redis.
+#[derive(Clone)]
+pub struct RedisQuota {
+    conn: Arc<RedisConnection>,
+}
+
+/// Lease keys outlive the longest lease and the rate window by an hour.
+const KEY_TTL_MARGIN_MS: i64 = 3_600_000;
+
+impl RedisQuota {
+    /// Quota on `conn`.
+    pub fn new(conn: Arc<RedisConnection>) -> Self {
+        RedisQuota { conn }
+    }
+
+    /// Permits of `key` holding a concurrency slot at the script clock's now.
+    pub async fn in_flight(&self, key: &GateKey) -> Result<usize, GateError> {
+        let [leases, ..] = keys::quota(key)?;
+        let now = match self.conn.now_arg() {
+            Value::Integer(ms) => format!("({ms}"),
+            _ => {
+                let (secs, micros): (i64, i64) =
+                    self.conn.pool().custom(fred::cmd!("TIME"), Vec::<Value>::new()).await.map_err(|e| unavailable(key, e))?;
+                format!("({}", secs * 1000 + micros / 1000)
+            }
+        };
+        let count: i64 =
+            self.conn.pool().custom(fred::cmd!("ZCOUNT"), vec![leases, now, "+inf".to_owned()]).await.map_err(|e| unavailable(key, e))?;
+        Ok(usize::try_from(count).unwrap_or(0))
+    }
+
+    fn base_args(&self, ttl: Duration) -> Vec<Value> {
+        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX).saturating_add(60_000 + KEY_TTL_MARGIN_MS);
+        vec![self.conn.now_arg(), Value::Integer(ttl_ms)]
+    }
+}
+
+fn unavailable(key: &GateKey, e: Error) -> GateError {
+    GateError::BackendUnavailable { backend: "redis", key: key.to_string(), detail: e.to_string() }
+}
+
+fn malformed(key: &GateKey, detail: String) -> GateError {
+    GateError::Malformed { backend: "redis", key: key.to_string(), detail }
+}
+
+fn limit_arg(limit: Option<u32>) -> Value {
+    Value::Integer(limit.map_or(-1, i64::from))
+}
+
+#[async_trait]
+impl QuotaGate for RedisQuota {
+    async fn acquire(&self, key: &GateKey, limits: &QuotaLimits, estimated_tokens: u32) -> Result<QuotaDecision, GateError> {
+        let keys = keys::quota(key)?;
+        let mut args = self.base_args(limits.permit_ttl);
+        args.extend([
+            limit_arg(limits.max_concurrency),
+            limit_arg(limits.rpm),
+            limit_arg(limits.tpm),
+            Value::Integer(i64::try_from(limits.permit_ttl.as_millis()).unwrap_or(i64::MAX)),
+            Value::Integer(i64::from(estimated_tokens)),
+        ]);
+        let value = self.conn.run(&self.conn.scripts().quota_acquire, &keys, args, &key.to_string()).await?;
+        let items = match value {
+            Value::Array(items) => items,
+            other => return Err(malformed(key, format!("acquire reply {other:?}"))),
+        };
+        let int =
+            |i: usize| items.get(i).and_then(Value::as_i64).ok_or_else(|| malformed(key, format!("acquire reply item {i}: {items:?}")));
+        if int(0)? == 1 {
+            let id = u64::try_from(int(1)?).map_err(|_| malformed(key, "negative permit id".to_owned()))?;
+            return Ok(QuotaDecision::Granted(Permit { key: key.clone(), id, estimated_tokens }));
+        }
+        let limit = match items.get(1).and_then(Value::as_str).as_deref() {
+            Some("max_concurrency") => QuotaLimit::Concurrency,
+            Some("rpm") => QuotaLimit::RequestsPerMinute,
+            Some("tpm") => QuotaLimit::TokensPerMinute,
+            other => return Err(malformed(key, format!("unknown limit {other:?}"))),
+        };
+        Ok(QuotaDecision::Refused { limit, retry_after: Duration::from_millis(u64::try_from(int(2)?).unwrap_or(0)) })
+    }
+
+    async fn settle(&self, permit: &Permit, actual_tokens: u32) -> Result<(), GateError> {
+        let keys = keys::quota(&permit.key)?;
+        let mut args = self.base_args(Duration::ZERO);
+        args.extend([Value::String(permit.id.to_string().into()), Value::Integer(i64::from(actual_tokens))]);
+        self.conn.run(&self.conn.scripts().quota_settle, &keys, args, &permit.key.to_string()).await.map(|_| ())
+    }
+
+    async fn release(&self, permit: &Permit) -> Result<(), GateError> {
+        let keys = keys::quota(&permit.key)?;
+        let mut args = self.base_args(Duration::ZERO);
+        args.push(Value::String(permit.id.to_string().into()));
+        self.conn.run(&self.conn.scripts().quota_release, &keys, args, &permit.key.to_string()).await.map(|_| ())
+    }
+}

@@ -2,6 +2,7 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a command-line tool prints
 
+mod contract;
 mod deps;
 
 use std::process::ExitCode;
@@ -9,12 +10,16 @@ use std::process::ExitCode;
 const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
-  deps    check the dependency direction: gateway-core pulls in no async runtime, Redis or
-          HTTP crate, and only gateway-redis depends on fred";
+  contract  run the backend contract suite on memory and Redis (Redis mandatory) and print
+            the table of cases x backends; Redis from REDIS_URL, else 127.0.0.1:6379, else a
+            redis-server started on a free port
+  deps      check the dependency direction: gateway-core pulls in no async runtime, Redis or
+            HTTP crate, and only gateway-redis depends on fred";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
+        Some("contract") => contract::run(&args[1..]),
         Some("deps") => deps::run(&args[1..]),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");

@@ -2,116 +2,142 @@
 -- rule for rule; the contract suite holds the two to the same traces.
 --
 -- KEYS[1]  the gate HASH (fields named as in SPEC §3)
--- ARGV[1]  now in ms, or '' to use the Redis server clock (TIME)
--- ARGV[2..11] threshold, cooldown_ms, max_cooldown_ms, min_calls, fail_rate, bucket_ms,
---             half_open_successes, probe_ttl_ms, rate_channel (0|1), escalate (0|1)
--- ARGV[12] key TTL in ms, refreshed on every write
--- ARGV[13..] the operation's own arguments
+-- ARGV[1]  now in ms, or '' to use the Redis server clock (TIME, read only when needed)
+-- ARGV[2]  the gate parameters in one string (one argument crosses into Lua far cheaper than
+--          eleven): 'threshold cooldown_ms max_cooldown_ms min_calls fail_rate bucket_ms
+--          half_open_successes probe_ttl_ms rate_channel(0|1) escalate(0|1) key_ttl_ms'
+-- ARGV[3..] the operation's own arguments
 --
--- Every script returns {verdict, state, epoch, retry_after_ms, from, to, cause, fenced}.
+-- Every script returns one string, 'verdict state epoch retry_after_ms from to cause fenced',
+-- with '-' for an empty item.
+--
+-- Speed: every value crossing between Redis and Lua costs a fraction of a microsecond, so an
+-- operation reads only the fields its common path needs (one HMGET, more only on rare paths),
+-- writes only the fields it changed (one HSET) and answers with a single string.
 
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-else
-  now = tonumber(ARGV[1])
-end
-local P = {
-  threshold = tonumber(ARGV[2]), cooldown = tonumber(ARGV[3]), max_cooldown = tonumber(ARGV[4]),
-  min_calls = tonumber(ARGV[5]), fail_rate = tonumber(ARGV[6]), bucket = tonumber(ARGV[7]),
-  half_open_successes = tonumber(ARGV[8]), probe_ttl = tonumber(ARGV[9]),
-  rate_channel = ARGV[10] == '1', escalate = ARGV[11] == '1', key_ttl = tonumber(ARGV[12]),
-}
 local key = KEYS[1]
-
-local NUMERIC = { 'epoch', 'open_until', 'probe_until', 'failures', 'win_id', 'a0', 'f0', 'a1', 'f1',
-                  'streak', 'closed_since', 'probe_ok' }
-local OPTIONAL = { probe_until = true, closed_since = true }
-
-local g = { state = 'CLOSED', epoch = 0, open_until = 0, failures = 0, win_id = 0, a0 = 0, f0 = 0,
-            a1 = 0, f1 = 0, streak = 0, probe_ok = 0 }
-local raw = redis.call('HGETALL', key)
-for i = 1, #raw, 2 do
-  local field, value = raw[i], raw[i + 1]
-  if field == 'state' then g.state = value elseif value ~= '' then g[field] = tonumber(value) end
-end
-local dirty = false
-local transition = nil
-
-local function save()
-  if not dirty then return end
-  local args = { 'state', g.state }
-  local gone = {}
-  for _, field in ipairs(NUMERIC) do
-    local value = g[field]
-    if value == nil then
-      if OPTIONAL[field] then gone[#gone + 1] = field end
+local now = nil
+local function clock()
+  if now == nil then
+    if ARGV[1] == '' then
+      local t = redis.call('TIME')
+      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     else
-      args[#args + 1] = field
-      args[#args + 1] = string.format('%d', value)
+      now = tonumber(ARGV[1])
     end
   end
-  redis.call('HSET', key, unpack(args))
-  if #gone > 0 then redis.call('HDEL', key, unpack(gone)) end
-  redis.call('PEXPIRE', key, P.key_ttl)
+  return now
 end
+
+local threshold, cooldown, max_cooldown, min_calls, fail_rate, bucket, half_open_successes, probe_ttl,
+  rate_flag, escalate_flag, key_ttl = string.match(ARGV[2],
+    '^(%d+) (%d+) (%d+) (%d+) (%S+) (%d+) (%d+) (%d+) ([01]) ([01]) (%d+)$')
+if key_ttl == nil then return redis.error_reply('malformed gate parameters: ' .. ARGV[2]) end
+threshold, cooldown, max_cooldown = tonumber(threshold), tonumber(cooldown), tonumber(max_cooldown)
+min_calls, fail_rate, bucket = tonumber(min_calls), tonumber(fail_rate), tonumber(bucket)
+half_open_successes, probe_ttl = tonumber(half_open_successes), tonumber(probe_ttl)
+local rate_channel, escalate = rate_flag == '1', escalate_flag == '1'
+
+-- The gate: only the loaded fields are meaningful. Absent numeric fields read as 0, absent
+-- optional ones (probe_until, closed_since) as nil, an absent state as CLOSED.
+local g = {}
+local OPTIONAL = { probe_until = true, closed_since = true }
+local function load(...)
+  local names = { ... }
+  local values = redis.call('HMGET', key, ...)
+  for i, name in ipairs(names) do
+    local v = values[i]
+    if name == 'state' then
+      g.state = v or 'CLOSED'
+    elseif OPTIONAL[name] then
+      g[name] = tonumber(v)
+    else
+      g[name] = tonumber(v) or 0
+    end
+  end
+end
+
+-- Changed fields, written by reply() in one HSET (and one HDEL for cleared optional fields).
+local changed, cleared = {}, {}
+local function set(name, value)
+  g[name] = value
+  if value == nil then
+    cleared[#cleared + 1] = name
+  else
+    changed[#changed + 1] = name
+    changed[#changed + 1] = value
+  end
+end
+
+local transition = nil
 
 local function cooldown_eff(streak)
-  if not P.escalate or streak <= 1 then return math.min(P.cooldown, P.max_cooldown) end
-  return math.min(P.cooldown * (2 ^ (streak - 1)), P.max_cooldown)
-end
-
-local function retry_after()
-  if g.state ~= 'OPEN' then return 0 end
-  return math.min(math.max(g.open_until - now, 0), P.max_cooldown)
+  if not escalate or streak <= 1 then return math.min(cooldown, max_cooldown) end
+  return math.min(cooldown * (2 ^ (streak - 1)), max_cooldown)
 end
 
 local function reply(verdict, fenced)
-  save()
-  local from, to, cause = '', '', ''
+  if #changed > 0 then redis.call('HSET', key, unpack(changed)) end
+  if #cleared > 0 then redis.call('HDEL', key, unpack(cleared)) end
+  -- The TTL is refreshed by every write except counting within the current bucket (the fast
+  -- paths and the lone attempt count): that bucket's first write, a rotation or a state change,
+  -- refreshed it, and the TTL is hours longer than a bucket, so an active gate never expires.
+  if #changed > 0 or #cleared > 0 then redis.call('PEXPIRE', key, key_ttl) end
+  local wait = 0
+  if g.state == 'OPEN' then
+    if g.open_until == nil then load('open_until') end
+    wait = math.min(math.max(g.open_until - clock(), 0), max_cooldown)
+  end
+  local from, to, cause = '-', '-', '-'
   if transition then from, to, cause = transition[1], transition[2], transition[3] end
-  return { verdict, g.state, g.epoch, retry_after(), from, to, cause, fenced and 1 or 0 }
+  return string.format('%s %s %d %d %s %s %s %d', verdict, g.state, g.epoch, wait, from, to, cause, fenced and 1 or 0)
 end
 
-local function open(escalate, cause)
+-- Needs state, epoch, streak loaded.
+local function open(escalating, cause)
   local from = g.state
-  local ms
-  if escalate then
-    g.streak = g.streak + 1
+  local ms = cooldown
+  if escalating then
+    set('streak', g.streak + 1)
     ms = cooldown_eff(g.streak)
-  else
-    ms = P.cooldown
   end
-  g.state = 'OPEN'
-  g.epoch = g.epoch + 1
-  g.open_until = now + ms
-  g.probe_until = nil
-  g.closed_since = nil
-  g.probe_ok = 0
+  set('state', 'OPEN')
+  set('epoch', g.epoch + 1)
+  set('open_until', clock() + ms)
+  set('probe_until', nil)
+  set('closed_since', nil)
+  set('probe_ok', 0)
   transition = { from, 'OPEN', cause }
-  dirty = true
 end
 
 -- Rotates the two buckets to now's window id, then counts one attempt (and a failure).
+-- Needs win_id loaded; loads the buckets when it must rotate or they are not loaded yet.
 local function count(failed)
-  local id = math.floor(now / P.bucket)
+  local id = math.floor(clock() / bucket)
+  if id <= g.win_id and g.a0 == nil then
+    -- the common path: same bucket, a success; nothing else needs the counts
+    if not failed then
+      redis.call('HINCRBY', key, 'a0', 1)
+      return
+    end
+    load('a0', 'f0', 'a1', 'f1')
+  elseif g.a0 == nil then
+    load('a0', 'f0', 'a1', 'f1')
+  end
   if id == g.win_id + 1 then
-    g.a1, g.f1, g.a0, g.f0 = g.a0, g.f0, 0, 0
+    set('a1', g.a0)
+    set('f1', g.f0)
+    set('a0', 0)
+    set('f0', 0)
   elseif id > g.win_id then
-    g.a1, g.f1, g.a0, g.f0 = 0, 0, 0, 0
+    set('a1', 0)
+    set('f1', 0)
+    set('a0', 0)
+    set('f0', 0)
   end
-  if id > g.win_id then g.win_id = id end
-  g.a0 = g.a0 + 1
-  if failed then g.f0 = g.f0 + 1 end
-  dirty = true
-end
-
-local function decay_streak()
-  if g.streak > 0 and g.closed_since ~= nil and now - g.closed_since >= 2 * cooldown_eff(g.streak) then
-    g.streak = 0
-    dirty = true
-  end
+  if id > g.win_id then set('win_id', id) end
+  set('a0', g.a0 + 1)
+  if failed then set('f0', g.f0 + 1) end
 end
 
 local function fenced(epoch)

@@ -1,21 +1,26 @@
--- record_success: ARGV[13] epoch, ARGV[14] real (0|1).
-if fenced(ARGV[13]) then return reply('', true) end
-local real = ARGV[14] == '1'
+-- record_success: ARGV[3] epoch, ARGV[4] real (0|1).
+load('state', 'epoch', 'failures', 'win_id', 'streak')
+if fenced(ARGV[3]) then return reply('-', true) end
+local real = ARGV[4] == '1'
 if g.state == 'CLOSED' then
-  if g.failures ~= 0 then g.failures = 0; dirty = true end
+  if g.failures ~= 0 then set('failures', 0) end
   if real then
     count(false)
-    decay_streak()
+    if g.streak > 0 then load('closed_since') end
+    -- decay on this success, after 2 × cooldown_eff of stable CLOSED (never on a timer)
+    if g.streak > 0 and g.closed_since ~= nil and clock() - g.closed_since >= 2 * cooldown_eff(g.streak) then
+      set('streak', 0)
+    end
   end
 elseif g.state == 'HALF_OPEN' then
-  g.probe_ok = g.probe_ok + 1
-  g.probe_until = nil
-  if g.probe_ok >= P.half_open_successes then
-    g.state = 'CLOSED'
-    g.failures = 0
-    g.closed_since = now
+  load('probe_ok')
+  set('probe_ok', g.probe_ok + 1)
+  set('probe_until', nil)
+  if g.probe_ok >= half_open_successes then
+    set('state', 'CLOSED')
+    set('failures', 0)
+    set('closed_since', clock())
     transition = { 'HALF_OPEN', 'CLOSED', 'probe_succeeded' }
   end
-  dirty = true
 end
-return reply('', false)
+return reply('-', false)

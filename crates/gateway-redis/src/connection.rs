@@ -142,9 +142,10 @@ impl RedisConnection {
         }
     }
 
-    /// Runs `script` with EVALSHA, reloading it once on NOSCRIPT.
-    pub(crate) async fn run(&self, script: &Script, keys: &[String], args: Vec<Value>, key: &str) -> Result<Value, GateError> {
-        let first = self.evalsha(script, keys, args.clone()).await;
+    /// Runs `script` with EVALSHA, reloading it once on NOSCRIPT. `key` names the gate or
+    /// account in the error.
+    pub(crate) async fn run(&self, script: &Script, keys: &[String], args: &[Value], key: &(dyn std::fmt::Display + Sync)) -> Result<Value, GateError> {
+        let first = self.evalsha(script, keys, args).await;
         let result = match first {
             Err(e) if e.details().starts_with("NOSCRIPT") => {
                 tracing::info!(script = script.name, "redis lost the script (restart, failover or SCRIPT FLUSH); reloading");
@@ -155,7 +156,7 @@ impl RedisConnection {
             }
             other => other,
         };
-        result.map_err(|e| GateError::BackendUnavailable { backend: "redis", key: key.to_owned(), detail: format!("{}: {e}", script.name) })
+        result.map_err(|e| GateError::BackendUnavailable { backend: "redis", key: key.to_string(), detail: format!("{}: {e}", script.name) })
     }
 
     /// Counts and logs a record operation that Redis could not take; the call goes on.
@@ -164,14 +165,14 @@ impl RedisConnection {
         tracing::warn!(op, %error, "breaker record dropped: redis unavailable; the call continues");
     }
 
-    async fn evalsha(&self, script: &Script, keys: &[String], args: Vec<Value>) -> Result<Value, Error> {
+    async fn evalsha(&self, script: &Script, keys: &[String], args: &[Value]) -> Result<Value, Error> {
         // Route by the first key's slot (every key of a script shares the scope's hash tag).
         let slot = keys.first().map(|k| fred::util::redis_keyslot(k.as_bytes()));
         let mut argv: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.len());
         argv.push(Value::String(script.sha.as_str().into()));
         argv.push(Value::Integer(keys.len() as i64));
         argv.extend(keys.iter().map(|k| Value::String(k.as_str().into())));
-        argv.extend(args);
+        argv.extend(args.iter().cloned());
         self.pool.with_options(&self.options).custom(CustomCommand::new("EVALSHA", slot, false), argv).await
     }
 

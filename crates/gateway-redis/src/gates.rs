@@ -37,11 +37,11 @@ impl RedisGates {
 
     async fn op(&self, script: &Script, key: &GateKey, params: &GateParams, extra: Vec<Value>) -> Result<(Verdict, Reply), GateError> {
         let hash = keys::gate(key)?;
-        let mut args = Vec::with_capacity(12 + extra.len());
+        let mut args = Vec::with_capacity(2 + extra.len());
         args.push(self.conn.now_arg());
-        args.extend(param_args(params));
+        args.push(param_arg(params));
         args.extend(extra);
-        let value = self.conn.run(script, std::slice::from_ref(&hash), args, &key.to_string()).await?;
+        let value = self.conn.run(script, std::slice::from_ref(&hash), &args, key).await?;
         parse_reply(key, value)
     }
 
@@ -67,27 +67,31 @@ fn malformed(key: &GateKey, detail: String) -> GateError {
     GateError::Malformed { backend: "redis", key: key.to_string(), detail }
 }
 
-/// ARGV[2..12] of the gate scripts, in the order `gate.lua` reads them.
-fn param_args(p: &GateParams) -> [Value; 11] {
-    let int = |v: u64| Value::Integer(i64::try_from(v).unwrap_or(i64::MAX));
-    let flag = |b: bool| Value::Integer(i64::from(b));
+/// ARGV[2] of the gate scripts: the parameters in one string, in the order `gate.lua` reads
+/// them.
+fn param_arg(p: &GateParams) -> Value {
     // A key outlives every open period, the window and the probe lease, then some: an idle gate
     // expires only long after its streak would have decayed anyway.
     let key_ttl = 2 * (p.max_cooldown_ms() + 2 * p.bucket_ms() + p.probe_ttl_ms()) + 3_600_000;
-    [
-        int(u64::from(p.threshold())),
-        int(p.cooldown_ms()),
-        int(p.max_cooldown_ms()),
-        int(u64::from(p.min_calls())),
-        // `{}` prints the shortest string that reads back as the same f64, as Lua's tonumber does.
-        Value::String(format!("{}", p.fail_rate()).into()),
-        int(p.bucket_ms()),
-        int(u64::from(p.half_open_successes())),
-        int(p.probe_ttl_ms()),
-        flag(p.rate_channel()),
-        flag(p.escalate_cooldown()),
-        int(key_ttl),
-    ]
+    // `{}` on an f64 prints the shortest string that reads back as the same f64, as Lua's
+    // tonumber does, so both sides compare against the same fail_rate.
+    Value::String(
+        format!(
+            "{} {} {} {} {} {} {} {} {} {} {}",
+            p.threshold(),
+            p.cooldown_ms(),
+            p.max_cooldown_ms(),
+            p.min_calls(),
+            p.fail_rate(),
+            p.bucket_ms(),
+            p.half_open_successes(),
+            p.probe_ttl_ms(),
+            u8::from(p.rate_channel()),
+            u8::from(p.escalate_cooldown()),
+            key_ttl
+        )
+        .into(),
+    )
 }
 
 fn state_from(key: &GateKey, s: &str) -> Result<CircuitState, GateError> {
@@ -111,29 +115,30 @@ fn cause_from(key: &GateKey, s: &str) -> Result<Cause, GateError> {
     })
 }
 
-/// `{verdict, state, epoch, retry_after_ms, from, to, cause, fenced}` → verdict and reply.
+/// `"verdict state epoch retry_after_ms from to cause fenced"` (`-` for an empty item) →
+/// verdict and reply.
 fn parse_reply(key: &GateKey, value: Value) -> Result<(Verdict, Reply), GateError> {
-    let items = match value {
-        Value::Array(items) if items.len() == 8 => items,
-        other => return Err(malformed(key, format!("expected an 8-item reply, got {other:?}"))),
+    let text = value.as_str().ok_or_else(|| malformed(key, format!("expected a reply string, got {value:?}")))?;
+    let items: Vec<&str> = text.split(' ').collect();
+    let [verdict, state, epoch, retry_after_ms, from, to, cause, fenced] = items[..] else {
+        return Err(malformed(key, format!("expected 8 reply items, got {text:?}")));
     };
-    let text = |i: usize| items[i].as_str().map(|s| s.to_string()).unwrap_or_default();
-    let int = |i: usize| items[i].as_i64().ok_or_else(|| malformed(key, format!("item {i} is not an integer: {:?}", items[i])));
-    let verdict = match text(0).as_str() {
+    let int = |item: &str| item.parse::<u64>().map_err(|_| malformed(key, format!("{item:?} is not a count in {text:?}")));
+    let verdict = match verdict {
         "allowed" => Verdict::Allowed,
         "probe" => Verdict::Probe,
         _ => Verdict::Denied,
     };
-    let transition = match text(4).as_str() {
-        "" => None,
-        from => Some(Transition { from: state_from(key, from)?, to: state_from(key, &text(5))?, cause: cause_from(key, &text(6))? }),
+    let transition = match from {
+        "-" => None,
+        from => Some(Transition { from: state_from(key, from)?, to: state_from(key, to)?, cause: cause_from(key, cause)? }),
     };
     let reply = Reply {
-        state: state_from(key, &text(1))?,
-        epoch: u64::try_from(int(2)?).unwrap_or(0),
-        retry_after: Duration::from_millis(u64::try_from(int(3)?).unwrap_or(0)),
+        state: state_from(key, state)?,
+        epoch: int(epoch)?,
+        retry_after: Duration::from_millis(int(retry_after_ms)?),
         transition,
-        fenced: int(7)? == 1,
+        fenced: fenced == "1",
     };
     Ok((verdict, reply))
 }
@@ -200,7 +205,7 @@ impl BreakerGate for RedisGates {
                 hashes.push(keys::gate(key)?);
                 args.push(Value::Integer(i64::try_from(params.max_cooldown_ms()).unwrap_or(i64::MAX)));
             }
-            let value = self.conn.run(&self.conn.scripts().retry_after, &hashes, args, scope).await?;
+            let value = self.conn.run(&self.conn.scripts().retry_after, &hashes, &args, &scope).await?;
             let ms = value.as_i64().ok_or_else(|| GateError::Malformed {
                 backend: "redis",
                 key: scope.to_owned(),

@@ -1,5 +1,6 @@
-//! The Lua scripts, one per operation: a shared prelude (`gate.lua`, `quota.lua`) followed by
-//! the operation's body, with the SHA1 each is called by.
+//! The Lua scripts, one per operation: an optional fast path for the operation's hottest case,
+//! a shared prelude (`gate.lua`, `quota.lua`), then the operation's body; with the SHA1 each is
+//! called by.
 
 use fred::util::sha1_hash;
 
@@ -12,7 +13,12 @@ pub(crate) struct Script {
 
 impl Script {
     fn new(name: &'static str, prelude: &str, body: &str) -> Self {
-        let lua = format!("{prelude}\n{body}");
+        Script::with_fast_path(name, "", prelude, body)
+    }
+
+    /// `fast` runs first and returns early for the common case, before the prelude's setup.
+    fn with_fast_path(name: &'static str, fast: &str, prelude: &str, body: &str) -> Self {
+        let lua = format!("{fast}\n{prelude}\n{body}");
         let sha = sha1_hash(&lua);
         Script { name, lua, sha }
     }
@@ -36,9 +42,19 @@ impl Scripts {
         let gate = include_str!("../lua/gate.lua");
         let quota = include_str!("../lua/quota.lua");
         Scripts {
-            try_enter: Script::new("try_enter", gate, include_str!("../lua/try_enter.lua")),
-            record_success: Script::new("record_success", gate, include_str!("../lua/record_success.lua")),
-            record_failure: Script::new("record_failure", gate, include_str!("../lua/record_failure.lua")),
+            try_enter: Script::with_fast_path("try_enter", include_str!("../lua/try_enter_fast.lua"), gate, include_str!("../lua/try_enter.lua")),
+            record_success: Script::with_fast_path(
+                "record_success",
+                include_str!("../lua/record_success_fast.lua"),
+                gate,
+                include_str!("../lua/record_success.lua"),
+            ),
+            record_failure: Script::with_fast_path(
+                "record_failure",
+                include_str!("../lua/record_failure_fast.lua"),
+                gate,
+                include_str!("../lua/record_failure.lua"),
+            ),
             force_open: Script::new("force_open", gate, include_str!("../lua/force_open.lua")),
             release_probe: Script::new("release_probe", gate, include_str!("../lua/release_probe.lua")),
             retry_after: Script::new("retry_after", "", include_str!("../lua/retry_after.lua")),

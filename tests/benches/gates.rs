@@ -1,0 +1,179 @@
+//! Gate throughput: the memory gates and the Redis gates (loopback) with 1 and 64 concurrent
+//! tasks, beside an EVALSHA of an empty script (the floor any Redis gate pays). Each iteration
+//! is one operation, so criterion's throughput is operations per second. Redis benchmarks are
+//! skipped, with the reason, when Redis is unreachable (`GATEWAY_REDIS_URL`, default
+//! 127.0.0.1:6379).
+
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
+// A benchmark is where the wall clock is read.
+#![allow(clippy::disallowed_methods)]
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use fred::prelude::*;
+use gateway_core::breaker::GateParams;
+use gateway_core::policy::BreakerConfig;
+use gateway_core::ports::{BreakerGate, GateKey};
+use gateway_core::time::{Clock, Timestamp};
+use gateway_memory::MemoryGates;
+use gateway_redis::{RedisConfig, RedisConnection, RedisGates};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::runtime::Runtime;
+
+/// The process's monotonic clock, for the memory gates.
+struct Monotonic(Instant);
+
+impl Clock for Monotonic {
+    fn now(&self) -> Timestamp {
+        Timestamp::from_millis(self.0.elapsed().as_millis() as u64)
+    }
+}
+
+fn params() -> GateParams {
+    let policy = BreakerConfig { fail_threshold: Some(5), cooldown_s: Some(60.0), ..BreakerConfig::default() }.resolve("bench.breaker").unwrap();
+    GateParams::new(&policy, 16, Duration::from_secs(30), Duration::from_secs(30))
+}
+
+/// Runs `iters` operations spread over `tasks` concurrent tasks and returns the wall time.
+fn spread<F, Fut>(rt: &Runtime, tasks: u64, iters: u64, op: F) -> Duration
+where
+    F: Fn(u64) -> Fut + Send + Sync + Clone + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    rt.block_on(async {
+        let start = Instant::now();
+        let handles: Vec<_> = (0..tasks)
+            .map(|t| {
+                let op = op.clone();
+                let share = iters / tasks + u64::from(t < iters % tasks);
+                tokio::spawn(async move {
+                    for i in 0..share {
+                        op(t * 1_000_000 + i).await;
+                    }
+                })
+            })
+            .collect();
+        for handle in handles {
+            handle.await.unwrap();
+        }
+        start.elapsed()
+    })
+}
+
+fn gate_ops(c: &mut Criterion, group_name: &str, rt: &Runtime, gates: Arc<dyn BreakerGate>, scope: &str) {
+    let p = Arc::new(params());
+    let mut group = c.benchmark_group(group_name);
+    group.throughput(Throughput::Elements(1)).sample_size(20).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
+    for tasks in [1u64, 64] {
+        let keys: Arc<Vec<GateKey>> = Arc::new((0..8).map(|i| GateKey::new(scope, format!("s{i}"))).collect());
+        let (g, k, pp) = (gates.clone(), keys.clone(), p.clone());
+        group.bench_function(BenchmarkId::new("try_enter", tasks), |b| {
+            b.iter_custom(|iters| {
+                let (g, k, pp) = (g.clone(), k.clone(), pp.clone());
+                spread(rt, tasks, iters, move |i| {
+                    let (g, k, pp) = (g.clone(), k.clone(), pp.clone());
+                    async move {
+                        g.try_enter(&k[(i % 8) as usize], &pp).await.unwrap();
+                    }
+                })
+            });
+        });
+        let (g, k, pp) = (gates.clone(), keys.clone(), p.clone());
+        group.bench_function(BenchmarkId::new("record_success", tasks), |b| {
+            b.iter_custom(|iters| {
+                let (g, k, pp) = (g.clone(), k.clone(), pp.clone());
+                spread(rt, tasks, iters, move |i| {
+                    let (g, k, pp) = (g.clone(), k.clone(), pp.clone());
+                    async move {
+                        g.record_success(&k[(i % 8) as usize], &pp, 0, true).await.unwrap();
+                    }
+                })
+            });
+        });
+        let (g, k, pp) = (gates.clone(), keys.clone(), p.clone());
+        group.bench_function(BenchmarkId::new("record_1_in_10_failed", tasks), |b| {
+            // One failure in ten keeps the gates CLOSED while every call writes the window.
+            b.iter_custom(|iters| {
+                let (g, k, pp) = (g.clone(), k.clone(), pp.clone());
+                spread(rt, tasks, iters, move |i| {
+                    let (g, k, pp) = (g.clone(), k.clone(), pp.clone());
+                    async move {
+                        let key = &k[(i % 8) as usize];
+                        if i % 10 == 0 {
+                            g.record_failure(key, &pp, 0).await.unwrap();
+                        } else {
+                            g.record_success(key, &pp, 0, true).await.unwrap();
+                        }
+                    }
+                })
+            });
+        });
+    }
+    group.finish();
+}
+
+fn memory(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let gates: Arc<dyn BreakerGate> = Arc::new(MemoryGates::new(Arc::new(Monotonic(Instant::now()))));
+    gate_ops(c, "memory_gate", &rt, gates, "bench");
+}
+
+fn redis(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let url = std::env::var("GATEWAY_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    let conn = match rt.block_on(RedisConnection::connect(RedisConfig { url: url.clone(), ..RedisConfig::default() })) {
+        Ok(conn) => conn,
+        Err(e) => {
+            eprintln!("SKIPPED redis benchmarks: {e}");
+            return;
+        }
+    };
+    let sha: String = rt.block_on(conn.pool().custom(fred::cmd!("SCRIPT"), vec!["LOAD", "return 1"])).unwrap();
+    let mut group = c.benchmark_group("redis_floor");
+    group.throughput(Throughput::Elements(1)).sample_size(20).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
+    for tasks in [1u64, 64] {
+        let (conn, sha) = (conn.clone(), sha.clone());
+        group.bench_function(BenchmarkId::new("evalsha_empty", tasks), |b| {
+            b.iter_custom(|iters| {
+                let (conn, sha) = (conn.clone(), sha.clone());
+                spread(&rt, tasks, iters, move |_| {
+                    let (conn, sha) = (conn.clone(), sha.clone());
+                    async move {
+                        let _: i64 = conn.pool().custom(fred::cmd!("EVALSHA"), vec![Value::from(sha.as_str()), Value::Integer(0)]).await.unwrap();
+                    }
+                })
+            });
+        });
+    }
+    for tasks in [64u64] {
+        let (conn, sha) = (conn.clone(), sha.clone());
+        group.bench_function(BenchmarkId::new("evalsha_empty_gate_args", tasks), |b| {
+            b.iter_custom(|iters| {
+                let (conn, sha) = (conn.clone(), sha.clone());
+                spread(&rt, tasks, iters, move |_| {
+                    let (conn, sha) = (conn.clone(), sha.clone());
+                    async move {
+                        // the arguments of a record_success: key, now, parameters, epoch, real
+                        let args = vec![
+                            Value::from(sha.as_str()),
+                            Value::Integer(1),
+                            Value::from("gw:{bench}:gate:s1"),
+                            Value::from(""),
+                            Value::from(format!("{} {} {} {} {} {} {} {} {} {} {}", 32, 60_000, 300_000, 10, 0.6, 30_000, 1, 60_000, 1, 1, 4_440_000)),
+                            Value::from("0"),
+                            Value::Integer(1),
+                        ];
+                        let _: i64 = conn.pool().custom(fred::cmd!("EVALSHA"), args).await.unwrap();
+                    }
+                })
+            });
+        });
+    }
+    group.finish();
+    let scope = format!("bench{}", std::process::id());
+    gate_ops(c, "redis_gate", &rt, Arc::new(RedisGates::new(conn)), &scope);
+}
+
+criterion_group!(benches, memory, redis);
+criterion_main!(benches);

@@ -1,0 +1,185 @@
+//! `cargo xtask contract`: runs the backend contract suite (`tests/tests/contract`) and the Redis
+//! fault tests, with Redis mandatory, and prints a table of cases × backends.
+//!
+//! Redis: `REDIS_URL` if set; else 127.0.0.1:6379 if it answers PING; else a `redis-server`
+//! started here on a free loopback port (stopped at the end); else an error saying exactly what
+//! is missing.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub fn run(args: &[String]) -> Result<(), String> {
+    if let Some(extra) = args.first() {
+        return Err(format!("contract takes no arguments, got {extra:?}"));
+    }
+    let redis = Redis::find()?;
+    println!("contract: redis at {} ({})", redis.url, redis.origin);
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let output = Command::new(cargo)
+        .args(["test", "--package", "gateway-tests", "--test", "contract", "--test", "redis_faults", "--", "--test-threads", "8"])
+        .env("GATEWAY_REDIS_URL", &redis.url)
+        .env("GATEWAY_REDIS_REQUIRED", "1")
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run cargo test: {e}"))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let table = Table::parse(&stdout);
+    print!("{}", table.render());
+    let verdict = table.verdict();
+    drop(redis);
+    match (output.status.success(), verdict) {
+        (true, Ok(summary)) => {
+            println!("{summary}");
+            Ok(())
+        }
+        (_, Err(problem)) => Err(problem),
+        (false, Ok(_)) => Err(format!("cargo test failed:\n{stdout}")),
+    }
+}
+
+/// Results by case, then by backend (`memory`, `redis`, or `redis_faults` for Redis-only tests).
+#[derive(Default)]
+struct Table {
+    rows: BTreeMap<String, BTreeMap<String, bool>>,
+}
+
+impl Table {
+    /// Reads libtest lines `test <backend>::<case> ... ok|FAILED` (and plain `test <case> ...`
+    /// of the fault tests).
+    fn parse(stdout: &str) -> Table {
+        let mut table = Table::default();
+        for line in stdout.lines() {
+            let Some(rest) = line.strip_prefix("test ") else { continue };
+            let Some((name, result)) = rest.rsplit_once(" ... ") else { continue };
+            let passed = match result.trim() {
+                "ok" => true,
+                "FAILED" => false,
+                _ => continue,
+            };
+            let (backend, case) = name.split_once("::").unwrap_or(("redis_faults", name));
+            table.rows.entry(case.to_owned()).or_default().insert(backend.to_owned(), passed);
+        }
+        table
+    }
+
+    fn render(&self) -> String {
+        let width = self.rows.keys().map(String::len).max().unwrap_or(4).max(4);
+        let mut out = format!("{:<width$}  {:<7} {:<7}\n", "case", "memory", "redis");
+        for (case, results) in &self.rows {
+            let cell = |backend: &str| match results.get(backend) {
+                Some(true) => "ok",
+                Some(false) => "FAILED",
+                None => "-",
+            };
+            let redis = if results.contains_key("redis_faults") { cell("redis_faults") } else { cell("redis") };
+            out += &format!("{case:<width$}  {:<7} {:<7}\n", cell("memory"), redis);
+        }
+        out
+    }
+
+    fn verdict(&self) -> Result<String, String> {
+        let count = |backend: &str, passed: bool| self.rows.values().filter(|r| r.get(backend) == Some(&passed)).count();
+        let (memory, redis, faults) = (count("memory", true), count("redis", true), count("redis_faults", true));
+        let failed = count("memory", false) + count("redis", false) + count("redis_faults", false);
+        let cases = self.rows.values().filter(|r| r.contains_key("memory") || r.contains_key("redis")).count();
+        if cases == 0 {
+            return Err("no contract case ran".to_owned());
+        }
+        if failed > 0 {
+            return Err(format!("{failed} failed"));
+        }
+        if memory != cases || redis != cases {
+            return Err(format!("{cases} cases, but memory passed {memory} and redis {redis}: every case must run on both"));
+        }
+        Ok(format!("contract: {cases} cases on both backends ({memory} memory, {redis} redis) and {faults} redis fault tests passed, 0 skipped"))
+    }
+}
+
+/// The Redis the suite runs against; a server started here is stopped on drop.
+struct Redis {
+    url: String,
+    origin: &'static str,
+    child: Option<Child>,
+}
+
+impl Redis {
+    fn find() -> Result<Redis, String> {
+        if let Ok(url) = std::env::var("REDIS_URL") {
+            return Ok(Redis { url, origin: "REDIS_URL", child: None });
+        }
+        if answers_ping(6379) {
+            return Ok(Redis { url: "redis://127.0.0.1:6379".to_owned(), origin: "already running", child: None });
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| format!("cannot find a free loopback port: {e}"))?
+            .port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                format!(
+                    "no Redis to run the contract on: REDIS_URL is not set, nothing answers PING on 127.0.0.1:6379, \
+                     and redis-server could not be started ({e}); install redis-server or set REDIS_URL"
+                )
+            })?;
+        let redis = Redis { url: format!("redis://127.0.0.1:{port}"), origin: "started here", child: Some(child) };
+        for _ in 0..100 {
+            if answers_ping(port) {
+                return Ok(redis);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Err(format!("redis-server started on port {port} but never answered PING"))
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn answers_ping(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200)) else { return false };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut reply = [0u8; 7];
+    stream.write_all(b"PING\r\n").is_ok() && stream.read_exact(&mut reply).is_ok() && &reply == b"+PONG\r\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Table;
+
+    const SAMPLE: &str = "running 4 tests\n\
+        test memory::case_a ... ok\n\
+        test redis::case_a ... ok\n\
+        test memory::case_b ... ok\n\
+        test redis::case_b ... FAILED\n\
+        test a_hung_redis_is_bounded ... ok\n\
+        test result: FAILED. 4 passed; 1 failed\n";
+
+    #[test]
+    fn parses_cases_by_backend_and_fails_on_any_failure() {
+        let table = Table::parse(SAMPLE);
+        assert_eq!(table.rows.len(), 3);
+        assert!(table.render().contains("case_b"));
+        assert_eq!(table.verdict().unwrap_err(), "1 failed");
+    }
+
+    #[test]
+    fn a_case_missing_on_one_backend_fails() {
+        let table = Table::parse("test memory::case_a ... ok\ntest memory::case_b ... ok\ntest redis::case_a ... ok\n");
+        assert!(table.verdict().unwrap_err().contains("every case must run on both"));
+        let table = Table::parse("test memory::case_a ... ok\ntest redis::case_a ... ok\n");
+        assert!(table.verdict().unwrap().starts_with("contract: 1 cases on both backends"));
+    }
+}

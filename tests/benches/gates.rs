@@ -31,7 +31,8 @@ impl Clock for Monotonic {
 }
 
 fn params() -> GateParams {
-    let policy = BreakerConfig { fail_threshold: Some(5), cooldown_s: Some(60.0), ..BreakerConfig::default() }.resolve("bench.breaker").unwrap();
+    let policy =
+        BreakerConfig { fail_threshold: Some(5), cooldown_s: Some(60.0), ..BreakerConfig::default() }.resolve("bench.breaker").unwrap();
     GateParams::new(&policy, 16, Duration::from_secs(30), Duration::from_secs(30))
 }
 
@@ -140,7 +141,8 @@ fn redis(c: &mut Criterion) {
                 spread(&rt, tasks, iters, move |_| {
                     let (conn, sha) = (conn.clone(), sha.clone());
                     async move {
-                        let _: i64 = conn.pool().custom(fred::cmd!("EVALSHA"), vec![Value::from(sha.as_str()), Value::Integer(0)]).await.unwrap();
+                        let _: i64 =
+                            conn.pool().custom(fred::cmd!("EVALSHA"), vec![Value::from(sha.as_str()), Value::Integer(0)]).await.unwrap();
                     }
                 })
             });
@@ -160,7 +162,10 @@ fn redis(c: &mut Criterion) {
                             Value::Integer(1),
                             Value::from("gw:{bench}:gate:s1"),
                             Value::from(""),
-                            Value::from(format!("{} {} {} {} {} {} {} {} {} {} {}", 32, 60_000, 300_000, 10, 0.6, 30_000, 1, 60_000, 1, 1, 4_440_000)),
+                            Value::from(format!(
+                                "{} {} {} {} {} {} {} {} {} {} {}",
+                                32, 60_000, 300_000, 10, 0.6, 30_000, 1, 60_000, 1, 1, 4_440_000
+                            )),
                             Value::from("0"),
                             Value::Integer(1),
                         ];

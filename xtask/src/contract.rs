@@ -94,7 +94,9 @@ impl Table {
         if memory != cases || redis != cases {
             return Err(format!("{cases} cases, but memory passed {memory} and redis {redis}: every case must run on both"));
         }
-        Ok(format!("contract: {cases} cases on both backends ({memory} memory, {redis} redis) and {faults} redis fault tests passed, 0 skipped"))
+        Ok(format!(
+            "contract: {cases} cases on both backends ({memory} memory, {redis} redis) and {faults} redis fault tests passed, 0 skipped"
+        ))
     }
 }
 

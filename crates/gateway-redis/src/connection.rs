@@ -144,7 +144,13 @@ impl RedisConnection {
 
     /// Runs `script` with EVALSHA, reloading it once on NOSCRIPT. `key` names the gate or
     /// account in the error.
-    pub(crate) async fn run(&self, script: &Script, keys: &[String], args: &[Value], key: &(dyn std::fmt::Display + Sync)) -> Result<Value, GateError> {
+    pub(crate) async fn run(
+        &self,
+        script: &Script,
+        keys: &[String],
+        args: &[Value],
+        key: &(dyn std::fmt::Display + Sync),
+    ) -> Result<Value, GateError> {
         let first = self.evalsha(script, keys, args).await;
         let result = match first {
             Err(e) if e.details().starts_with("NOSCRIPT") => {
@@ -156,7 +162,11 @@ impl RedisConnection {
             }
             other => other,
         };
-        result.map_err(|e| GateError::BackendUnavailable { backend: "redis", key: key.to_string(), detail: format!("{}: {e}", script.name) })
+        result.map_err(|e| GateError::BackendUnavailable {
+            backend: "redis",
+            key: key.to_string(),
+            detail: format!("{}: {e}", script.name),
+        })
     }
 
     /// Counts and logs a record operation that Redis could not take; the call goes on.

@@ -42,7 +42,12 @@ impl Scripts {
         let gate = include_str!("../lua/gate.lua");
         let quota = include_str!("../lua/quota.lua");
         Scripts {
-            try_enter: Script::with_fast_path("try_enter", include_str!("../lua/try_enter_fast.lua"), gate, include_str!("../lua/try_enter.lua")),
+            try_enter: Script::with_fast_path(
+                "try_enter",
+                include_str!("../lua/try_enter_fast.lua"),
+                gate,
+                include_str!("../lua/try_enter.lua"),
+            ),
             record_success: Script::with_fast_path(
                 "record_success",
                 include_str!("../lua/record_success_fast.lua"),

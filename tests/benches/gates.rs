@@ -148,7 +148,8 @@ fn redis(c: &mut Criterion) {
             });
         });
     }
-    for tasks in [64u64] {
+    {
+        let tasks = 64u64;
         let (conn, sha) = (conn.clone(), sha.clone());
         group.bench_function(BenchmarkId::new("evalsha_empty_gate_args", tasks), |b| {
             b.iter_custom(|iters| {

@@ -18,14 +18,7 @@
 local key = KEYS[1]
 local now = nil
 local function clock()
-  if now == nil then
-    if ARGV[1] == '' then
-      local t = redis.call('TIME')
-      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    else
-      now = tonumber(ARGV[1])
-    end
-  end
+  if now == nil then now = read_now() end
   return now
 end
 

@@ -5,13 +5,7 @@
 -- ARGV[1] now in ms, or '' for the Redis server clock; ARGV[2] key TTL in ms; ARGV[3..] the
 -- operation's own arguments.
 
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-else
-  now = tonumber(ARGV[1])
-end
+local now = read_now()
 local key_ttl = tonumber(ARGV[2])
 local leases, starts, tokens, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local WINDOW = 60000

@@ -6,13 +6,7 @@ local f = redis.call('HMGET', KEYS[1], 'state', 'epoch', 'failures', 'win_id', '
 if (not f[1] or f[1] == 'CLOSED') and tonumber(ARGV[3]) == (tonumber(f[2]) or 0) then
   local threshold, min_calls, fail_rate, bucket_ms, rate_flag =
     string.match(ARGV[2], '^(%d+) %d+ %d+ (%d+) (%S+) (%d+) %d+ %d+ ([01]) ')
-  local at
-  if ARGV[1] == '' then
-    local t = redis.call('TIME')
-    at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  else
-    at = tonumber(ARGV[1])
-  end
+  local at = read_now()
   if bucket_ms and math.floor(at / tonumber(bucket_ms)) <= (tonumber(f[4]) or 0) then
     local failures = (tonumber(f[3]) or 0) + 1
     local a0, f0 = (tonumber(f[5]) or 0) + 1, (tonumber(f[6]) or 0) + 1

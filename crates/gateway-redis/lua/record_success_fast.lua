@@ -5,13 +5,7 @@ if ARGV[4] == '1' then
   local f = redis.call('HMGET', KEYS[1], 'state', 'epoch', 'failures', 'win_id', 'streak')
   if (not f[1] or f[1] == 'CLOSED') and tonumber(ARGV[3]) == (tonumber(f[2]) or 0)
       and (tonumber(f[5]) or 0) == 0 then
-    local at
-    if ARGV[1] == '' then
-      local t = redis.call('TIME')
-      at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    else
-      at = tonumber(ARGV[1])
-    end
+    local at = read_now()
     local bucket_ms = tonumber(string.match(ARGV[2], '^%d+ %d+ %d+ %d+ %S+ (%d+) '))
     if math.floor(at / bucket_ms) <= (tonumber(f[4]) or 0) then
       if (tonumber(f[3]) or 0) ~= 0 then redis.call('HSET', KEYS[1], 'failures', 0) end

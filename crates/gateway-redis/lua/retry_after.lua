@@ -1,13 +1,7 @@
 -- retry_after: the minimum over the gates of OPEN → open_until − now (capped at the gate's
 -- max_cooldown), else 0. KEYS: the gate HASHes. ARGV[1] now ('' = TIME), ARGV[1 + i] the
 -- max_cooldown_ms of KEYS[i].
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-else
-  now = tonumber(ARGV[1])
-end
+local now = read_now()
 local best = nil
 for i, key in ipairs(KEYS) do
   local fields = redis.call('HMGET', key, 'state', 'open_until')

@@ -1,6 +1,6 @@
-//! The Lua scripts, one per operation: an optional fast path for the operation's hottest case,
-//! a shared prelude (`gate.lua`, `quota.lua`), then the operation's body; with the SHA1 each is
-//! called by.
+//! The Lua scripts, one per operation: the shared clock (`now.lua`), an optional fast path for
+//! the operation's hottest case, a shared prelude (`gate.lua`, `quota.lua`), then the
+//! operation's body; with the SHA1 each is called by.
 
 use fred::util::sha1_hash;
 
@@ -16,9 +16,10 @@ impl Script {
         Script::with_fast_path(name, "", prelude, body)
     }
 
-    /// `fast` runs first and returns early for the common case, before the prelude's setup.
+    /// `fast` runs first (after `now.lua`) and returns early for the common case, before the
+    /// prelude's setup.
     fn with_fast_path(name: &'static str, fast: &str, prelude: &str, body: &str) -> Self {
-        let lua = format!("{fast}\n{prelude}\n{body}");
+        let lua = format!("{}\n{fast}\n{prelude}\n{body}", include_str!("../lua/now.lua"));
         let sha = sha1_hash(&lua);
         Script { name, lua, sha }
     }

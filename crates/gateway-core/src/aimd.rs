@@ -25,6 +25,12 @@ impl AimdPacer {
         AimdPacer { limit: INITIAL_LIMIT.min(ceiling), ceiling, inflight: 0 }
     }
 
+    /// A pacer that never limits (the `baseline` preset has no AIMD) but still counts in-flight
+    /// attempts for the selectors.
+    pub fn unlimited() -> Self {
+        AimdPacer { limit: f64::INFINITY, ceiling: f64::INFINITY, inflight: 0 }
+    }
+
     /// The current limit.
     pub fn limit(&self) -> f64 {
         self.limit
@@ -93,6 +99,18 @@ mod tests {
         p.observe_class(OutcomeClass::Transient);
         p.observe_class(OutcomeClass::ResultInvalid);
         assert_eq!(p.limit(), 10.0);
+    }
+
+    #[test]
+    fn an_unlimited_pacer_counts_but_never_refuses() {
+        let mut p = AimdPacer::unlimited();
+        for _ in 0..1000 {
+            assert!(p.try_acquire());
+        }
+        p.observe_class(OutcomeClass::RateLimited);
+        p.observe_class(OutcomeClass::Success);
+        assert!(p.has_room());
+        assert_eq!(p.inflight(), 1000);
     }
 
     #[test]

@@ -67,6 +67,8 @@ pub enum CallResult {
     RequestRejected,
     /// The structured-output ladder ran out.
     StructuredExhausted,
+    /// The gate or quota backend could not answer an admission question.
+    BackendUnavailable,
     /// The application dropped the call.
     Cancelled,
 }

@@ -1,0 +1,214 @@
+//! Configuration (SPEC §9): built-in defaults ← a TOML file ← the environment, with
+//! [figment](https://docs.rs/figment). Every error names the key and the layer it came from.
+//!
+//! The file holds one table per scope (`[chat]`, `[chat.breaker]`, `[chat.sources.s1]`). The
+//! environment overrides any key as `{SCOPE}__KEY`, `{SCOPE}__BREAKER__KEY` or
+//! `{SCOPE}__SOURCES__{NAME}__KEY`; a variable is read only when its first part names a scope
+//! of the file or one listed with [`Loader::scope`] (the environment also holds unrelated
+//! variables, so a misspelt scope prefix cannot be told from them and is not read). Defaults are
+//! filled by `ScopeConfig::resolve` in gateway-core, which also validates every value.
+
+use figment::providers::{Format, Toml};
+use figment::value::{Dict, Map, Value};
+use figment::{Figment, Metadata, Profile, Provider};
+use gateway_core::policy::{PolicyError, Problem, ScopeConfig, ScopePolicy};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// A configuration error: the key (in the form of the layer that set it), the layer, and what
+/// is wrong.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{key} ({layer}): {message}")]
+pub struct ConfigError {
+    /// The key at fault: dotted for the file (`chat.breaker.cooldown_s`), the variable name for
+    /// the environment (`CHAT__BREAKER__COOLDOWN_S`).
+    pub key: String,
+    /// Where the value came from: `TOML file <path>`, `environment`, or `no layer` for a
+    /// required key that none sets.
+    pub layer: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// Where environment variables come from: the process, or a fixed list (tests, tools).
+#[derive(Clone, Debug, Default)]
+enum EnvSource {
+    #[default]
+    Process,
+    Fixed(Vec<(String, String)>),
+}
+
+/// Loads scopes from defaults, a TOML file and the environment.
+#[derive(Clone, Debug, Default)]
+pub struct Loader {
+    file: Option<PathBuf>,
+    scopes: Vec<String>,
+    env: EnvSource,
+}
+
+const ENV_LAYER: &str = "environment";
+
+impl Loader {
+    /// A loader with no file, reading the process environment.
+    pub fn new() -> Self {
+        Loader::default()
+    }
+
+    /// Reads this TOML file (it must exist).
+    pub fn file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.file = Some(path.into());
+        self
+    }
+
+    /// Also reads environment variables of `scope` (for a scope the file does not declare).
+    pub fn scope(mut self, scope: impl Into<String>) -> Self {
+        self.scopes.push(scope.into().to_ascii_lowercase());
+        self
+    }
+
+    /// Reads these variables instead of the process environment.
+    pub fn env_vars(mut self, vars: impl IntoIterator<Item = (String, String)>) -> Self {
+        self.env = EnvSource::Fixed(vars.into_iter().collect());
+        self
+    }
+
+    /// Every scope, validated.
+    pub fn load(&self) -> Result<Vec<ScopePolicy>, ConfigError> {
+        let mut figment = Figment::new();
+        let mut scopes = self.scopes.clone();
+        if let Some(path) = &self.file {
+            if !path.is_file() {
+                return Err(ConfigError { key: path.display().to_string(), layer: "TOML file".into(), message: "file not found".into() });
+            }
+            let toml = Toml::file(path);
+            let data = toml.data().map_err(|e| from_figment(e, &self.file))?;
+            if let Some(dict) = data.get(&Profile::Default) {
+                scopes.extend(dict.keys().map(|k| k.to_ascii_lowercase()));
+            }
+            figment = figment.merge(toml);
+        }
+        let vars = match &self.env {
+            EnvSource::Process => std::env::vars().collect(),
+            EnvSource::Fixed(vars) => vars.clone(),
+        };
+        figment = figment.merge(EnvProvider::new(vars, &scopes)?);
+        let raw: BTreeMap<String, ScopeConfig> = figment.extract().map_err(|e| from_figment(e, &self.file))?;
+        raw.iter().map(|(name, config)| config.resolve(name).map_err(|e| from_policy(&figment, e))).collect()
+    }
+}
+
+/// Loads `file` (if any) and the process environment.
+pub fn load(file: Option<&Path>) -> Result<Vec<ScopePolicy>, ConfigError> {
+    let mut loader = Loader::new();
+    if let Some(file) = file {
+        loader = loader.file(file);
+    }
+    loader.load()
+}
+
+/// `{SCOPE}__A__B=value` as the nested key `scope.a.b`, for the variables of known scopes.
+struct EnvProvider {
+    dict: Dict,
+}
+
+impl EnvProvider {
+    fn new(vars: Vec<(String, String)>, scopes: &[String]) -> Result<Self, ConfigError> {
+        let mut dict = Dict::new();
+        for (name, raw) in vars {
+            let parts: Vec<String> = name.split("__").map(str::to_ascii_lowercase).collect();
+            if parts.len() < 2 || !scopes.contains(&parts[0]) {
+                continue;
+            }
+            if parts.iter().any(String::is_empty) {
+                return Err(ConfigError {
+                    key: name,
+                    layer: ENV_LAYER.into(),
+                    message: "empty key part (a doubled or trailing '__')".into(),
+                });
+            }
+            let value: Value = raw.parse().unwrap_or_else(|_| Value::from(raw.clone()));
+            insert(&mut dict, &parts, value).map_err(|message| ConfigError { key: name.clone(), layer: ENV_LAYER.into(), message })?;
+        }
+        Ok(EnvProvider { dict })
+    }
+}
+
+fn insert(dict: &mut Dict, path: &[String], value: Value) -> Result<(), String> {
+    match path {
+        [] => Ok(()),
+        [last] => {
+            dict.insert(last.clone(), value);
+            Ok(())
+        }
+        [first, rest @ ..] => {
+            let entry = dict.entry(first.clone()).or_insert_with(|| Value::from(Dict::new()));
+            match entry {
+                Value::Dict(_, inner) => insert(inner, rest, value),
+                _ => Err(format!("{first} is both a value and a section")),
+            }
+        }
+    }
+}
+
+impl Provider for EnvProvider {
+    fn metadata(&self) -> Metadata {
+        Metadata::named(ENV_LAYER)
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        Ok(Map::from([(Profile::Default, self.dict.clone())]))
+    }
+}
+
+/// The key as its layer spells it: the variable name for the environment.
+fn key_in_layer(dotted: &str, from_env: bool) -> String {
+    if from_env { dotted.split('.').map(str::to_ascii_uppercase).collect::<Vec<_>>().join("__") } else { dotted.to_owned() }
+}
+
+fn layer_name(metadata: Option<&Metadata>, file: &Option<PathBuf>) -> (String, bool) {
+    match metadata {
+        Some(m) if m.name == ENV_LAYER => (ENV_LAYER.to_owned(), true),
+        Some(_) => (format!("TOML file {}", file.as_ref().map_or_else(String::new, |p| p.display().to_string())), false),
+        None => ("no layer".to_owned(), false),
+    }
+}
+
+fn from_figment(error: figment::Error, file: &Option<PathBuf>) -> ConfigError {
+    let (layer, from_env) = layer_name(error.metadata.as_ref(), file);
+    let mut path = error.path.clone();
+    if let figment::error::Kind::UnknownField(field, _) = &error.kind {
+        path.push(field.clone());
+    }
+    let dotted = path.join(".");
+    ConfigError { key: key_in_layer(&dotted, from_env), layer, message: Message(&error.kind).to_string() }
+}
+
+/// A figment error kind in the house style (lower case, the value named).
+struct Message<'a>(&'a figment::error::Kind);
+
+impl fmt::Display for Message<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use figment::error::Kind;
+        match self.0 {
+            Kind::UnknownField(field, _) => write!(f, "unknown key {field:?}"),
+            Kind::UnknownVariant(value, expected) => write!(f, "unknown value {value:?} (expected one of {})", expected.join(", ")),
+            Kind::InvalidType(actual, expected) => write!(f, "invalid type: {actual}, expected {expected}"),
+            other => write!(f, "{other}"),
+        }
+    }
+}
+
+fn from_policy(figment: &Figment, error: PolicyError) -> ConfigError {
+    let metadata = figment.find_metadata(&error.key);
+    let (layer, from_env) = match (&error.problem, metadata) {
+        (Problem::Missing, None) => ("no layer sets it".to_owned(), false),
+        (_, m) => layer_name(m, &None),
+    };
+    let layer = if layer.starts_with("TOML file") {
+        metadata.and_then(|m| m.source.as_ref()).map_or(layer, |source| format!("TOML file {source}"))
+    } else {
+        layer
+    };
+    ConfigError { key: key_in_layer(&error.key, from_env), layer, message: error.problem.to_string() }
+}

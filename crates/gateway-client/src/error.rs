@@ -1,0 +1,158 @@
+//! How a call ends when it cannot return a response: typed terminal errors, each with the
+//! per-source reasons and the attempt chain. They mean the library's call-level budget is spent;
+//! what the application does next is a task-level decision.
+
+use gateway_core::outcome::OutcomeClass;
+use gateway_core::ports::GateError;
+use gateway_core::telemetry::{CallResult, SourceReason};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+/// One attempt of a call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttemptRecord {
+    /// The source tried.
+    pub source: String,
+    /// How it ended.
+    pub class: OutcomeClass,
+    /// The adapter's detail.
+    pub detail: String,
+    /// Send to outcome.
+    pub latency: Duration,
+    /// Whether it held the probe lease.
+    pub probe: bool,
+}
+
+/// What a failed call tried and why each source did not serve it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CallReport {
+    /// The last reason per source.
+    pub reasons: BTreeMap<String, SourceReason>,
+    /// Every attempt, in order.
+    pub attempts: Vec<AttemptRecord>,
+    /// Time the call spent not attempting.
+    pub waited: Duration,
+}
+
+impl fmt::Display for CallReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} attempts, waited {:.3}s; reasons:", self.attempts.len(), self.waited.as_secs_f64())?;
+        if self.reasons.is_empty() {
+            f.write_str(" none")?;
+        }
+        for (source, reason) in &self.reasons {
+            match reason {
+                SourceReason::Skipped(skip) => write!(f, " {source}={skip}")?,
+                SourceReason::Attempted { class, detail } => write!(f, " {source}={class}({detail})")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why all sources were exhausted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exhausted {
+    /// Some source was only quota- or AIMD-blocked and `quota_full = fail_fast`.
+    QuotaExhausted,
+    /// Waited past the stall bound with no progress in the scope.
+    Stalled,
+}
+
+impl fmt::Display for Exhausted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Exhausted::QuotaExhausted => "quota_exhausted",
+            Exhausted::Stalled => "stalled",
+        })
+    }
+}
+
+/// A call that ended without a response.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum CallError {
+    /// The retry budget (1 + `max_retries` budget-consuming attempts) is spent.
+    #[error("retry budget exhausted: {report}")]
+    RetryExhausted {
+        /// What was tried.
+        report: CallReport,
+    },
+    /// Every source was refused by the breaker side and `circuit_open = fail_fast`.
+    #[error("every source's circuit is open (retry after {:.3}s): {report}", retry_after.as_secs_f64())]
+    CircuitOpen {
+        /// Time until a certain retry moment (0 when a probe may answer any moment).
+        retry_after: Duration,
+        /// What was tried.
+        report: CallReport,
+    },
+    /// No source could serve the call (quota with `quota_full = fail_fast`, or stalled).
+    #[error("all sources exhausted ({reason}): {report}")]
+    AllSourcesExhausted {
+        /// Which exhaustion.
+        reason: Exhausted,
+        /// What was tried.
+        report: CallReport,
+    },
+    /// A provider rejected the payload itself (400/413/422): no source will take it.
+    #[error("request rejected by {source_name}: {detail}")]
+    RequestRejected {
+        /// The source that answered.
+        source_name: String,
+        /// Its detail.
+        detail: String,
+        /// What was tried.
+        report: CallReport,
+    },
+    /// The structured-output ladder ran out of re-asks.
+    #[error("structured output still invalid after the allowed re-asks: {report}")]
+    StructuredExhausted {
+        /// What was tried.
+        report: CallReport,
+    },
+    /// The gate or quota backend could not answer an admission question (fail closed).
+    #[error("gate backend unavailable: {error}")]
+    BackendUnavailable {
+        /// The backend's error.
+        error: GateError,
+        /// What was tried.
+        report: CallReport,
+    },
+    /// The call named a scope the client does not have.
+    #[error("unknown scope {scope:?} (configured: {known})")]
+    UnknownScope {
+        /// The scope asked for.
+        scope: String,
+        /// The configured scopes.
+        known: String,
+    },
+}
+
+impl CallError {
+    /// The telemetry result of this error (`None` for a call that never started).
+    pub fn result(&self) -> Option<CallResult> {
+        Some(match self {
+            CallError::RetryExhausted { .. } => CallResult::RetryExhausted,
+            CallError::CircuitOpen { .. } => CallResult::CircuitOpen,
+            CallError::AllSourcesExhausted { reason: Exhausted::QuotaExhausted, .. } => CallResult::QuotaExhausted,
+            CallError::AllSourcesExhausted { reason: Exhausted::Stalled, .. } => CallResult::Stalled,
+            CallError::RequestRejected { .. } => CallResult::RequestRejected,
+            CallError::StructuredExhausted { .. } => CallResult::StructuredExhausted,
+            CallError::BackendUnavailable { .. } => CallResult::BackendUnavailable,
+            CallError::UnknownScope { .. } => return None,
+        })
+    }
+
+    /// The report of what was tried (empty for an unknown scope).
+    pub fn report(&self) -> Option<&CallReport> {
+        match self {
+            CallError::RetryExhausted { report }
+            | CallError::CircuitOpen { report, .. }
+            | CallError::AllSourcesExhausted { report, .. }
+            | CallError::RequestRejected { report, .. }
+            | CallError::StructuredExhausted { report }
+            | CallError::BackendUnavailable { report, .. } => Some(report),
+            CallError::UnknownScope { .. } => None,
+        }
+    }
+}

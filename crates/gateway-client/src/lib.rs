@@ -1,0 +1,208 @@
+//! `gateway-client`: what an application calls. [`GatewayClient::call`] runs one call through
+//! admission ([`SourceAdmission`](admission) — memo, AIMD, gate, quota), selection (health-aware
+//! P2C by default, with in-call demotion), the attempt and the outcome table, and backs off,
+//! re-asks, waits or ends with a typed [`CallError`], for chat and embeddings alike.
+//!
+//! Config: [`config::load`] reads defaults ← a TOML file ← the environment (`{SCOPE}__…`).
+//! Presets: [`Preset::Default`] and [`Preset::Baseline`] (the old library, for comparison).
+//! Telemetry: [`TracingTelemetry`] and the in-memory [`Collector`].
+
+mod admission;
+mod call;
+mod clock;
+pub mod config;
+mod error;
+mod preset;
+mod scope;
+mod slot;
+mod telemetry;
+
+pub use clock::TokioClock;
+pub use error::{AttemptRecord, CallError, CallReport, Exhausted};
+pub use preset::{Behaviour, Preset};
+pub use telemetry::{Collector, TracingTelemetry};
+
+use admission::SourceAdmission;
+use call::{CallGuard, CallLoop, CallState};
+use gateway_core::policy::ScopePolicy;
+use gateway_core::ports::{BreakerGate, QuotaGate, Telemetry, Upstream};
+use gateway_core::request::{Request, Response};
+use gateway_core::time::Clock;
+use gateway_memory::{MemoryGates, MemoryQuota};
+use rand_chacha::ChaCha8Rng;
+use rand_core::SeedableRng;
+use scope::Scope;
+use std::collections::BTreeMap;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// The gateway: scopes of sources behind shared gates, one upstream transport, telemetry.
+pub struct GatewayClient {
+    scopes: BTreeMap<String, Arc<Scope>>,
+    admission: SourceAdmission,
+    upstream: Arc<dyn Upstream>,
+    next_call: AtomicU64,
+}
+
+/// What a client cannot be built without.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BuildError {
+    /// No upstream transport was given.
+    #[error("no upstream: call GatewayClientBuilder::upstream")]
+    NoUpstream,
+    /// No scope was given.
+    #[error("no scope: add at least one with GatewayClientBuilder::scope")]
+    NoScope,
+}
+
+/// Builds a [`GatewayClient`]. Unset adapters default to the in-memory gates and quota on
+/// tokio's clock, `tracing` telemetry and an RNG seeded per process.
+#[derive(Default)]
+pub struct GatewayClientBuilder {
+    scopes: Vec<(ScopePolicy, Preset)>,
+    preset: Preset,
+    gates: Option<Arc<dyn BreakerGate>>,
+    quota: Option<Arc<dyn QuotaGate>>,
+    upstream: Option<Arc<dyn Upstream>>,
+    telemetry: Option<Arc<dyn Telemetry>>,
+    clock: Option<Arc<dyn Clock>>,
+    seed: Option<u64>,
+}
+
+impl GatewayClientBuilder {
+    /// Adds a scope with the builder's preset.
+    pub fn scope(mut self, policy: ScopePolicy) -> Self {
+        let preset = self.preset;
+        self.scopes.push((policy, preset));
+        self
+    }
+
+    /// Adds every scope of a loaded config.
+    pub fn scopes(mut self, policies: impl IntoIterator<Item = ScopePolicy>) -> Self {
+        for policy in policies {
+            self = self.scope(policy);
+        }
+        self
+    }
+
+    /// The preset of the scopes added after this call (default: [`Preset::Default`]).
+    pub fn preset(mut self, preset: Preset) -> Self {
+        self.preset = preset;
+        self
+    }
+
+    /// The breaker gates (e.g. `RedisGates` to share them between processes).
+    pub fn gates(mut self, gates: Arc<dyn BreakerGate>) -> Self {
+        self.gates = Some(gates);
+        self
+    }
+
+    /// The quota gate.
+    pub fn quota(mut self, quota: Arc<dyn QuotaGate>) -> Self {
+        self.quota = Some(quota);
+        self
+    }
+
+    /// The upstream transport (*required*).
+    pub fn upstream(mut self, upstream: Arc<dyn Upstream>) -> Self {
+        self.upstream = Some(upstream);
+        self
+    }
+
+    /// The telemetry sink.
+    pub fn telemetry(mut self, telemetry: Arc<dyn Telemetry>) -> Self {
+        self.telemetry = Some(telemetry);
+        self
+    }
+
+    /// The clock of the local state (memo, stall, progress): it must be the gates' clock.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Seeds the RNG of selection and jitter: the same seed gives the same choices.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// The client.
+    pub fn build(self) -> Result<GatewayClient, BuildError> {
+        let upstream = self.upstream.ok_or(BuildError::NoUpstream)?;
+        if self.scopes.is_empty() {
+            return Err(BuildError::NoScope);
+        }
+        let clock: Arc<dyn Clock> = self.clock.unwrap_or_else(|| Arc::new(TokioClock::new()));
+        let gates = self.gates.unwrap_or_else(|| Arc::new(MemoryGates::new(clock.clone())));
+        let quota = self.quota.unwrap_or_else(|| Arc::new(MemoryQuota::new(clock.clone())));
+        // A per-process seed (std's RandomState is seeded from the OS) keeps workers' jitter apart.
+        let seed = self.seed.unwrap_or_else(|| std::collections::hash_map::RandomState::new().hash_one(0u8));
+        let scopes = self
+            .scopes
+            .into_iter()
+            .map(|(mut policy, preset)| {
+                let behaviour = preset.apply(&mut policy);
+                (policy.name.clone(), Arc::new(Scope::new(policy, behaviour)))
+            })
+            .collect();
+        Ok(GatewayClient {
+            scopes,
+            admission: SourceAdmission {
+                gates,
+                quota,
+                telemetry: self.telemetry.unwrap_or_else(|| Arc::new(TracingTelemetry)),
+                clock,
+                rng: Arc::new(Mutex::new(ChaCha8Rng::seed_from_u64(seed))),
+            },
+            upstream,
+            next_call: AtomicU64::new(1),
+        })
+    }
+}
+
+impl GatewayClient {
+    /// A builder.
+    pub fn builder() -> GatewayClientBuilder {
+        GatewayClientBuilder::default()
+    }
+
+    /// Runs one call (chat or embeddings, by the request's payload) in `scope`. The library owns
+    /// every retry, back-off, source switch and wait; an error means the call-level budget is
+    /// spent. Dropping the future at any point releases everything the call held.
+    pub async fn call(&self, scope: &str, request: &Request) -> Result<Response, CallError> {
+        let Some(scope) = self.scopes.get(scope) else {
+            return Err(CallError::UnknownScope {
+                scope: scope.to_owned(),
+                known: self.scopes.keys().cloned().collect::<Vec<_>>().join(", "),
+            });
+        };
+        let id = self.next_call.fetch_add(1, Ordering::Relaxed);
+        let telemetry = &*self.admission.telemetry;
+        let state = CallState::new(id, self.admission.clock.clone(), scope.policy.sources.len());
+        let mut guard = CallGuard::new(state, &scope.policy.name, telemetry);
+        let run = CallLoop { admission: &self.admission, upstream: &*self.upstream, telemetry };
+        let result = run.run(scope, request, &mut guard.state).await;
+        guard.end(result.as_ref().err().map_or(Some(gateway_core::telemetry::CallResult::Ok), CallError::result));
+        result
+    }
+
+    /// Attempts counted in flight by the AIMD pacers of `scope` (0 when no call is running).
+    pub fn inflight(&self, scope: &str) -> u32 {
+        self.scopes.get(scope).map_or(0, |s| s.inflight())
+    }
+
+    /// The health EWMA of each source of `scope`, by name.
+    pub fn health(&self, scope: &str) -> Vec<(String, f64)> {
+        self.scopes.get(scope).map_or_else(Vec::new, |s| {
+            let local = s.local();
+            s.policy.sources.iter().zip(&local.health).map(|(src, h)| (src.name.clone(), h.value())).collect()
+        })
+    }
+
+    /// The scopes, by name.
+    pub fn scope_names(&self) -> Vec<String> {
+        self.scopes.keys().cloned().collect()
+    }
+}

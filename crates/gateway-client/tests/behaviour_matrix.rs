@@ -1,0 +1,240 @@
+//! The behaviour matrix of seed 003 §4, one test per row and `circuit_open` setting, on a
+//! scripted upstream in virtual time; plus the trap of §3.3 and the pool-size invariance.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use gateway_client::{CallError, Exhausted, Preset};
+use gateway_core::admission::SkipReason;
+use gateway_core::outcome::OutcomeClass;
+use gateway_core::ports::{QuotaDecision, QuotaGate};
+use gateway_core::telemetry::SourceReason;
+use serde_json::json;
+use std::time::Duration;
+use support::{Harness, Step, sources};
+
+const POLL: f64 = 0.05;
+
+fn wait() -> serde_json::Value {
+    json!({"circuit_open": "wait"})
+}
+
+fn retry_after(error: &CallError) -> Duration {
+    match error {
+        CallError::CircuitOpen { retry_after, .. } => *retry_after,
+        other => panic!("expected CircuitOpen, got {other}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn single_source_open_fail_fast_fails_at_once_with_the_remaining_cooldown() {
+    let h = Harness::new(sources(1, json!({})), Preset::Default);
+    h.open("s1").await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let error = h.call().await.unwrap_err();
+    assert_eq!(retry_after(&error), Duration::from_secs(50), "the cooldown left, never the probe lease");
+    assert_eq!(h.now_s(), 10.0, "at once");
+    assert!(h.upstream.sent().is_empty());
+    let reasons = &error.report().unwrap().reasons;
+    assert_eq!(reasons["s1"], SourceReason::Skipped(SkipReason::CircuitOpen));
+}
+
+#[tokio::test(start_paused = true)]
+async fn single_source_open_wait_sleeps_to_the_cooldown_end_then_probes_and_succeeds() {
+    let h = Harness::new(sources(1, wait()), Preset::Default);
+    h.open("s1").await;
+    h.call().await.unwrap();
+    let t = h.now_s();
+    assert!((60.0..=60.0 + POLL + 0.05 + 0.001).contains(&t), "woke at the cooldown's end (+ jittered poll, + 50 ms attempt): {t}");
+    assert_eq!(h.upstream.sent(), ["s1"], "one probe, no polling attempts");
+}
+
+#[tokio::test(start_paused = true)]
+async fn single_source_dead_key_fail_fast_fails_at_once() {
+    let h = Harness::new(sources(1, json!({})), Preset::Default);
+    h.upstream.always("s1", Step::Fail(OutcomeClass::SourceDead));
+    let error = h.call().await.unwrap_err();
+    assert_eq!(retry_after(&error), Duration::from_secs(60), "opened by the 401 just now: one whole cooldown");
+    assert_eq!(h.upstream.sent(), ["s1"], "force_open, then the open gate ends the call");
+    assert!(h.now_s() < 0.1, "at once");
+}
+
+#[tokio::test(start_paused = true)]
+async fn single_source_dead_key_wait_reprobes_after_60_then_120_until_stalled() {
+    let h = Harness::new(sources(1, wait()), Preset::Default);
+    h.upstream.always("s1", Step::Fail(OutcomeClass::SourceDead));
+    let error = h.call().await.unwrap_err();
+    assert!(matches!(error, CallError::AllSourcesExhausted { reason: Exhausted::Stalled, .. }), "{error}");
+    let t = h.now_s();
+    assert!(t > 300.0 && t <= 300.0 + POLL + 0.2, "the stall bound ends the call: {t}");
+    // attempts at 0, ~60 and ~180 s; the next probe (at ~420 s) is past the bound
+    assert_eq!(h.upstream.sent().len(), 3);
+    let report = error.report().unwrap();
+    assert_eq!(report.reasons["s1"], SourceReason::Skipped(SkipReason::CircuitOpen));
+}
+
+async fn some_sources_open_leaves_the_call_to_the_others(circuit_open: &str) {
+    let h = Harness::new(sources(2, json!({"circuit_open": circuit_open})), Preset::Default);
+    h.open("s1").await;
+    for _ in 0..5 {
+        h.call().await.unwrap();
+    }
+    assert!(h.upstream.sent().iter().all(|s| s == "s2"));
+    assert!(h.now_s() < 1.0, "no waiting");
+}
+
+#[tokio::test(start_paused = true)]
+async fn some_sources_open_fail_fast_is_unchanged() {
+    some_sources_open_leaves_the_call_to_the_others("fail_fast").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn some_sources_open_wait_is_unchanged() {
+    some_sources_open_leaves_the_call_to_the_others("wait").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn all_sources_open_fail_fast_fails_at_once_with_the_earliest_recovery() {
+    let h = Harness::new(sources(3, json!({})), Preset::Default);
+    h.open("s1").await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    h.open("s2").await;
+    h.open("s3").await;
+    let error = h.call().await.unwrap_err();
+    assert_eq!(retry_after(&error), Duration::from_secs(40), "min over the sources");
+}
+
+#[tokio::test(start_paused = true)]
+async fn all_sources_open_wait_waits_for_the_earliest_recovery() {
+    let h = Harness::new(sources(3, wait()), Preset::Default);
+    h.open("s1").await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    h.open("s2").await;
+    h.open("s3").await;
+    h.call().await.unwrap();
+    assert!((60.0..=60.0 + POLL + 0.051).contains(&h.now_s()), "{}", h.now_s());
+    assert_eq!(h.upstream.sent(), ["s1"]);
+}
+
+/// Every gate of the scope half-open with a probe in flight (held by another caller).
+async fn all_half_open(h: &Harness, names: &[&str]) -> Vec<gateway_core::Entry> {
+    for name in names {
+        h.open(name).await;
+    }
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let mut probes = Vec::new();
+    for name in names {
+        let probe = h.gates.try_enter(&h.key(name), &h.params(name)).await.unwrap();
+        assert_eq!(probe.verdict, gateway_core::Verdict::Probe);
+        probes.push(probe);
+    }
+    probes
+}
+
+use gateway_core::ports::BreakerGate;
+
+#[tokio::test(start_paused = true)]
+async fn all_half_open_fail_fast_fails_with_retry_after_zero() {
+    let h = Harness::new(sources(2, json!({})), Preset::Default);
+    all_half_open(&h, &["s1", "s2"]).await;
+    let error = h.call().await.unwrap_err();
+    assert_eq!(retry_after(&error), Duration::ZERO, "a probe may answer any moment: no certain wait exists");
+}
+
+#[tokio::test(start_paused = true)]
+async fn all_half_open_wait_polls_and_gets_through_once_a_probe_succeeds() {
+    let h = Harness::new(sources(2, wait()), Preset::Default);
+    let probes = all_half_open(&h, &["s1", "s2"]).await;
+    let (gates, key, params, epoch) = (h.gates.clone(), h.key("s1"), h.params("s1"), probes[0].reply.epoch);
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        gates.record_success(&key, &params, epoch, true).await.unwrap();
+    });
+    h.call().await.unwrap();
+    let t = h.now_s();
+    assert!((62.0..=62.0 + POLL + 0.051).contains(&t), "polled every ~50 ms and got through: {t}");
+    assert_eq!(h.upstream.sent(), ["s1"]);
+}
+
+/// Holds the only permit of `source` (max_concurrency 1) until `release_at` seconds.
+async fn hold_the_permit(h: &Harness, source: &str, release_at: f64) {
+    let limits = h.policy.sources.iter().find(|s| s.name == source).unwrap().quota;
+    let QuotaDecision::Granted(permit) = h.quota.acquire(&h.key(source), &limits, 0).await.unwrap() else { panic!("permit") };
+    let quota = h.quota_gate();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs_f64(release_at)).await;
+        quota.release(&permit).await.unwrap();
+    });
+}
+
+async fn quota_full_is_governed_by_quota_full(circuit_open: &str) {
+    let narrow = json!({"max_concurrency": 1, "timeout_s": 30});
+    let fail_fast = Harness::new(
+        sources(1, json!({"circuit_open": circuit_open, "quota_full": "fail_fast", "sources": {"s1": narrow}})),
+        Preset::Default,
+    );
+    hold_the_permit(&fail_fast, "s1", 5.0).await;
+    let error = fail_fast.call().await.unwrap_err();
+    assert!(matches!(error, CallError::AllSourcesExhausted { reason: Exhausted::QuotaExhausted, .. }), "{error}");
+    assert_eq!(error.report().unwrap().reasons["s1"], SourceReason::Skipped(SkipReason::RateLimited));
+
+    let waiting =
+        Harness::new(sources(1, json!({"circuit_open": circuit_open, "quota_full": "wait", "sources": {"s1": narrow}})), Preset::Default);
+    hold_the_permit(&waiting, "s1", 5.0).await;
+    waiting.call().await.unwrap();
+    assert!((5.0..=5.0 + POLL + 0.051).contains(&waiting.now_s()), "{}", waiting.now_s());
+}
+
+#[tokio::test(start_paused = true)]
+async fn quota_full_or_aimd_limit_fail_fast_is_governed_by_quota_full() {
+    quota_full_is_governed_by_quota_full("fail_fast").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn quota_full_or_aimd_limit_wait_is_governed_by_quota_full() {
+    quota_full_is_governed_by_quota_full("wait").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn wait_with_quota_fail_fast_never_reports_a_breaker_wait_as_quota_exhausted() {
+    let h = Harness::new(sources(2, json!({"circuit_open": "wait", "quota_full": "fail_fast"})), Preset::Default);
+    h.open("s1").await;
+    h.open("s2").await;
+    h.call().await.unwrap();
+    assert!(h.now_s() >= 60.0, "waited for the breaker instead of failing as quota_exhausted");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_single_source_scope_behaves_like_a_pool_whose_sources_are_all_open() {
+    for n in [1, 4] {
+        let h = Harness::new(sources(n, json!({})), Preset::Default);
+        for i in 1..=n {
+            h.open(&format!("s{i}")).await;
+        }
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        assert_eq!(retry_after(&h.call().await.unwrap_err()), Duration::from_secs(45), "pool of {n}");
+
+        let h = Harness::new(sources(n, wait()), Preset::Default);
+        for i in 1..=n {
+            h.open(&format!("s{i}")).await;
+        }
+        h.call().await.unwrap();
+        assert!((60.0..=60.0 + POLL + 0.051).contains(&h.now_s()), "pool of {n}: {}", h.now_s());
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_memo_never_keeps_a_recovered_source_out() {
+    // s1 opens; the call waits; another process's probe closes the gate early (memo says 60 s).
+    let h = Harness::new(sources(2, wait()), Preset::Default);
+    h.open("s1").await;
+    h.open("s2").await;
+    let error_free = h.call().await;
+    assert!(error_free.is_ok());
+    // After the gate closed, the source is used at once: no local memo outlives it.
+    let before = h.upstream.sent().len();
+    h.call().await.unwrap();
+    assert_eq!(h.upstream.sent().len(), before + 1);
+    assert!(h.now_s() < 61.0, "{}", h.now_s());
+}

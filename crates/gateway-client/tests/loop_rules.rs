@@ -1,0 +1,268 @@
+//! The call loop's rules (SPEC §5, §7, §8) on a scripted upstream in virtual time: the retry
+//! budget, 429 pushback, back-off, in-call demotion (seed 000 §3.36), the structured ladder, the
+//! stall bound, embeddings through the same loop, typed errors, and where the baseline differs.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use async_trait::async_trait;
+use gateway_client::{CallError, Exhausted, GatewayClient, Preset};
+use gateway_core::breaker::{Entry, GateParams, Reply};
+use gateway_core::outcome::OutcomeClass::*;
+use gateway_core::ports::{BreakerGate, GateError, GateKey, QuotaDecision, QuotaGate};
+use gateway_core::request::{Payload, Request, Response};
+use gateway_core::telemetry::CallResult;
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+use support::{Harness, Step, chat, sources};
+
+#[tokio::test(start_paused = true)]
+async fn transient_failures_spend_the_budget_one_plus_max_retries() {
+    let h = Harness::new(sources(2, json!({})), Preset::Default);
+    h.upstream.always("s1", Step::Fail(Transient));
+    h.upstream.always("s2", Step::Fail(Transient));
+    let error = h.call().await.unwrap_err();
+    assert!(matches!(error, CallError::RetryExhausted { .. }), "{error}");
+    assert_eq!(h.upstream.sent().len(), 4, "1 + max_retries 3");
+    let call = &h.telemetry.calls()[0];
+    assert_eq!((call.result, call.attempts, call.budget_attempts), (CallResult::RetryExhausted, 4, 4));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_429_storm_never_spends_the_budget_and_honours_retry_after() {
+    let h = Harness::new(sources(1, json!({})), Preset::Default);
+    h.upstream.script("s1", vec![Step::RateLimited(Some(Duration::from_secs(2))); 10]);
+    let response = h.call().await.unwrap();
+    assert!(matches!(response, Response::Chat { .. }));
+    assert_eq!(h.upstream.sent().len(), 11);
+    assert!(h.now_s() >= 20.0, "each 429 waited at least its Retry-After: {}", h.now_s());
+    let call = &h.telemetry.calls()[0];
+    assert_eq!(call.budget_attempts, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_baseline_spends_the_budget_on_429() {
+    let h = Harness::new(sources(1, json!({})), Preset::Baseline);
+    h.upstream.always("s1", Step::RateLimited(None));
+    let error = h.call().await.unwrap_err();
+    assert!(matches!(error, CallError::RetryExhausted { .. }), "{error}");
+    assert_eq!(h.upstream.sent().len(), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn back_off_is_exponential_with_full_jitter_and_none_after_a_dead_source() {
+    let h = Harness::new(sources(1, json!({})), Preset::Default);
+    h.upstream.script("s1", vec![Step::Fail(Transient), Step::Fail(Transient), Step::Fail(Transient)]);
+    h.call().await.unwrap();
+    // three back-offs below 0.25 + 0.5 + 1 s, plus four 50 ms attempts
+    assert!(h.now_s() < 1.75 + 0.2 + 0.001, "{}", h.now_s());
+    let dead = Harness::new(sources(2, json!({})), Preset::Default);
+    dead.upstream.always("s1", Step::Fail(SourceDead));
+    dead.upstream.always("s2", Step::Ok);
+    for _ in 0..20 {
+        dead.call().await.unwrap();
+    }
+    // a dead source costs its 50 ms attempt and nothing more: no back-off sleep after it
+    let attempts_on_s1 = dead.upstream.sent().iter().filter(|s| *s == "s1").count() as f64;
+    assert!(dead.now_s() <= 20.0 * 0.05 + attempts_on_s1 * 0.05 + 0.001, "{}", dead.now_s());
+}
+
+/// Lowers s2's health by `calls` warm-up calls of four failures each (s1's gate held open so
+/// that s2 is tried), then lets s1 recover through a successful probe.
+async fn degrade_s2(h: &Harness, calls: usize) {
+    h.upstream.always("s2", Step::Fail(Transient));
+    h.open("s1").await;
+    for _ in 0..calls {
+        assert!(h.call().await.is_err());
+    }
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    h.call().await.unwrap(); // s1's probe succeeds
+    h.upstream.always("s2", Step::Ok);
+}
+
+/// A breaker that stays closed through the warm-up, so only health steers selection.
+fn patient() -> serde_json::Value {
+    json!({"breaker": {"fail_threshold": 100, "cooldown_s": 60, "min_calls": 1000}})
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_healthy_source_that_failed_twice_keeps_the_third_try_without_a_trusted_alternative() {
+    // seed 000 §3.36: pushing the third try to a 10 % source is worse than staying.
+    let h = Harness::new(sources(2, patient()), Preset::Default);
+    degrade_s2(&h, 3).await;
+    let health = h.client.health("chat");
+    assert!(health[1].1 < 0.1, "{health:?}");
+    let before = h.upstream.sent().len();
+    h.upstream.script("s1", vec![Step::Fail(Transient), Step::Fail(Transient)]);
+    h.call().await.unwrap();
+    assert_eq!(h.upstream.sent()[before..], ["s1", "s1", "s1"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_health_aware_source_that_failed_twice_yields_to_a_trusted_alternative() {
+    let h = Harness::new(sources(2, patient()), Preset::Default);
+    degrade_s2(&h, 1).await; // s2 at 0.8^4 ≈ 0.41: below s1 even after one failure, but trusted
+    let before = h.upstream.sent().len();
+    h.upstream.script("s1", vec![Step::Fail(Transient), Step::Fail(Transient)]);
+    h.call().await.unwrap();
+    assert_eq!(h.upstream.sent()[before..], ["s1", "s1", "s2"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_selector_without_health_demotes_unconditionally() {
+    let h = Harness::new(sources(2, json!({"selector": "least_inflight"})), Preset::Default);
+    h.upstream.script("s1", vec![Step::Fail(Transient), Step::Fail(Transient)]);
+    h.call().await.unwrap();
+    assert_eq!(h.upstream.sent(), ["s1", "s1", "s2"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_baseline_has_no_in_call_demotion() {
+    let h = Harness::new(sources(2, json!({})), Preset::Baseline);
+    h.upstream.script("s1", vec![Step::Fail(Transient), Step::Fail(Transient)]);
+    h.call().await.unwrap();
+    // round robin moves the start each pick (the old funnel), but a twice-failed source is not
+    // pushed back: it comes round again
+    assert_eq!(h.upstream.sent()[..2], ["s1", "s2"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_structured_ladder_reasks_without_spending_the_budget() {
+    let h = Harness::new(sources(1, json!({})), Preset::Default);
+    h.upstream.script("s1", vec![Step::Fail(ResultInvalid), Step::Fail(ResultInvalid)]);
+    h.call().await.unwrap();
+    let call = &h.telemetry.calls()[0];
+    assert_eq!((call.reasks, call.budget_attempts, call.attempts), (2, 0, 3));
+
+    h.upstream.always("s1", Step::Fail(ResultInvalid));
+    let error = h.call().await.unwrap_err();
+    assert!(matches!(error, CallError::StructuredExhausted { .. }), "{error}");
+    assert_eq!(error.report().unwrap().attempts.len(), 3, "1 + structured_max_retries 2");
+
+    let baseline = Harness::new(sources(1, json!({})), Preset::Baseline);
+    baseline.upstream.always("s1", Step::Fail(ResultInvalid));
+    assert_eq!(baseline.call().await.unwrap_err().report().unwrap().attempts.len(), 2, "the baseline re-asks once");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rejected_payload_ends_the_call_at_once() {
+    let h = Harness::new(sources(3, json!({})), Preset::Default);
+    h.upstream.always("s1", Step::Fail(RequestRejected));
+    h.upstream.always("s2", Step::Fail(RequestRejected));
+    h.upstream.always("s3", Step::Fail(RequestRejected));
+    let error = h.call().await.unwrap_err();
+    assert!(matches!(error, CallError::RequestRejected { .. }), "{error}");
+    assert_eq!(h.upstream.sent().len(), 1);
+    assert!(error.to_string().starts_with("request rejected by s"), "{error}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_call_ends_within_the_stall_bound_plus_one_poll() {
+    // a 300 s timeout: the held permit's lease (2 × timeout) outlives the stall bound
+    let narrow = json!({"max_concurrency": 1, "timeout_s": 300});
+    let h = Harness::new(sources(1, json!({"sources": {"s1": narrow}})), Preset::Default);
+    let limits = h.policy.sources[0].quota;
+    let QuotaDecision::Granted(_held) = h.quota.acquire(&h.key("s1"), &limits, 0).await.unwrap() else { panic!() };
+    let error = h.call().await.unwrap_err();
+    assert!(matches!(error, CallError::AllSourcesExhausted { reason: Exhausted::Stalled, .. }), "{error}");
+    let t = h.now_s();
+    assert!(t > 300.0 && t <= 300.05 + 0.001, "worst wait is stall_window + one poll: {t}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn embeddings_run_through_the_same_loop() {
+    let h = Harness::new(sources(2, json!({})), Preset::Default);
+    h.upstream.script("s1", vec![Step::Fail(Transient)]);
+    h.upstream.script("s2", vec![Step::Fail(Transient)]);
+    let request = Request { payload: Payload::Embedding { input: vec!["a".into(), "b".into()] }, structured: None, estimated_tokens: 4 };
+    let response = h.client.call("chat", &request).await.unwrap();
+    assert!(matches!(response, Response::Embedding { ref vectors, .. } if vectors.len() == 2));
+    assert_eq!(h.upstream.sent().len(), 3, "two scripted failures, then an answer");
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_call_ends_exactly_once_in_telemetry_and_attempts_are_reported() {
+    let h = Harness::new(sources(2, json!({})), Preset::Default);
+    h.upstream.script("s1", vec![Step::Fail(Transient)]);
+    for _ in 0..3 {
+        h.call().await.unwrap();
+    }
+    let calls = h.telemetry.calls();
+    assert_eq!(calls.len(), 3);
+    assert!(calls.iter().all(|c| c.result == CallResult::Ok));
+    let attempts = h.telemetry.attempts();
+    assert_eq!(attempts.len(), h.upstream.sent().len());
+    assert!(attempts.iter().any(|a| a.class == Transient && a.consumed_budget && a.detail == "scripted_transient"));
+    assert_eq!(h.client.inflight("chat"), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn gate_transitions_reach_telemetry() {
+    let h = Harness::new(sources(1, json!({"circuit_open": "wait"})), Preset::Default);
+    h.upstream.script("s1", vec![Step::Fail(SourceDead)]);
+    h.call().await.unwrap();
+    let transitions: Vec<_> = h.telemetry.gates().iter().map(|g| (g.transition.from, g.transition.to)).collect();
+    use gateway_core::CircuitState::*;
+    assert_eq!(transitions, [(Closed, Open), (Open, HalfOpen), (HalfOpen, Closed)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unknown_scope_is_a_typed_error_naming_the_known_ones() {
+    let h = Harness::new(sources(1, json!({})), Preset::Default);
+    let error = h.client.call("chta", &chat()).await.unwrap_err();
+    assert_eq!(error.to_string(), "unknown scope \"chta\" (configured: chat)");
+    assert!(h.telemetry.calls().is_empty());
+}
+
+/// Gates whose backend is down.
+struct DownGates;
+
+#[async_trait]
+impl BreakerGate for DownGates {
+    async fn try_enter(&self, key: &GateKey, _: &GateParams) -> Result<Entry, GateError> {
+        Err(GateError::BackendUnavailable { backend: "test", key: key.to_string(), detail: "down".into() })
+    }
+    async fn record_success(&self, key: &GateKey, _: &GateParams, _: u64, _: bool) -> Result<Reply, GateError> {
+        Err(GateError::BackendUnavailable { backend: "test", key: key.to_string(), detail: "down".into() })
+    }
+    async fn record_failure(&self, key: &GateKey, _: &GateParams, _: u64) -> Result<Reply, GateError> {
+        Err(GateError::BackendUnavailable { backend: "test", key: key.to_string(), detail: "down".into() })
+    }
+    async fn force_open(&self, key: &GateKey, _: &GateParams) -> Result<Reply, GateError> {
+        Err(GateError::BackendUnavailable { backend: "test", key: key.to_string(), detail: "down".into() })
+    }
+    async fn release_probe(&self, key: &GateKey, _: &GateParams, _: u64) -> Result<Reply, GateError> {
+        Err(GateError::BackendUnavailable { backend: "test", key: key.to_string(), detail: "down".into() })
+    }
+    async fn retry_after(&self, _: &[(GateKey, GateParams)]) -> Result<Duration, GateError> {
+        Err(GateError::BackendUnavailable { backend: "test", key: "all".into(), detail: "down".into() })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unavailable_gate_backend_fails_the_call_closed() {
+    let upstream = support::FakeUpstream::new();
+    let client = GatewayClient::builder()
+        .scope(sources(2, json!({})))
+        .gates(Arc::new(DownGates))
+        .upstream(upstream.clone())
+        .seed(1)
+        .build()
+        .unwrap();
+    let error = client.call("chat", &chat()).await.unwrap_err();
+    assert!(matches!(error, CallError::BackendUnavailable { .. }), "{error}");
+    assert!(upstream.sent().is_empty(), "nothing is sent without admission");
+    assert_eq!(client.inflight("chat"), 0);
+}
+
+#[test]
+fn a_client_needs_an_upstream_and_a_scope() {
+    assert_eq!(
+        GatewayClient::builder().scope(sources(1, json!({}))).build().err().unwrap().to_string(),
+        "no upstream: call GatewayClientBuilder::upstream"
+    );
+    let upstream = support::FakeUpstream::new();
+    assert!(GatewayClient::builder().upstream(upstream).build().is_err());
+}

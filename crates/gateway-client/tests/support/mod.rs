@@ -1,0 +1,189 @@
+//! Test support: a scripted fake `Upstream` (per-source plans over virtual time), scope
+//! policies from JSON, and a client on the memory gates, tokio's paused clock and a collector.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use async_trait::async_trait;
+use gateway_client::{Collector, GatewayClient, Preset, TokioClock};
+use gateway_core::breaker::GateParams;
+use gateway_core::outcome::OutcomeClass;
+use gateway_core::policy::{ScopeConfig, ScopePolicy};
+use gateway_core::ports::{BreakerGate, GateKey, QuotaGate, Upstream};
+use gateway_core::request::{Attempt, Message, Payload, Request, Response, Role, Usage};
+use gateway_core::time::Clock;
+use gateway_memory::{MemoryGates, MemoryQuota};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What a source answers to its n-th attempt (0-based), and after how long.
+pub type Plan = Box<dyn FnMut(u32) -> (Step, Duration) + Send>;
+
+#[derive(Clone, Debug)]
+pub enum Step {
+    Ok,
+    Fail(OutcomeClass),
+    RateLimited(Option<Duration>),
+}
+
+/// A fake provider per source name, answering by plan, recording every attempt.
+#[derive(Default)]
+pub struct FakeUpstream {
+    plans: Mutex<HashMap<String, (Plan, u32)>>,
+    pub sent: Mutex<Vec<String>>,
+}
+
+impl FakeUpstream {
+    pub fn new() -> Arc<Self> {
+        Arc::new(FakeUpstream::default())
+    }
+
+    pub fn plan(&self, source: &str, plan: impl FnMut(u32) -> (Step, Duration) + Send + 'static) {
+        self.plans.lock().unwrap().insert(source.to_owned(), (Box::new(plan), 0));
+    }
+
+    /// Every attempt answers `step` after 50 ms.
+    pub fn always(&self, source: &str, step: Step) {
+        self.plan(source, move |_| (step.clone(), Duration::from_millis(50)));
+    }
+
+    /// Answers the steps in order after 50 ms each, then `Ok`.
+    pub fn script(&self, source: &str, steps: Vec<Step>) {
+        self.plan(source, move |n| (steps.get(n as usize).cloned().unwrap_or(Step::Ok), Duration::from_millis(50)));
+    }
+
+    pub fn sent(&self) -> Vec<String> {
+        self.sent.lock().unwrap().clone()
+    }
+}
+
+#[async_trait]
+impl Upstream for FakeUpstream {
+    async fn send(&self, source: &str, request: &Request) -> Attempt {
+        let (step, latency) = {
+            let mut plans = self.plans.lock().unwrap();
+            self.sent.lock().unwrap().push(source.to_owned());
+            match plans.get_mut(source) {
+                Some((plan, n)) => {
+                    let answer = plan(*n);
+                    *n += 1;
+                    answer
+                }
+                None => (Step::Ok, Duration::from_millis(50)),
+            }
+        };
+        tokio::time::sleep(latency).await;
+        let usage = Some(Usage { prompt_tokens: 10, completion_tokens: 5 });
+        match step {
+            Step::Ok => match &request.payload {
+                Payload::Embedding { input } => {
+                    Attempt::success(Response::Embedding { vectors: vec![vec![0.5; 4]; input.len()], usage }, "http_200")
+                }
+                Payload::Chat { .. } => Attempt::success(Response::Chat { content: format!("ok from {source}"), usage }, "http_200"),
+            },
+            Step::Fail(class) => Attempt::failure(class, format!("scripted_{class}"), None),
+            Step::RateLimited(retry_after) => Attempt::failure(OutcomeClass::RateLimited, "http_429", retry_after),
+        }
+    }
+}
+
+/// A scope named `chat` from JSON (the `[chat]` table of a config file).
+pub fn scope(json: serde_json::Value) -> ScopePolicy {
+    serde_json::from_value::<ScopeConfig>(json).unwrap().resolve("chat").unwrap()
+}
+
+/// `n` sources `s1..sn` with the seed's breaker, 30 s timeouts and `extra` scope keys.
+pub fn sources(n: usize, extra: serde_json::Value) -> ScopePolicy {
+    let mut config = serde_json::json!({
+        "breaker": {"fail_threshold": 5, "cooldown_s": 60},
+        "sources": {}
+    });
+    for i in 1..=n {
+        config["sources"][format!("s{i}")] = serde_json::json!({"timeout_s": 30});
+    }
+    if let (Some(base), Some(extra)) = (config.as_object_mut(), extra.as_object()) {
+        for (k, v) in extra {
+            if k == "sources" {
+                for (name, s) in v.as_object().unwrap() {
+                    base["sources"][name] = s.clone();
+                }
+            } else {
+                base.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    scope(config)
+}
+
+pub fn chat() -> Request {
+    Request {
+        payload: Payload::Chat {
+            messages: vec![Message { role: Role::User, content: "hi".into() }],
+            max_tokens: None,
+            temperature: None,
+            stream: false,
+        },
+        structured: None,
+        estimated_tokens: 100,
+    }
+}
+
+/// A client with its shared parts exposed to the test.
+pub struct Harness {
+    pub client: GatewayClient,
+    pub upstream: Arc<FakeUpstream>,
+    pub gates: Arc<MemoryGates>,
+    pub quota: Arc<MemoryQuota>,
+    pub telemetry: Arc<Collector>,
+    pub clock: Arc<TokioClock>,
+    pub policy: ScopePolicy,
+}
+
+impl Harness {
+    pub fn new(policy: ScopePolicy, preset: Preset) -> Harness {
+        let clock = Arc::new(TokioClock::new());
+        let gates = Arc::new(MemoryGates::new(clock.clone()));
+        let quota = Arc::new(MemoryQuota::new(clock.clone()));
+        let upstream = FakeUpstream::new();
+        let telemetry = Arc::new(Collector::new());
+        let client = GatewayClient::builder()
+            .preset(preset)
+            .scope(policy.clone())
+            .gates(gates.clone())
+            .quota(quota.clone())
+            .upstream(upstream.clone())
+            .telemetry(telemetry.clone())
+            .clock(clock.clone())
+            .seed(7)
+            .build()
+            .unwrap();
+        Harness { client, upstream, gates, quota, telemetry, clock, policy }
+    }
+
+    pub fn key(&self, source: &str) -> GateKey {
+        GateKey::new("chat", source)
+    }
+
+    pub fn params(&self, source: &str) -> GateParams {
+        let index = self.policy.sources.iter().position(|s| s.name == source).unwrap();
+        self.policy.gate_params(index).unwrap()
+    }
+
+    /// Opens `source`'s gate now (as a dead key would: streak 1, one cooldown).
+    pub async fn open(&self, source: &str) {
+        self.gates.force_open(&self.key(source), &self.params(source)).await.unwrap();
+    }
+
+    pub async fn call(&self) -> Result<Response, gateway_client::CallError> {
+        self.client.call("chat", &chat()).await
+    }
+
+    /// Virtual seconds since the harness started.
+    pub fn now_s(&self) -> f64 {
+        self.clock.now().as_millis() as f64 / 1000.0
+    }
+
+    pub fn quota_gate(&self) -> Arc<dyn QuotaGate> {
+        self.quota.clone()
+    }
+}

@@ -82,7 +82,11 @@ impl Loader {
                 return Err(ConfigError { key: path.display().to_string(), layer: "TOML file".into(), message: "file not found".into() });
             }
             let toml = Toml::file(path);
-            let data = toml.data().map_err(|e| from_figment(e, &self.file))?;
+            let data = toml.data().map_err(|e| ConfigError {
+                key: path.display().to_string(),
+                layer: "TOML file".into(),
+                message: format!("not valid TOML: {}", e.kind),
+            })?;
             if let Some(dict) = data.get(&Profile::Default) {
                 scopes.extend(dict.keys().map(|k| k.to_ascii_lowercase()));
             }
@@ -176,11 +180,8 @@ fn layer_name(metadata: Option<&Metadata>, file: &Option<PathBuf>) -> (String, b
 
 fn from_figment(error: figment::Error, file: &Option<PathBuf>) -> ConfigError {
     let (layer, from_env) = layer_name(error.metadata.as_ref(), file);
-    let mut path = error.path.clone();
-    if let figment::error::Kind::UnknownField(field, _) = &error.kind {
-        path.push(field.clone());
-    }
-    let dotted = path.join(".");
+    // For an unknown field the path already ends with the field's name.
+    let dotted = error.path.join(".");
     ConfigError { key: key_in_layer(&dotted, from_env), layer, message: Message(&error.kind).to_string() }
 }
 

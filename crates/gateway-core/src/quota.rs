@@ -16,7 +16,7 @@
 
 use crate::policy::QuotaLimits;
 use crate::time::Timestamp;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 /// The rolling window of rpm and tpm.
@@ -57,15 +57,20 @@ pub struct Refusal {
 struct Start {
     at: Timestamp,
     id: u64,
-    tokens: u32,
 }
 
-/// One source account's quota state.
+/// One source account's quota state. Every operation is O(1) amortised (a refused tpm request
+/// walks the window to find its wait), so an account with a large rpm stays cheap.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct QuotaAccount {
     next_id: u64,
     leases: Vec<(u64, Timestamp)>,
+    /// Starts in the rate window, oldest first.
     starts: VecDeque<Start>,
+    /// Token charge of each start in the window, by permit id.
+    charges: HashMap<u64, u32>,
+    /// The sum of `charges`.
+    tokens: u64,
 }
 
 impl QuotaAccount {
@@ -103,7 +108,7 @@ impl QuotaAccount {
                 let mut left = used;
                 let mut last = self.starts.back().copied();
                 for start in &self.starts {
-                    left -= u64::from(start.tokens);
+                    left -= u64::from(self.charge(start.id));
                     if left <= need && u64::from(estimated_tokens) <= u64::from(tpm) {
                         last = Some(*start);
                         break;
@@ -120,17 +125,29 @@ impl QuotaAccount {
         let id = self.next_id;
         self.leases.push((id, now.saturating_add(limits.permit_ttl)));
         // Kept in (time, id) order even when a clock steps back, so the oldest is in front.
-        let position = self.starts.partition_point(|s| (s.at, s.id) <= (now, id));
-        self.starts.insert(position, Start { at: now, id, tokens: estimated_tokens });
+        let start = Start { at: now, id };
+        if self.starts.back().is_none_or(|last| (last.at, last.id) <= (now, id)) {
+            self.starts.push_back(start);
+        } else {
+            let position = self.starts.partition_point(|s| (s.at, s.id) <= (now, id));
+            self.starts.insert(position, start);
+        }
+        self.charges.insert(id, estimated_tokens);
+        self.tokens += u64::from(estimated_tokens);
         Ok(id)
     }
 
     /// Replaces the token charge of permit `id` with `actual_tokens` (nothing once its start has
     /// left the window).
     pub fn settle(&mut self, id: u64, actual_tokens: u32) {
-        if let Some(start) = self.starts.iter_mut().find(|s| s.id == id) {
-            start.tokens = actual_tokens;
+        if let Some(charge) = self.charges.get_mut(&id) {
+            self.tokens = self.tokens - u64::from(*charge) + u64::from(actual_tokens);
+            *charge = actual_tokens;
         }
+    }
+
+    fn charge(&self, id: u64) -> u32 {
+        self.charges.get(&id).copied().unwrap_or(0)
     }
 
     /// Ends the lease of permit `id`; releasing twice is harmless.
@@ -150,13 +167,16 @@ impl QuotaAccount {
 
     /// Tokens charged in the window (as of the last prune).
     pub fn tokens_in_window(&self) -> u64 {
-        self.starts.iter().map(|s| u64::from(s.tokens)).sum()
+        self.tokens
     }
 
     fn prune(&mut self, now: Timestamp) {
         self.leases.retain(|&(_, until)| now < until);
-        while self.starts.front().is_some_and(|s| !in_window(s.at, now)) {
+        while let Some(oldest) = self.starts.front().copied().filter(|s| !in_window(s.at, now)) {
             self.starts.pop_front();
+            if let Some(charge) = self.charges.remove(&oldest.id) {
+                self.tokens -= u64::from(charge);
+            }
         }
     }
 

@@ -1,0 +1,122 @@
+//! Configuration loading: defaults ← TOML file ← environment, and every error naming the key
+//! and the layer it came from.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use gateway_client::config::{ConfigError, Loader};
+use gateway_core::policy::WaitMode;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+/// Writes `toml` to a file of its own in the temp folder.
+fn file(toml: &str) -> PathBuf {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let path = std::env::temp_dir().join(format!("gateway-config-{}-{}.toml", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
+    std::fs::write(&path, toml).unwrap();
+    path
+}
+
+const BASE: &str = r#"
+[chat.breaker]
+fail_threshold = 5
+cooldown_s = 60
+
+[chat.sources.s1]
+timeout_s = 30
+"#;
+
+fn env(vars: &[(&str, &str)]) -> Vec<(String, String)> {
+    vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+fn load_err(toml: &str, vars: &[(&str, &str)]) -> ConfigError {
+    let path = file(toml);
+    let error = Loader::new().file(&path).env_vars(env(vars)).load().unwrap_err();
+    let _ = std::fs::remove_file(&path);
+    error
+}
+
+#[test]
+fn the_environment_overrides_the_file_and_defaults_fill_the_rest() {
+    let path = file(BASE);
+    let vars =
+        env(&[("CHAT__BREAKER__FAIL_THRESHOLD", "7"), ("CHAT__SOURCES__S1__RPM", "60"), ("CHAT__CIRCUIT_OPEN", "wait"), ("PATH", "/bin")]);
+    let scopes = Loader::new().file(&path).env_vars(vars).load().unwrap();
+    let chat = &scopes[0];
+    assert_eq!(chat.breaker.fail_threshold, 7);
+    assert_eq!(chat.breaker.cooldown, Duration::from_secs(60));
+    assert_eq!(chat.sources[0].quota.rpm, Some(60));
+    assert_eq!(chat.circuit_open, WaitMode::Wait);
+    assert_eq!(chat.max_retries, 3, "built-in default");
+}
+
+#[test]
+fn a_scope_may_live_in_the_environment_alone_when_named() {
+    let vars = env(&[
+        ("EMBEDDING__BREAKER__FAIL_THRESHOLD", "3"),
+        ("EMBEDDING__BREAKER__COOLDOWN_S", "30"),
+        ("EMBEDDING__SOURCES__E1__TIMEOUT_S", "20"),
+    ]);
+    let scopes = Loader::new().scope("embedding").env_vars(vars).load().unwrap();
+    assert_eq!((scopes[0].name.as_str(), scopes[0].sources[0].name.as_str()), ("embedding", "e1"));
+}
+
+#[test]
+fn a_typo_in_the_file_names_the_key_and_the_file() {
+    let e = load_err(&BASE.replace("cooldown_s = 60", "cooldown_s = 60\nfail_treshold = 3"), &[]);
+    assert_eq!(e.key, "chat.breaker.fail_treshold");
+    assert!(e.layer.starts_with("TOML file ") && e.layer.ends_with(".toml"), "{e}");
+    assert_eq!(e.message, "unknown key \"fail_treshold\"");
+}
+
+#[test]
+fn a_typo_in_the_environment_names_the_variable() {
+    let e = load_err(BASE, &[("CHAT__BREAKER__FAIL_TRESHOLD", "3")]);
+    assert_eq!(e.to_string(), "CHAT__BREAKER__FAIL_TRESHOLD (environment): unknown key \"fail_treshold\"");
+}
+
+#[test]
+fn a_missing_required_key_is_named() {
+    let e = load_err(&BASE.replace("cooldown_s = 60", ""), &[]);
+    assert_eq!(e.to_string(), "chat.breaker.cooldown_s (no layer sets it): required key is missing");
+}
+
+#[test]
+fn an_out_of_range_value_names_the_key_its_layer_and_the_value() {
+    let e = load_err(BASE, &[("CHAT__BREAKER__FAIL_RATE", "1.5")]);
+    assert!(e.to_string().starts_with("CHAT__BREAKER__FAIL_RATE (environment): value 1.5 is out of range"), "{e}");
+    let e = load_err(&BASE.replace("timeout_s = 30", "timeout_s = -1"), &[]);
+    assert_eq!(e.key, "chat.sources.s1.timeout_s");
+    assert!(e.layer.starts_with("TOML file "), "{e}");
+    assert!(e.message.starts_with("value -1 is out of range"), "{e}");
+}
+
+#[test]
+fn a_value_of_the_wrong_type_or_variant_is_named() {
+    let e = load_err(BASE, &[("CHAT__MAX_RETRIES", "lots")]);
+    assert_eq!(e.key, "CHAT__MAX_RETRIES");
+    assert!(e.message.starts_with("invalid type"), "{e}");
+    let e = load_err(BASE, &[("CHAT__CIRCUIT_OPEN", "sometimes")]);
+    assert_eq!(e.to_string(), "CHAT__CIRCUIT_OPEN (environment): unknown value \"sometimes\" (expected one of wait, fail_fast)");
+}
+
+#[test]
+fn a_missing_file_and_a_malformed_variable_are_errors() {
+    let e = Loader::new().file("/nonexistent/gateway.toml").env_vars(Vec::new()).load().unwrap_err();
+    assert_eq!(e.to_string(), "/nonexistent/gateway.toml (TOML file): file not found");
+    let e = load_err(BASE, &[("CHAT__BREAKER____COOLDOWN_S", "3")]);
+    assert_eq!(e.key, "CHAT__BREAKER____COOLDOWN_S");
+    let e = load_err("not = [valid", &[]);
+    assert!(e.layer.starts_with("TOML file") && e.message.starts_with("not valid TOML"), "{e}");
+}
+
+#[test]
+fn the_example_configuration_loads() {
+    let example = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/gateway.toml");
+    let scopes = Loader::new().file(&example).env_vars(Vec::new()).load().unwrap();
+    let names: Vec<&str> = scopes.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["chat", "embedding"]);
+    assert_eq!(scopes[1].circuit_open, WaitMode::Wait);
+    assert!(!format!("{scopes:?}").contains("sk-replace-me"), "keys never reach Debug");
+}

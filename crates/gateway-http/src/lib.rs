@@ -1,0 +1,183 @@
+//! `gateway-http`: the `Upstream` for OpenAI-compatible HTTP providers (official APIs, relays,
+//! local servers). One connection pool per source; chat completions plain and streamed (SSE,
+//! with a first-token / idle watchdog), embeddings; every way an endpoint can answer classified
+//! by [`classify`] into an outcome class with a detail for telemetry; structured output checked
+//! against the request's JSON Schema or parse function; a response-size cap, a header timeout
+//! and the source's total timeout on every attempt. API keys never reach `Debug`, logs or
+//! telemetry.
+
+pub mod classify;
+mod openai;
+mod structured;
+
+use async_trait::async_trait;
+use gateway_core::outcome::OutcomeClass;
+use gateway_core::policy::{ScopePolicy, Secret, SourcePolicy};
+use gateway_core::ports::Upstream;
+use gateway_core::request::{Attempt, Request};
+use gateway_core::time::WallClock;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Limits of every attempt, beyond the source's own `timeout_s` and `watchdog_s`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HttpLimits {
+    /// Largest response body read (an answer above it is `Transient(body_too_large)`).
+    pub max_response_bytes: usize,
+    /// Longest wait for the response headers; `None` waits up to the source timeout.
+    pub header_timeout: Option<Duration>,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        HttpLimits { max_response_bytes: 8 << 20, header_timeout: None }
+    }
+}
+
+/// A source the adapter cannot be built with, naming the key.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{key}: {problem}")]
+pub struct HttpConfigError {
+    /// Dotted key, e.g. `chat.sources.s1.base_url`.
+    pub key: String,
+    /// What is wrong.
+    pub problem: String,
+}
+
+/// The system wall clock, for HTTP-date Retry-After values.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemWallClock;
+
+impl WallClock for SystemWallClock {
+    fn unix_now(&self) -> Duration {
+        // The adapter is where wall-clock time is read (only for HTTP-date Retry-After).
+        #[allow(clippy::disallowed_methods)]
+        let now = std::time::SystemTime::now();
+        now.duration_since(std::time::UNIX_EPOCH).unwrap_or_default()
+    }
+}
+
+pub(crate) struct Source {
+    pub(crate) name: String,
+    pub(crate) client: reqwest::Client,
+    pub(crate) base_url: String,
+    pub(crate) api_key: Option<Secret>,
+    pub(crate) model: String,
+    pub(crate) timeout: Duration,
+    pub(crate) watchdog: Option<Duration>,
+    pub(crate) headers: HeaderMap,
+}
+
+impl fmt::Debug for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Source")
+            .field("name", &self.name)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key)
+            .field("model", &self.model)
+            .field("timeout", &self.timeout)
+            .field("watchdog", &self.watchdog)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The HTTP upstream of one or more scopes, by source name.
+pub struct HttpUpstream {
+    sources: HashMap<String, Arc<Source>>,
+    wall: Arc<dyn WallClock>,
+    limits: HttpLimits,
+}
+
+impl fmt::Debug for HttpUpstream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpUpstream").field("sources", &self.sources.values().collect::<Vec<_>>()).field("limits", &self.limits).finish()
+    }
+}
+
+impl HttpUpstream {
+    /// The sources of `scopes`. A source name used by two scopes must have the same settings
+    /// in both (the `Upstream` port names sources, not scopes).
+    pub fn new(scopes: &[ScopePolicy]) -> Result<Self, HttpConfigError> {
+        let mut sources: HashMap<String, (String, Arc<Source>, &SourcePolicy)> = HashMap::new();
+        for scope in scopes {
+            for policy in &scope.sources {
+                let key = format!("{}.sources.{}", scope.name, policy.name);
+                if let Some((first, _, earlier)) = sources.get(&policy.name) {
+                    if *earlier != policy {
+                        return Err(HttpConfigError {
+                            key,
+                            problem: format!("source {:?} is configured differently in {first}; give the two different names", policy.name),
+                        });
+                    }
+                    continue;
+                }
+                let source = Arc::new(build_source(policy, &key)?);
+                sources.insert(policy.name.clone(), (key, source, policy));
+            }
+        }
+        let sources = sources.into_iter().map(|(name, (_, source, _))| (name, source)).collect();
+        Ok(HttpUpstream { sources, wall: Arc::new(SystemWallClock), limits: HttpLimits::default() })
+    }
+
+    /// Replaces the attempt limits.
+    pub fn with_limits(mut self, limits: HttpLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Replaces the wall clock (tests of HTTP-date Retry-After).
+    pub fn with_wall_clock(mut self, wall: Arc<dyn WallClock>) -> Self {
+        self.wall = wall;
+        self
+    }
+}
+
+fn build_source(policy: &SourcePolicy, key: &str) -> Result<Source, HttpConfigError> {
+    let invalid = |field: &str, problem: String| HttpConfigError { key: format!("{key}.{field}"), problem };
+    let base_url = policy.base_url.clone().ok_or_else(|| invalid("base_url", "required key is missing".into()))?;
+    let parsed = reqwest::Url::parse(&base_url).map_err(|e| invalid("base_url", format!("value {base_url:?} is not a URL ({e})")))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(invalid("base_url", format!("value {base_url:?} is not an http or https URL")));
+    }
+    let model = policy.model.clone().ok_or_else(|| invalid("model", "required key is missing".into()))?;
+    let mut headers = HeaderMap::new();
+    for (name, value) in &policy.headers {
+        let header =
+            HeaderName::from_bytes(name.as_bytes()).map_err(|_| invalid(&format!("headers.{name}"), "not a valid header name".into()))?;
+        let mut value = HeaderValue::from_str(value).map_err(|_| invalid(&format!("headers.{name}"), "not a valid header value".into()))?;
+        value.set_sensitive(true);
+        headers.insert(header, value);
+    }
+    let client = reqwest::Client::builder()
+        .connect_timeout(policy.timeout.min(Duration::from_secs(10)))
+        .pool_idle_timeout(Duration::from_secs(90))
+        .user_agent(concat!("llm-gateway/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| invalid("base_url", format!("cannot build an HTTP client: {e}")))?;
+    Ok(Source {
+        name: policy.name.clone(),
+        client,
+        base_url: base_url.trim_end_matches('/').to_owned(),
+        api_key: policy.api_key.clone(),
+        model,
+        timeout: policy.timeout,
+        watchdog: policy.watchdog,
+        headers,
+    })
+}
+
+#[async_trait]
+impl Upstream for HttpUpstream {
+    async fn send(&self, source: &str, request: &Request) -> Attempt {
+        let Some(src) = self.sources.get(source) else {
+            return Attempt::failure(OutcomeClass::SourceDead, "unknown_source", None);
+        };
+        match tokio::time::timeout(src.timeout, openai::exchange(src, request, &self.limits, &*self.wall)).await {
+            Ok(attempt) => attempt,
+            Err(_) => Attempt::failure(OutcomeClass::Transient, "timeout", None),
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! Every row of the classification table (`classify.rs`), one test each, against a mock
+//! provider on 127.0.0.1; plus streaming, the watchdog, limits, structured output, embeddings,
+//! the request the provider receives, and key redaction.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+// Real loopback I/O: the timeout and watchdog bounds are checked against the wall clock.
+#![allow(clippy::disallowed_methods)]
+
+mod support;
+
+use gateway_core::outcome::OutcomeClass::{self, *};
+use gateway_core::ports::Upstream;
+use gateway_core::request::{Attempt, Message, Payload, Request, Response, Role, Structured};
+use gateway_core::time::WallClock;
+use gateway_http::{HttpLimits, HttpUpstream};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use support::{Mock, Reply, blackhole, chunk, completion, ok_json, scope, status};
+
+fn chat(stream: bool) -> Request {
+    Request {
+        payload: Payload::Chat {
+            messages: vec![Message { role: Role::User, content: "hi".into() }],
+            max_tokens: Some(16),
+            temperature: None,
+            stream,
+        },
+        structured: None,
+        estimated_tokens: 10,
+    }
+}
+
+async fn answer(reply: impl Fn() -> Reply + Send + Sync + 'static, extra: serde_json::Value, request: Request) -> Attempt {
+    let mock = Mock::start(move |_| reply()).await;
+    let upstream = HttpUpstream::new(&[scope(&mock.url, extra)]).unwrap();
+    upstream.send("s1", &request).await
+}
+
+async fn class_of(reply: impl Fn() -> Reply + Send + Sync + 'static) -> (OutcomeClass, String) {
+    let attempt = answer(reply, json!({}), chat(false)).await;
+    (attempt.outcome().class, attempt.outcome().detail.clone())
+}
+
+fn error_body(code: &str) -> serde_json::Value {
+    json!({"error": {"message": "nope", "type": "invalid_request_error", "code": code}})
+}
+
+#[tokio::test]
+async fn row_2xx_with_content_is_success() {
+    let attempt = answer(|| ok_json(completion("hello")), json!({}), chat(false)).await;
+    assert_eq!((attempt.outcome().class, attempt.outcome().detail.as_str()), (Success, "http_200"));
+    let Some(Response::Chat { content, usage }) = attempt.response() else { panic!("{attempt:?}") };
+    assert_eq!((content.as_str(), usage.unwrap().total()), ("hello", 10));
+}
+
+#[tokio::test]
+async fn row_2xx_with_empty_content_is_transient_empty() {
+    assert_eq!(class_of(|| ok_json(completion("  "))).await, (Transient, "empty".into()));
+}
+
+#[tokio::test]
+async fn row_2xx_without_choices_is_transient_empty() {
+    assert_eq!(class_of(|| ok_json(json!({"choices": []}))).await, (Transient, "empty".into()));
+}
+
+#[tokio::test]
+async fn row_2xx_with_malformed_json_is_transient() {
+    assert_eq!(
+        class_of(|| Reply::Json { status: 200, headers: vec![], body: "{\"choices\": [".into() }).await,
+        (Transient, "malformed_json".into())
+    );
+}
+
+#[tokio::test]
+async fn row_2xx_carrying_an_error_is_transient_or_dead_by_its_code() {
+    assert_eq!(class_of(|| ok_json(error_body("server_error"))).await, (Transient, "error_in_2xx".into()));
+    assert_eq!(class_of(|| ok_json(error_body("insufficient_quota"))).await, (SourceDead, "insufficient_quota".into()));
+}
+
+#[tokio::test]
+async fn row_429_is_rate_limited_with_retry_after_in_seconds() {
+    let attempt =
+        answer(|| Reply::Json { status: 429, headers: vec![("retry-after", "7".into())], body: "{}".into() }, json!({}), chat(false)).await;
+    assert_eq!((attempt.outcome().class, attempt.outcome().retry_after), (RateLimited, Some(Duration::from_secs(7))));
+}
+
+#[tokio::test]
+async fn row_429_with_retry_after_ms() {
+    let attempt =
+        answer(|| Reply::Json { status: 429, headers: vec![("retry-after-ms", "1500".into())], body: "{}".into() }, json!({}), chat(false))
+            .await;
+    assert_eq!(attempt.outcome().retry_after, Some(Duration::from_millis(1500)));
+}
+
+/// A wall clock standing at a fixed time.
+struct Fixed(Duration);
+
+impl WallClock for Fixed {
+    fn unix_now(&self) -> Duration {
+        self.0
+    }
+}
+
+#[tokio::test]
+async fn row_429_with_retry_after_as_an_http_date() {
+    let mock = Mock::start(|_| Reply::Json {
+        status: 429,
+        headers: vec![("retry-after", "Wed, 21 Oct 2015 07:28:30 GMT".into())],
+        body: "{}".into(),
+    })
+    .await;
+    // 2015-10-21T07:28:00Z
+    let upstream =
+        HttpUpstream::new(&[scope(&mock.url, json!({}))]).unwrap().with_wall_clock(Arc::new(Fixed(Duration::from_secs(1_445_412_480))));
+    let attempt = upstream.send("s1", &chat(false)).await;
+    assert_eq!((attempt.outcome().class, attempt.outcome().retry_after), (RateLimited, Some(Duration::from_secs(30))));
+}
+
+#[tokio::test]
+async fn row_429_with_insufficient_quota_is_source_dead() {
+    assert_eq!(class_of(|| status(429, error_body("insufficient_quota"))).await, (SourceDead, "insufficient_quota".into()));
+}
+
+#[tokio::test]
+async fn row_401_and_403_are_source_dead() {
+    assert_eq!(class_of(|| status(401, error_body("invalid_api_key"))).await, (SourceDead, "invalid_api_key".into()));
+    assert_eq!(class_of(|| status(403, json!({}))).await, (SourceDead, "http_403".into()));
+}
+
+#[tokio::test]
+async fn row_unknown_model_is_source_dead() {
+    assert_eq!(class_of(|| status(404, error_body("model_not_found"))).await, (SourceDead, "model_not_found".into()));
+    assert_eq!(class_of(|| status(404, json!({}))).await, (SourceDead, "http_404".into()));
+}
+
+#[tokio::test]
+async fn row_400_413_422_are_request_rejected() {
+    for code in [400, 413, 422] {
+        assert_eq!(class_of(move || status(code, json!({}))).await, (RequestRejected, format!("http_{code}")));
+    }
+}
+
+#[tokio::test]
+async fn row_context_length_exceeded_is_request_rejected() {
+    assert_eq!(class_of(|| status(400, error_body("context_length_exceeded"))).await, (RequestRejected, "context_length_exceeded".into()));
+}
+
+#[tokio::test]
+async fn row_408_and_5xx_are_transient() {
+    for code in [408, 500, 502, 503, 504] {
+        assert_eq!(class_of(move || status(code, json!({}))).await, (Transient, format!("http_{code}")));
+    }
+}
+
+#[tokio::test]
+async fn row_connection_refused_is_transient_connect() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let upstream = HttpUpstream::new(&[scope(&format!("http://127.0.0.1:{port}/v1"), json!({}))]).unwrap();
+    let attempt = upstream.send("s1", &chat(false)).await;
+    assert_eq!((attempt.outcome().class, attempt.outcome().detail.as_str()), (Transient, "connect"));
+}
+
+#[tokio::test]
+async fn row_a_blackhole_times_out_within_the_timeout() {
+    let upstream = HttpUpstream::new(&[scope(&blackhole().await, json!({"timeout_s": 0.5}))]).unwrap();
+    let started = Instant::now();
+    let attempt = upstream.send("s1", &chat(false)).await;
+    let took = started.elapsed();
+    assert_eq!(attempt.outcome().class, Transient);
+    assert!(["timeout", "header_timeout"].contains(&attempt.outcome().detail.as_str()), "{attempt:?}");
+    assert!(took >= Duration::from_millis(500) && took < Duration::from_millis(900), "{took:?}");
+}
+
+#[tokio::test]
+async fn row_a_header_timeout_shorter_than_the_total_is_its_own_detail() {
+    let upstream = HttpUpstream::new(&[scope(&blackhole().await, json!({"timeout_s": 5}))])
+        .unwrap()
+        .with_limits(HttpLimits { header_timeout: Some(Duration::from_millis(200)), ..HttpLimits::default() });
+    let attempt = upstream.send("s1", &chat(false)).await;
+    assert_eq!((attempt.outcome().class, attempt.outcome().detail.as_str()), (Transient, "header_timeout"));
+}
+
+#[tokio::test]
+async fn row_an_oversized_body_is_transient() {
+    let big = completion(&"x".repeat(4096));
+    let mock = Mock::start(move |_| ok_json(big.clone())).await;
+    let upstream = HttpUpstream::new(&[scope(&mock.url, json!({}))])
+        .unwrap()
+        .with_limits(HttpLimits { max_response_bytes: 1024, ..HttpLimits::default() });
+    let attempt = upstream.send("s1", &chat(false)).await;
+    assert_eq!((attempt.outcome().class, attempt.outcome().detail.as_str()), (Transient, "body_too_large"));
+}
+
+#[tokio::test]
+async fn row_a_stream_concatenates_its_deltas_until_done() {
+    let reply = || Reply::Sse {
+        chunks: vec![
+            (Duration::ZERO, chunk("hel")),
+            (Duration::from_millis(10), chunk("lo")),
+            (Duration::ZERO, "data: {\"choices\": [], \"usage\": {\"prompt_tokens\": 4, \"completion_tokens\": 2}}\n\n".into()),
+            (Duration::ZERO, "data: [DONE]\n\n".into()),
+        ],
+    };
+    let attempt = answer(reply, json!({"watchdog_s": 1}), chat(true)).await;
+    let Some(Response::Chat { content, usage }) = attempt.response() else { panic!("{attempt:?}") };
+    assert_eq!((content.as_str(), usage.unwrap().total()), ("hello", 6));
+}
+
+#[tokio::test]
+async fn row_a_slow_first_token_trips_the_watchdog() {
+    let reply = || Reply::Sse { chunks: vec![(Duration::from_millis(600), chunk("late")), (Duration::ZERO, "data: [DONE]\n\n".into())] };
+    let started = Instant::now();
+    let attempt = answer(reply, json!({"watchdog_s": 0.2}), chat(true)).await;
+    assert_eq!((attempt.outcome().class, attempt.outcome().detail.as_str()), (Transient, "watchdog"));
+    assert!(started.elapsed() < Duration::from_millis(550));
+}
+
+#[tokio::test]
+async fn row_a_slow_drip_stream_trips_the_watchdog_between_chunks() {
+    let reply = || Reply::Sse {
+        chunks: vec![(Duration::ZERO, chunk("a")), (Duration::from_millis(50), chunk("b")), (Duration::from_millis(600), chunk("c"))],
+    };
+    let attempt = answer(reply, json!({"watchdog_s": 0.2}), chat(true)).await;
+    assert_eq!((attempt.outcome().class, attempt.outcome().detail.as_str()), (Transient, "watchdog"));
+}
+
+#[tokio::test]
+async fn row_a_stream_closed_mid_way_is_truncated() {
+    let attempt = answer(|| Reply::Broken { chunks: vec![chunk("half")] }, json!({}), chat(true)).await;
+    assert_eq!((attempt.outcome().class, attempt.outcome().detail.as_str()), (Transient, "truncated_stream"));
+}
+
+#[tokio::test]
+async fn row_a_stream_ending_without_done_is_truncated() {
+    let attempt = answer(|| Reply::Sse { chunks: vec![(Duration::ZERO, chunk("no end"))] }, json!({}), chat(true)).await;
+    assert_eq!((attempt.outcome().class, attempt.outcome().detail.as_str()), (Transient, "truncated_stream"));
+}
+
+#[tokio::test]
+async fn row_malformed_sse_is_transient() {
+    let attempt = answer(|| Reply::Sse { chunks: vec![(Duration::ZERO, "data: {not json\n\n".into())] }, json!({}), chat(true)).await;
+    assert_eq!((attempt.outcome().class, attempt.outcome().detail.as_str()), (Transient, "malformed_sse"));
+}
+
+#[tokio::test]
+async fn row_structured_output_that_fails_its_schema_is_result_invalid() {
+    let mut request = chat(false);
+    request.structured = Some(Structured::JsonSchema(json!({"type": "object", "required": ["answer"]})));
+    let attempt = answer(|| ok_json(completion("{\"other\": 1}")), json!({}), request.clone()).await;
+    assert_eq!(attempt.outcome().class, ResultInvalid);
+    assert!(attempt.outcome().detail.starts_with("schema:"), "{attempt:?}");
+    let attempt = answer(|| ok_json(completion("```json\n{\"answer\": 42}\n```")), json!({}), request).await;
+    assert_eq!(attempt.outcome().class, Success);
+    let mut parsed = chat(false);
+    parsed.structured = Some(Structured::Parse(Arc::new(|c: &str| c.parse::<i64>().map(drop).map_err(|e| e.to_string()))));
+    assert_eq!(answer(|| ok_json(completion("forty-two")), json!({}), parsed).await.outcome().class, ResultInvalid);
+}
+
+#[tokio::test]
+async fn embeddings_return_one_vector_per_input_and_empty_data_is_transient() {
+    let request = Request { payload: Payload::Embedding { input: vec!["a".into(), "b".into()] }, structured: None, estimated_tokens: 2 };
+    let body = json!({"data": [{"embedding": [0.1, 0.2]}, {"embedding": [0.3, 0.4]}], "usage": {"prompt_tokens": 2}});
+    let attempt = answer(move || ok_json(body.clone()), json!({}), request.clone()).await;
+    assert!(matches!(attempt.response(), Some(Response::Embedding { vectors, .. }) if vectors.len() == 2), "{attempt:?}");
+    let attempt = answer(|| ok_json(json!({"data": []})), json!({}), request).await;
+    assert_eq!((attempt.outcome().class, attempt.outcome().detail.as_str()), (Transient, "empty"));
+}
+
+#[tokio::test]
+async fn the_provider_gets_the_model_the_key_and_the_extra_headers() {
+    let mock = Mock::start(|_| ok_json(completion("ok"))).await;
+    let upstream = HttpUpstream::new(&[scope(&mock.url, json!({"headers": {"x-tenant": "t1"}}))]).unwrap();
+    upstream.send("s1", &chat(false)).await;
+    let seen = &mock.seen()[0];
+    assert_eq!(seen.path, "/v1/chat/completions");
+    assert_eq!(seen.headers["authorization"], "Bearer sk-test-secret");
+    assert_eq!(seen.headers["x-tenant"], "t1");
+    assert_eq!((seen.body["model"].as_str(), seen.body["max_tokens"].as_u64()), (Some("m1"), Some(16)));
+    assert_eq!(seen.body["messages"][0]["role"], "user");
+}
+
+#[tokio::test]
+async fn the_api_key_never_reaches_debug_or_telemetry_details() {
+    let mock = Mock::start(|_| status(401, error_body("invalid_api_key"))).await;
+    let upstream = HttpUpstream::new(&[scope(&mock.url, json!({}))]).unwrap();
+    let shown = format!("{upstream:?}");
+    assert!(!shown.contains("sk-test-secret") && shown.contains("redacted"), "{shown}");
+    let attempt = upstream.send("s1", &chat(false)).await;
+    assert!(!format!("{attempt:?}").contains("sk-test-secret"));
+}
+
+#[tokio::test]
+async fn an_unknown_source_is_dead() {
+    let upstream = HttpUpstream::new(&[scope("http://127.0.0.1:9/v1", json!({}))]).unwrap();
+    assert_eq!(upstream.send("nope", &chat(false)).await.outcome().class, SourceDead);
+}
+
+#[test]
+fn sources_the_adapter_cannot_use_are_named() {
+    let mut no_url = scope("http://x/v1", json!({}));
+    no_url.sources[0].base_url = None;
+    assert_eq!(HttpUpstream::new(&[no_url]).unwrap_err().to_string(), "chat.sources.s1.base_url: required key is missing");
+    let bad = scope("ftp://x/v1", json!({}));
+    assert!(HttpUpstream::new(&[bad]).unwrap_err().to_string().starts_with("chat.sources.s1.base_url: value \"ftp://x/v1\""));
+    let mut no_model = scope("http://x/v1", json!({}));
+    no_model.sources[0].model = None;
+    assert_eq!(HttpUpstream::new(&[no_model]).unwrap_err().key, "chat.sources.s1.model");
+    let bad_header = scope("http://x/v1", json!({"headers": {"bad header": "v"}}));
+    assert_eq!(HttpUpstream::new(&[bad_header]).unwrap_err().to_string(), "chat.sources.s1.headers.bad header: not a valid header name");
+    let mut other = scope("http://y/v1", json!({}));
+    other.name = "embedding".into();
+    assert!(HttpUpstream::new(&[scope("http://x/v1", json!({})), other]).unwrap_err().problem.contains("configured differently"));
+}

@@ -1,7 +1,9 @@
-//! `cargo xtask <command>`: repository automation, one module per subcommand, std only.
+//! `cargo xtask <command>`: repository automation, one module per subcommand; std and the
+//! workspace's own crates only.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a command-line tool prints
 
+mod budget;
 mod contract;
 mod deps;
 
@@ -10,6 +12,7 @@ use std::process::ExitCode;
 const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
+  budget    plan|trace: the retry-budget planner of seed 002, JSON on stdin and stdout
   contract  run the backend contract suite on memory and Redis (Redis mandatory) and print
             the table of cases x backends; Redis from REDIS_URL, else 127.0.0.1:6379, else a
             redis-server started on a free port
@@ -18,6 +21,9 @@ commands:
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("budget") {
+        return budget::run(&args[1..]);
+    }
     let result = match args.first().map(String::as_str) {
         Some("contract") => contract::run(&args[1..]),
         Some("deps") => deps::run(&args[1..]),

@@ -6,6 +6,7 @@
 //! Config: [`config::load`] reads defaults ← a TOML file ← the environment (`{SCOPE}__…`).
 //! Presets: [`Preset::Default`] and [`Preset::Baseline`] (the old library, for comparison).
 //! Telemetry: [`TracingTelemetry`] and the in-memory [`Collector`].
+//! Orchestrations: [`RetryPool`] enforces a planned retry budget across the steps of one request.
 
 mod admission;
 mod call;
@@ -13,6 +14,7 @@ mod clock;
 pub mod config;
 mod error;
 mod preset;
+mod retry_pool;
 mod scope;
 mod slot;
 mod telemetry;
@@ -20,6 +22,7 @@ mod telemetry;
 pub use clock::TokioClock;
 pub use error::{AttemptRecord, CallError, CallReport, Exhausted};
 pub use preset::{Behaviour, Preset};
+pub use retry_pool::{RetryPool, RetryRefused};
 pub use telemetry::{Collector, TracingTelemetry};
 
 use admission::SourceAdmission;

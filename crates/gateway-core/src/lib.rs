@@ -7,6 +7,7 @@
 //! - [`select`]: health-aware P2C, round-robin, least-in-flight, in-call demotion (§5);
 //! - [`admission`]: the pure decisions of admission: skip reasons, "no candidate runnable", naps (§6);
 //! - [`quota`]: the local quota of a source account (concurrency, rpm, tpm with leases);
+//! - [`budget`]: retry-budget planning and the count-based node breaker (seed 002, §10);
 //! - [`policy`]: validated policies and the raw config shapes they come from (§9);
 //! - [`ports`]: `BreakerGate`, `QuotaGate`, `Upstream`, `Telemetry`; [`time`]: `Clock`, `WallClock`.
 //!
@@ -22,6 +23,7 @@ pub mod admission;
 pub mod aimd;
 pub mod backoff;
 pub mod breaker;
+pub mod budget;
 pub mod health;
 pub mod memo;
 pub mod outcome;

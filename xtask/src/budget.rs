@@ -1,0 +1,61 @@
+//! `cargo xtask budget plan|trace`: the retry-budget planner of seed 002 on JSON. `plan` reads
+//! `{"nodes": [...], "policy": {...}}` on stdin and prints `{"plan": ..., "worstCase": ...}`;
+//! `trace` reads `{"breaker": {...}, "calls": [...]}` and prints the breaker trace. Invalid
+//! input exits with status 2 and one `retry-budget: …` line on stderr naming the field.
+
+use gateway_core::budget;
+use std::io::Read;
+use std::process::ExitCode;
+
+pub fn run(args: &[String]) -> ExitCode {
+    let mode = args.first().map(String::as_str);
+    if !matches!(mode, Some("plan" | "trace")) || args.len() > 1 {
+        eprintln!("xtask: usage: cargo xtask budget plan|trace < input.json");
+        return ExitCode::FAILURE;
+    }
+    let mut text = String::new();
+    if let Err(e) = std::io::stdin().read_to_string(&mut text) {
+        eprintln!("retry-budget: input cannot be read: {e}");
+        return ExitCode::from(2);
+    }
+    match answer(mode == Some("plan"), &text) {
+        Ok(json) => {
+            println!("{json}");
+            ExitCode::SUCCESS
+        }
+        Err(line) => {
+            eprintln!("{line}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn answer(plan: bool, text: &str) -> Result<serde_json::Value, String> {
+    let input: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("retry-budget: input is not JSON: {e}"))?;
+    if plan {
+        let (nodes, policy) = budget::plan_input_from_json(&input).map_err(|e| e.to_string())?;
+        let plan = budget::plan_retry_budget(&nodes, &policy).map_err(|e| e.to_string())?;
+        let worst = budget::worst_case_retry_cost(&nodes, &policy).map_err(|e| e.to_string())?;
+        Ok(budget::plan_to_json(&plan, &worst))
+    } else {
+        let (threshold, half_open, calls) = budget::trace_input_from_json(&input).map_err(|e| e.to_string())?;
+        let trace = budget::trace_breaker(threshold, half_open, &calls).map_err(|e| e.to_string())?;
+        Ok(budget::trace_to_json(&trace))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::answer;
+
+    #[test]
+    fn errors_are_one_retry_budget_line() {
+        let e = answer(true, "{").unwrap_err();
+        assert!(e.starts_with("retry-budget: input is not JSON") && !e.contains('\n'), "{e}");
+        let e = answer(true, r#"{"nodes": [], "policy": {}}"#).unwrap_err();
+        assert_eq!(e, "retry-budget: nodes must hold at least one node");
+        let trace =
+            answer(false, r#"{"breaker": {"failureThreshold": 2, "halfOpenAfterCalls": 3}, "calls": [false, false, true]}"#).unwrap();
+        assert_eq!(trace["states"], serde_json::json!(["closed", "open", "open"]));
+    }
+}

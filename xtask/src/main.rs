@@ -6,6 +6,7 @@
 mod budget;
 mod contract;
 mod deps;
+mod soak;
 
 use std::process::ExitCode;
 
@@ -16,6 +17,8 @@ commands:
   contract  run the backend contract suite on memory and Redis (Redis mandatory) and print
             the table of cases x backends; Redis from REDIS_URL, else 127.0.0.1:6379, else a
             redis-server started on a free port
+  soak      the soak: a scenario through the gateway in virtual time, invariants, report
+            (cargo xtask soak --help for the options)
   deps      check the dependency direction: gateway-core pulls in no async runtime, Redis or
             HTTP crate, and only gateway-redis depends on fred";
 
@@ -27,6 +30,11 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("contract") => contract::run(&args[1..]),
         Some("deps") => deps::run(&args[1..]),
+        Some("soak") if args.iter().any(|a| a == "--help" || a == "-h") => {
+            println!("{}", soak::USAGE);
+            Ok(())
+        }
+        Some("soak") => soak::run_soak(&args[1..]),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())

@@ -66,6 +66,7 @@ impl CallState {
         CallEvent {
             scope: scope.to_owned(),
             call_id: self.id,
+            started: self.started,
             result,
             attempts: u32::try_from(self.attempts.len()).unwrap_or(u32::MAX),
             budget_attempts: self.budget_spent,

@@ -80,6 +80,8 @@ pub struct CallEvent {
     pub scope: String,
     /// Call id, unique in the process.
     pub call_id: u64,
+    /// When the call started.
+    pub started: Timestamp,
     /// How it ended.
     pub result: CallResult,
     /// Attempts sent.

@@ -1,0 +1,117 @@
+//! The eight invariants of SPEC §12, checked from a run's telemetry. A violation names the
+//! offending call or gate.
+
+use crate::run::RunResult;
+use gateway_core::breaker::{CircuitState, Transition};
+use gateway_core::telemetry::CallResult;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+/// One invariant's verdict.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Verdict {
+    /// Which (1–8).
+    pub number: u8,
+    /// What it says.
+    pub name: &'static str,
+    /// Whether it held.
+    pub held: bool,
+    /// The first violation, naming the call or gate.
+    pub violation: Option<String>,
+}
+
+fn verdict(number: u8, name: &'static str, violation: Option<String>) -> Verdict {
+    Verdict { number, name, held: violation.is_none(), violation }
+}
+
+/// All eight, in order.
+pub fn check(run: &RunResult) -> Vec<Verdict> {
+    let p = &run.policy;
+    vec![
+        verdict(1, "every call ends exactly once", ends_once(run)),
+        verdict(2, "budget-consuming attempts <= 1 + max_retries and re-asks <= structured_max_retries", {
+            run.call_events
+                .iter()
+                .find(|c| c.budget_attempts > 1 + p.max_retries || c.reasks > p.structured_max_retries)
+                .map(|c| format!("call {}: {} budget attempts, {} re-asks", c.call_id, c.budget_attempts, c.reasks))
+        }),
+        verdict(3, "at most one probe in flight per gate", one_probe(run)),
+        verdict(4, "no non-probe attempt is sent to a gate that is not CLOSED", {
+            run.attempt_events
+                .iter()
+                .find(|a| !a.probe && a.admitted_in != CircuitState::Closed)
+                .map(|a| format!("call {} on {} admitted in {}", a.call_id, a.key, a.admitted_in))
+        }),
+        verdict(5, "permits, AIMD in-flight counts and probe leases all return to zero", {
+            (run.leftover_inflight + u32::try_from(run.leftover_permits + run.leftover_leases).unwrap_or(u32::MAX) > 0).then(|| {
+                format!("{} in flight, {} permits, {} leases left", run.leftover_inflight, run.leftover_permits, run.leftover_leases)
+            })
+        }),
+        verdict(6, "every retry_after <= max_cooldown, 0 when no gate is OPEN, and a CircuitOpen's is the cooldown left", {
+            let gates = run
+                .gate_events
+                .iter()
+                .find(|g| g.retry_after > p.breaker.max_cooldown || (g.transition.to != CircuitState::Open && !g.retry_after.is_zero()))
+                .map(|g| format!("gate {} after {:?}: retry_after {:?}", g.key, g.transition, g.retry_after));
+            gates.or_else(|| {
+                run.circuit_open
+                    .iter()
+                    .find(|(_, given, left)| *given > p.breaker.max_cooldown || given != left)
+                    .map(|(call, given, left)| format!("call {call}: CircuitOpen retry_after {given:?}, cooldown left {left:?}"))
+            })
+        }),
+        verdict(7, "no call waits beyond its bound", {
+            let bound = p.stall_window + p.poll_interval.max(p.backoff.cap);
+            run.call_events
+                .iter()
+                .find(|c| c.result == CallResult::Stalled && c.waited > bound)
+                .map(|c| format!("call {} waited {:?} (bound {:?})", c.call_id, c.waited, bound))
+        }),
+        verdict(8, "every gate transition is legal and epochs only grow", legal_transitions(run)),
+    ]
+}
+
+fn ends_once(run: &RunResult) -> Option<String> {
+    let mut seen: HashMap<u64, u32> = HashMap::new();
+    for c in &run.call_events {
+        *seen.entry(c.call_id).or_default() += 1;
+    }
+    if let Some((id, n)) = seen.iter().find(|(_, n)| **n != 1) {
+        return Some(format!("call {id} ended {n} times"));
+    }
+    (seen.len() != run.calls as usize).then(|| format!("{} calls ended of {}", seen.len(), run.calls))
+}
+
+fn one_probe(run: &RunResult) -> Option<String> {
+    let mut probes: BTreeMap<String, Vec<(Duration, Duration, u64)>> = BTreeMap::new();
+    for a in run.attempt_events.iter().filter(|a| a.probe) {
+        let start = a.started.saturating_since(run.start);
+        probes.entry(a.key.to_string()).or_default().push((start, start + a.latency, a.call_id));
+    }
+    for (gate, mut spans) in probes {
+        spans.sort();
+        for pair in spans.windows(2) {
+            if pair[1].0 < pair[0].1 {
+                return Some(format!("gate {gate}: probes of calls {} and {} overlap", pair[0].2, pair[1].2));
+            }
+        }
+    }
+    None
+}
+
+fn legal_transitions(run: &RunResult) -> Option<String> {
+    let mut last: HashMap<String, (CircuitState, u64)> = HashMap::new();
+    for g in &run.gate_events {
+        let key = g.key.to_string();
+        let (state, epoch) = last.get(&key).copied().unwrap_or((CircuitState::Closed, 0));
+        if !Transition::is_legal(g.transition.from, g.transition.to) || g.transition.from != state {
+            return Some(format!("gate {key}: {} -> {} after {state}", g.transition.from, g.transition.to));
+        }
+        if g.epoch < epoch {
+            return Some(format!("gate {key}: epoch went from {epoch} to {}", g.epoch));
+        }
+        last.insert(key, (g.transition.to, g.epoch));
+    }
+    None
+}

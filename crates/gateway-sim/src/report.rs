@@ -1,0 +1,237 @@
+//! The soak report: a summary per run (success against the ceiling, attempts, sources, 429s,
+//! time to isolate each bad source, call-time percentiles, results, the invariants), as JSON
+//! and Markdown, and an SVG chart of success rate and attempts per source over scenario time
+//! drawn with `plotters`. Everything in the JSON is a function of the seed: two runs of the same
+//! seed give byte-identical files.
+
+use crate::invariants::Verdict;
+use crate::run::RunResult;
+use gateway_core::breaker::CircuitState;
+use gateway_core::outcome::OutcomeClass;
+use gateway_core::telemetry::CallResult;
+use plotters::prelude::*;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// One run's figures.
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    /// `default` or `baseline`.
+    pub policy: String,
+    /// The seed.
+    pub seed: u64,
+    /// Calls in the run.
+    pub calls: u32,
+    /// Calls that returned a response.
+    pub succeeded: u32,
+    /// `succeeded / calls`.
+    pub success_rate: f64,
+    /// The scenario's ceiling.
+    pub ceiling: f64,
+    /// Attempts per call.
+    pub attempts_per_call: f64,
+    /// Attempts by source.
+    pub attempts_by_source: BTreeMap<String, u32>,
+    /// Share of attempts by source.
+    pub attempt_share_by_source: BTreeMap<String, f64>,
+    /// Attempts answered 429.
+    pub rate_limited: u32,
+    /// Seconds from the start until each source's gate first opened.
+    pub isolated_after_s: BTreeMap<String, f64>,
+    /// Call time percentiles, seconds.
+    pub call_time_p50_s: f64,
+    /// 95th percentile.
+    pub call_time_p95_s: f64,
+    /// 99th percentile.
+    pub call_time_p99_s: f64,
+    /// Calls by how they ended.
+    pub results: BTreeMap<String, u32>,
+    /// Virtual time the run took, seconds.
+    pub scenario_time_s: f64,
+    /// `CircuitOpen` errors, and how many carried exactly the cooldown left.
+    pub circuit_open_errors: u32,
+    /// Of those, the ones whose retry_after was the remaining cooldown.
+    pub circuit_open_with_remaining_cooldown: u32,
+    /// The eight invariants.
+    pub invariants: Vec<Verdict>,
+}
+
+fn round(x: f64, places: i32) -> f64 {
+    let scale = 10f64.powi(places);
+    (x * scale).round() / scale
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+fn result_name(result: CallResult) -> String {
+    serde_json::to_value(result).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+}
+
+impl Summary {
+    /// The figures of `run`.
+    pub fn of(run: &RunResult, policy: &str, seed: u64, ceiling: f64, invariants: Vec<Verdict>) -> Summary {
+        let succeeded = run.call_events.iter().filter(|c| c.result == CallResult::Ok).count() as u32;
+        let mut attempts_by_source: BTreeMap<String, u32> = run.policy.sources.iter().map(|s| (s.name.clone(), 0)).collect();
+        for a in &run.attempt_events {
+            *attempts_by_source.entry(a.key.source.to_string()).or_default() += 1;
+        }
+        let total = run.attempt_events.len().max(1) as f64;
+        let mut isolated_after_s = BTreeMap::new();
+        for g in &run.gate_events {
+            if g.transition.to == CircuitState::Open {
+                isolated_after_s
+                    .entry(g.key.source.to_string())
+                    .or_insert_with(|| round(g.at.saturating_since(run.start).as_secs_f64(), 3));
+            }
+        }
+        let mut times: Vec<f64> = run.call_events.iter().map(|c| c.elapsed.as_secs_f64()).collect();
+        times.sort_by(f64::total_cmp);
+        let mut results = BTreeMap::new();
+        for c in &run.call_events {
+            *results.entry(result_name(c.result)).or_insert(0) += 1;
+        }
+        Summary {
+            policy: policy.to_owned(),
+            seed,
+            calls: run.calls,
+            succeeded,
+            success_rate: round(f64::from(succeeded) / f64::from(run.calls.max(1)), 6),
+            ceiling: round(ceiling, 6),
+            attempts_per_call: round(run.attempt_events.len() as f64 / f64::from(run.calls.max(1)), 4),
+            attempt_share_by_source: attempts_by_source.iter().map(|(s, n)| (s.clone(), round(f64::from(*n) / total, 4))).collect(),
+            attempts_by_source,
+            rate_limited: run.attempt_events.iter().filter(|a| a.class == OutcomeClass::RateLimited).count() as u32,
+            isolated_after_s,
+            call_time_p50_s: round(percentile(&times, 0.50), 3),
+            call_time_p95_s: round(percentile(&times, 0.95), 3),
+            call_time_p99_s: round(percentile(&times, 0.99), 3),
+            results,
+            scenario_time_s: round(run.duration.as_secs_f64(), 3),
+            circuit_open_errors: run.circuit_open.len() as u32,
+            circuit_open_with_remaining_cooldown: run.circuit_open.iter().filter(|(_, given, left)| given == left).count() as u32,
+            invariants,
+        }
+    }
+
+    /// Whether every invariant held.
+    pub fn invariants_hold(&self) -> bool {
+        self.invariants.iter().all(|v| v.held)
+    }
+}
+
+/// The whole report of a soak.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// Scenario name.
+    pub scenario: String,
+    /// Its description.
+    pub description: String,
+    /// Every run, in order (policy, then seed).
+    pub runs: Vec<Summary>,
+}
+
+impl Report {
+    /// The Markdown form; `wall_s` is the measured wall time (not in the JSON, which depends
+    /// only on the seed).
+    pub fn markdown(&self, wall_s: f64) -> String {
+        let mut md = format!("# Soak report: {}\n\n{}\n\nWall time: {wall_s:.1} s.\n\n", self.scenario, self.description);
+        md += "| policy | seed | success | ceiling | attempts/call | 429s | p50 s | p95 s | p99 s | invariants |\n";
+        md += "|---|---|---|---|---|---|---|---|---|---|\n";
+        for r in &self.runs {
+            md += &format!(
+                "| {} | {} | {:.2} % | {:.2} % | {:.3} | {} | {:.1} | {:.1} | {:.1} | {} |\n",
+                r.policy,
+                r.seed,
+                r.success_rate * 100.0,
+                r.ceiling * 100.0,
+                r.attempts_per_call,
+                r.rate_limited,
+                r.call_time_p50_s,
+                r.call_time_p95_s,
+                r.call_time_p99_s,
+                if r.invariants_hold() { "8/8 hold".to_owned() } else { "VIOLATED".to_owned() }
+            );
+        }
+        for r in &self.runs {
+            md += &format!("\n## {} policy, seed {}\n\n", r.policy, r.seed);
+            md += "| source | attempts | share | first isolated at |\n|---|---|---|---|\n";
+            for (source, n) in &r.attempts_by_source {
+                let isolated = r.isolated_after_s.get(source).map_or_else(|| "never".to_owned(), |t| format!("{t:.1} s"));
+                md += &format!("| {source} | {n} | {:.1} % | {isolated} |\n", r.attempt_share_by_source[source] * 100.0);
+            }
+            md += "\nResults: ";
+            md += &r.results.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ");
+            md += "\n\nInvariants:\n\n";
+            for v in &r.invariants {
+                md += &format!(
+                    "{}. {} — {}\n",
+                    v.number,
+                    v.name,
+                    v.violation.as_deref().map_or("holds".to_owned(), |w| format!("**violated**: {w}"))
+                );
+            }
+        }
+        md
+    }
+}
+
+/// Per-minute success rate and attempts per source of `run`, drawn to `path` as SVG.
+pub fn chart(run: &RunResult, title: &str, path: &Path) -> Result<(), String> {
+    let minutes = (run.duration.as_secs_f64() / 60.0).ceil().max(1.0) as usize;
+    let minute_of = |t: gateway_core::Timestamp| ((t.saturating_since(run.start).as_secs_f64() / 60.0) as usize).min(minutes - 1);
+    let mut ok = vec![0u32; minutes];
+    let mut ended = vec![0u32; minutes];
+    for c in &run.call_events {
+        let m = minute_of(c.started.saturating_add(c.elapsed));
+        ended[m] += 1;
+        ok[m] += u32::from(c.result == CallResult::Ok);
+    }
+    let sources: Vec<String> = run.policy.sources.iter().map(|s| s.name.clone()).collect();
+    let mut per_source = vec![vec![0u32; minutes]; sources.len()];
+    for a in &run.attempt_events {
+        if let Some(i) = sources.iter().position(|s| **s == *a.key.source) {
+            per_source[i][minute_of(a.started)] += 1;
+        }
+    }
+    let root = SVGBackend::new(path, (960, 640)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let (top, bottom) = root.split_vertically(300);
+    let mut success = ChartBuilder::on(&top)
+        .caption(format!("{title}: success rate per minute"), ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0f64..minutes as f64, 0f64..100f64)
+        .map_err(|e| e.to_string())?;
+    success.configure_mesh().x_desc("scenario minute").y_desc("% ok").draw().map_err(|e| e.to_string())?;
+    let points: Vec<(f64, f64)> =
+        (0..minutes).filter(|&m| ended[m] > 0).map(|m| (m as f64 + 0.5, 100.0 * f64::from(ok[m]) / f64::from(ended[m]))).collect();
+    success.draw_series(LineSeries::new(points, &BLUE)).map_err(|e| e.to_string())?;
+    let peak = per_source.iter().flatten().copied().max().unwrap_or(1).max(1);
+    let mut attempts = ChartBuilder::on(&bottom)
+        .caption("attempts per source per minute", ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0f64..minutes as f64, 0f64..f64::from(peak) * 1.1)
+        .map_err(|e| e.to_string())?;
+    attempts.configure_mesh().x_desc("scenario minute").y_desc("attempts").draw().map_err(|e| e.to_string())?;
+    for (i, source) in sources.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let series: Vec<(f64, f64)> = per_source[i].iter().enumerate().map(|(m, n)| (m as f64 + 0.5, f64::from(*n))).collect();
+        attempts
+            .draw_series(LineSeries::new(series, color))
+            .map_err(|e| e.to_string())?
+            .label(source.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
+    }
+    attempts.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.8)).draw().map_err(|e| e.to_string())?;
+    root.present().map_err(|e| e.to_string())
+}

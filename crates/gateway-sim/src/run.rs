@@ -1,0 +1,169 @@
+//! One soak run: the scenario's workload through a `GatewayClient` (memory gates, simulated
+//! providers) by closed-loop workers, on a paused tokio clock, so a seed gives the same run.
+
+use crate::scenario::Scenario;
+use crate::upstream::{POISON, SimUpstream};
+use gateway_client::{Collector, GatewayClient, Preset, TokioClock};
+use gateway_core::breaker::CircuitState;
+use gateway_core::policy::{ScopePolicy, WaitMode};
+use gateway_core::ports::GateKey;
+use gateway_core::random::unit;
+use gateway_core::request::{Message, Payload, Request, Role, Structured};
+use gateway_core::telemetry::{AttemptEvent, CallEvent, GateEvent};
+use gateway_core::time::{Clock, Timestamp};
+use gateway_memory::{MemoryGates, MemoryQuota};
+use rand_chacha::ChaCha8Rng;
+use rand_core::SeedableRng;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+/// How to run a scenario.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// The seed of everything random: providers, selection, jitter, poison payloads.
+    pub seed: u64,
+    /// The policy preset.
+    pub preset: Preset,
+    /// Overrides the scenario's call count.
+    pub calls: Option<u32>,
+    /// Overrides the scenario's worker count.
+    pub workers: Option<u32>,
+    /// Overrides the scope's `circuit_open`.
+    pub circuit_open: Option<WaitMode>,
+}
+
+/// What a run left behind: every telemetry event, and what was still held at the end.
+pub struct RunResult {
+    /// The scope as run (after the preset).
+    pub policy: ScopePolicy,
+    /// Calls in the run.
+    pub calls: u32,
+    /// Every call event.
+    pub call_events: Vec<CallEvent>,
+    /// Every attempt event.
+    pub attempt_events: Vec<AttemptEvent>,
+    /// Every gate transition.
+    pub gate_events: Vec<GateEvent>,
+    /// When the run started (timestamps of events are on the same clock).
+    pub start: Timestamp,
+    /// Virtual time the run took.
+    pub duration: Duration,
+    /// AIMD in-flight counts left at the end.
+    pub leftover_inflight: u32,
+    /// Quota permits left at the end.
+    pub leftover_permits: usize,
+    /// Probe leases left at the end.
+    pub leftover_leases: usize,
+    /// Each `CircuitOpen` error: the call, its retry_after, and the time left until the
+    /// earliest gate of the scope could be probed when the error was returned.
+    pub circuit_open: Vec<(u64, Duration, Duration)>,
+}
+
+/// Runs `scenario` as `config` says; `progress` is told the number of calls ended so far.
+pub fn run(scenario: &Scenario, config: &RunConfig, progress: Arc<dyn Fn(u32) + Send + Sync>) -> Result<RunResult, String> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().map_err(|e| e.to_string())?;
+    runtime.block_on(run_async(scenario, config, progress))
+}
+
+async fn run_async(scenario: &Scenario, config: &RunConfig, progress: Arc<dyn Fn(u32) + Send + Sync>) -> Result<RunResult, String> {
+    let mut policy = scenario.scope().map_err(|e| e.to_string())?;
+    if let Some(mode) = config.circuit_open {
+        policy.circuit_open = mode;
+    }
+    let calls = config.calls.unwrap_or(scenario.calls);
+    let workers = config.workers.unwrap_or(scenario.workers).max(1);
+    let clock = Arc::new(TokioClock::new());
+    let start = clock.now();
+    let gates = Arc::new(MemoryGates::new(clock.clone()));
+    let quota = Arc::new(MemoryQuota::new(clock.clone()));
+    let telemetry = Arc::new(Collector::new());
+    let upstream = Arc::new(SimUpstream::new(scenario, &policy, clock.clone(), config.seed));
+    let client = GatewayClient::builder()
+        .preset(config.preset)
+        .scope(policy.clone())
+        .gates(gates.clone())
+        .quota(quota.clone())
+        .upstream(upstream)
+        .telemetry(telemetry.clone())
+        .clock(clock.clone())
+        .seed(config.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let mut preset_policy = policy.clone();
+    config.preset.apply(&mut preset_policy);
+
+    let mut rng = ChaCha8Rng::seed_from_u64(config.seed ^ 0x5EED);
+    let poison: Arc<Vec<bool>> = Arc::new((0..calls).map(|_| unit(&mut rng) < scenario.poison_rate).collect());
+    let client = Arc::new(client);
+    let next = Arc::new(AtomicU32::new(0));
+    let done = Arc::new(AtomicU32::new(0));
+    let structured = scenario.structured;
+    let mut handles = Vec::new();
+    let sources: Arc<Vec<GateKey>> = Arc::new(policy.sources.iter().map(|s| GateKey::new("soak", s.name.as_str())).collect());
+    let circuit_open: Arc<std::sync::Mutex<Vec<(u64, Duration, Duration)>>> = Arc::default();
+    for _ in 0..workers {
+        let (client, next, done, poison, progress) = (client.clone(), next.clone(), done.clone(), poison.clone(), progress.clone());
+        let (clock, gates, sources, circuit_open) = (clock.clone(), gates.clone(), sources.clone(), circuit_open.clone());
+        handles.push(tokio::spawn(async move {
+            loop {
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                if index >= calls {
+                    break;
+                }
+                let content = if poison[index as usize] { POISON.to_owned() } else { format!("call {index}") };
+                let request = Request {
+                    payload: Payload::Chat {
+                        messages: vec![Message { role: Role::User, content }],
+                        max_tokens: Some(256),
+                        temperature: None,
+                        stream: false,
+                    },
+                    structured: structured.then(|| Structured::JsonSchema(serde_json::json!({"type": "object", "required": ["answer"]}))),
+                    estimated_tokens: 450,
+                };
+                if let Err(gateway_client::CallError::CircuitOpen { retry_after, .. }) = client.call("soak", &request).await {
+                    let now = clock.now();
+                    let remaining = sources
+                        .iter()
+                        .filter_map(|key| gates.snapshot(key))
+                        .map(|gate| if gate.state == CircuitState::Open { gate.open_until.saturating_since(now) } else { Duration::ZERO })
+                        .min()
+                        .unwrap_or(Duration::ZERO);
+                    let call = u64::from(index);
+                    circuit_open.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((call, retry_after, remaining));
+                }
+                progress(done.fetch_add(1, Ordering::Relaxed) + 1);
+            }
+        }));
+    }
+    for handle in handles {
+        handle.await.map_err(|e| e.to_string())?;
+    }
+    let duration = clock.now().saturating_since(start);
+    // let released leases and permits settle
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let now = clock.now();
+    let mut leftover_permits = 0;
+    let mut leftover_leases = 0;
+    for source in &policy.sources {
+        let key = GateKey::new("soak", source.name.as_str());
+        leftover_permits += quota.in_flight(&key);
+        if let Some(gate) = gates.snapshot(&key) {
+            leftover_leases += usize::from(gate.state == CircuitState::HalfOpen && gate.probe_until.is_some_and(|u| now < u));
+        }
+    }
+    Ok(RunResult {
+        policy: preset_policy,
+        calls,
+        call_events: telemetry.calls(),
+        attempt_events: telemetry.attempts(),
+        gate_events: telemetry.gates(),
+        start,
+        duration,
+        leftover_inflight: client.inflight("soak"),
+        leftover_permits,
+        leftover_leases,
+        circuit_open: std::mem::take(&mut *circuit_open.lock().unwrap_or_else(std::sync::PoisonError::into_inner)),
+    })
+}

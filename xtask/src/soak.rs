@@ -1,0 +1,168 @@
+//! `cargo xtask soak`: runs a scenario through the gateway in virtual time (memory backend,
+//! simulated providers), checks the eight invariants, prints a summary with a progress bar
+//! while it runs, and writes `report.md`, `report.json` and one SVG chart per policy.
+
+use gateway_client::Preset;
+use gateway_core::policy::WaitMode;
+use gateway_sim::invariants;
+use gateway_sim::report::{Report, Summary, chart};
+use gateway_sim::run::{RunConfig, run};
+use gateway_sim::scenario::Scenario;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+pub const USAGE: &str = "usage: cargo xtask soak [--scenario p6|single-relay|FILE] [--seed N|A..B] [--policy default|baseline|both]
+                        [--calls N] [--concurrency N] [--circuit-open wait|fail_fast]
+                        [--min-success PERCENT] [--report DIR]";
+
+struct Options {
+    scenario: String,
+    seeds: Vec<u64>,
+    policies: Vec<(&'static str, Preset)>,
+    calls: Option<u32>,
+    workers: Option<u32>,
+    circuit_open: Option<WaitMode>,
+    min_success: Option<f64>,
+    report: PathBuf,
+}
+
+fn parse(args: &[String]) -> Result<Options, String> {
+    let mut o = Options {
+        scenario: "p6".into(),
+        seeds: vec![1],
+        policies: vec![("default", Preset::Default)],
+        calls: None,
+        workers: None,
+        circuit_open: None,
+        min_success: None,
+        report: PathBuf::from("target/soak"),
+    };
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().cloned().ok_or_else(|| format!("{flag} needs a value\n{USAGE}"));
+        let number = |v: &str, what: &str| v.parse::<u64>().map_err(|_| format!("{flag}: {v:?} is not {what}"));
+        match flag.as_str() {
+            "--scenario" => o.scenario = value()?,
+            "--seed" => {
+                let v = value()?;
+                o.seeds = match v.split_once("..") {
+                    Some((a, b)) => {
+                        let (a, b) = (number(a, "a seed")?, number(b, "a seed")?);
+                        if a > b {
+                            return Err(format!("--seed: empty range {v}"));
+                        }
+                        (a..=b).collect()
+                    }
+                    None => vec![number(&v, "a seed")?],
+                };
+            }
+            "--policy" => {
+                o.policies = match value()?.as_str() {
+                    "default" => vec![("default", Preset::Default)],
+                    "baseline" => vec![("baseline", Preset::Baseline)],
+                    "both" => vec![("baseline", Preset::Baseline), ("default", Preset::Default)],
+                    other => return Err(format!("--policy: {other:?} is not default, baseline or both")),
+                }
+            }
+            "--calls" => o.calls = Some(u32::try_from(number(&value()?, "a count")?).map_err(|_| "--calls: too large".to_owned())?),
+            "--concurrency" => {
+                o.workers = Some(u32::try_from(number(&value()?, "a count")?).map_err(|_| "--concurrency: too large".to_owned())?)
+            }
+            "--circuit-open" => {
+                o.circuit_open = Some(match value()?.as_str() {
+                    "wait" => WaitMode::Wait,
+                    "fail_fast" => WaitMode::FailFast,
+                    other => return Err(format!("--circuit-open: {other:?} is not wait or fail_fast")),
+                })
+            }
+            "--min-success" => {
+                let v = value()?;
+                let percent: f64 = v.trim_end_matches('%').parse().map_err(|_| format!("--min-success: {v:?} is not a percentage"))?;
+                if !(0.0..=100.0).contains(&percent) {
+                    return Err(format!("--min-success: {v} is not within 0..=100"));
+                }
+                o.min_success = Some(percent / 100.0);
+            }
+            "--report" => o.report = PathBuf::from(value()?),
+            "--backend" | "--transport" | "--workers" | "--upstreams" | "--time-scale" => {
+                return Err(format!(
+                    "{flag} is not available yet: this soak runs the memory backend and simulated providers in virtual time"
+                ));
+            }
+            other => return Err(format!("unknown option {other:?}\n{USAGE}")),
+        }
+    }
+    Ok(o)
+}
+
+pub fn run_soak(args: &[String]) -> Result<(), String> {
+    let o = parse(args)?;
+    let scenario = Scenario::load(&o.scenario).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(&o.report).map_err(|e| format!("cannot create {}: {e}", o.report.display()))?;
+    // The wall clock measures the run for the terminal and the Markdown report only.
+    #[allow(clippy::disallowed_methods)]
+    let began = Instant::now();
+    let mut runs = Vec::new();
+    let mut failures = Vec::new();
+    for &(name, preset) in &o.policies {
+        for &seed in &o.seeds {
+            let calls = u64::from(o.calls.unwrap_or(scenario.calls));
+            let bar = ProgressBar::new(calls).with_style(
+                ProgressStyle::with_template(&format!("{name:>8} seed {seed:<3} [{{bar:40}}] {{pos}}/{{len}} calls"))
+                    .map_err(|e| e.to_string())?
+                    .progress_chars("=> "),
+            );
+            let tick = bar.clone();
+            let config = RunConfig { seed, preset, calls: o.calls, workers: o.workers, circuit_open: o.circuit_open };
+            let result = run(&scenario, &config, Arc::new(move |done| tick.set_position(u64::from(done))))?;
+            bar.finish_and_clear();
+            let verdicts = invariants::check(&result);
+            let summary = Summary::of(&result, name, seed, scenario.ceiling(), verdicts);
+            if seed == o.seeds[0] {
+                chart(&result, &format!("{} {name} seed {seed}", scenario.name), &o.report.join(format!("{name}.svg")))?;
+            }
+            println!(
+                "{name:>8} seed {seed:<3} success {:6.2} % (ceiling {:.2} %)  attempts/call {:.3}  429s {:5}  p99 {:6.1} s  invariants {}",
+                summary.success_rate * 100.0,
+                summary.ceiling * 100.0,
+                summary.attempts_per_call,
+                summary.rate_limited,
+                summary.call_time_p99_s,
+                if summary.invariants_hold() { "8/8" } else { "VIOLATED" }
+            );
+            for v in summary.invariants.iter().filter(|v| !v.held) {
+                failures.push(format!(
+                    "{name} seed {seed}: invariant {} ({}) violated: {}",
+                    v.number,
+                    v.name,
+                    v.violation.as_deref().unwrap_or("")
+                ));
+            }
+            if let Some(min) = o.min_success.filter(|min| name == "default" && summary.success_rate < *min) {
+                failures.push(format!(
+                    "{name} seed {seed}: success {:.2} % is below --min-success {:.2} %",
+                    summary.success_rate * 100.0,
+                    min * 100.0
+                ));
+            }
+            runs.push(summary);
+        }
+    }
+    for name in o.policies.iter().map(|(n, _)| *n) {
+        let rates: Vec<f64> = runs.iter().filter(|r| r.policy == name).map(|r| r.success_rate).collect();
+        if rates.len() > 1 {
+            let mean = rates.iter().sum::<f64>() / rates.len() as f64;
+            let min = rates.iter().copied().fold(f64::INFINITY, f64::min);
+            println!("{name:>8} over {} seeds: mean {:.2} %, worst {:.2} %", rates.len(), mean * 100.0, min * 100.0);
+        }
+    }
+    let wall = began.elapsed().as_secs_f64();
+    let report = Report { scenario: scenario.name.clone(), description: scenario.description.clone(), runs };
+    let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())? + "\n";
+    std::fs::write(o.report.join("report.json"), json).map_err(|e| e.to_string())?;
+    std::fs::write(o.report.join("report.md"), report.markdown(wall)).map_err(|e| e.to_string())?;
+    println!("wall time {wall:.1} s; report in {}", o.report.display());
+    if failures.is_empty() { Ok(()) } else { Err(failures.join("\n")) }
+}

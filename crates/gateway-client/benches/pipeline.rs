@@ -9,7 +9,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use gateway_client::GatewayClient;
 use gateway_core::policy::ScopeConfig;
 use gateway_core::ports::{Telemetry, Upstream};
-use gateway_core::request::{Attempt, Message, Payload, Request, Response, Role, Usage};
+use gateway_core::request::{Attempt, Message, Request, Response, Usage};
 use gateway_core::telemetry::{AttemptEvent, CallEvent};
 use std::hint::black_box;
 use std::sync::Arc;
@@ -51,16 +51,7 @@ fn pipeline(c: &mut Criterion) {
             .build()
             .unwrap()
     });
-    let request = Request {
-        payload: Payload::Chat {
-            messages: vec![Message { role: Role::User, content: "hi".into() }],
-            max_tokens: None,
-            temperature: None,
-            stream: false,
-        },
-        structured: None,
-        estimated_tokens: 5,
-    };
+    let request = Request::chat(vec![Message::user("hi")]);
     let mut group = c.benchmark_group("pipeline");
     group.bench_function("direct_upstream_call", |b| b.iter(|| rt.block_on(async { black_box(upstream.send("s1", &request).await) })));
     group.bench_function("gateway_client_call", |b| {

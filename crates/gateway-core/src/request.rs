@@ -71,6 +71,13 @@ impl fmt::Debug for Structured {
     }
 }
 
+impl Message {
+    /// A user message.
+    pub fn user(content: impl Into<String>) -> Self {
+        Message { role: Role::User, content: content.into() }
+    }
+}
+
 /// One call's request, sent unchanged on each attempt.
 #[derive(Clone, Debug)]
 pub struct Request {
@@ -80,6 +87,19 @@ pub struct Request {
     pub structured: Option<Structured>,
     /// Token estimate for the quota gate (corrected at settle).
     pub estimated_tokens: u32,
+}
+
+impl Request {
+    /// A plain (non-streamed) chat request of `messages`, its token estimate a quarter of the
+    /// characters (the usual rule of thumb; set `estimated_tokens` for a better one).
+    pub fn chat(messages: Vec<Message>) -> Self {
+        let chars: usize = messages.iter().map(|m| m.content.chars().count()).sum();
+        Request {
+            payload: Payload::Chat { messages, max_tokens: None, temperature: None, stream: false },
+            structured: None,
+            estimated_tokens: u32::try_from(chars / 4 + 1).unwrap_or(u32::MAX),
+        }
+    }
 }
 
 /// Token counts reported by a provider.
@@ -190,6 +210,13 @@ mod tests {
         let ok = Attempt::success(Response::Chat { content: "hi".into(), usage: None }, "http_200");
         assert_eq!(ok.outcome().class, OutcomeClass::Success);
         assert!(ok.response().is_some());
+    }
+
+    #[test]
+    fn a_chat_request_estimates_a_token_per_four_characters() {
+        let r = Request::chat(vec![Message::user("12345678")]);
+        assert_eq!(r.estimated_tokens, 3);
+        assert!(matches!(r.payload, Payload::Chat { stream: false, .. }));
     }
 
     #[test]

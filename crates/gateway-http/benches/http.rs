@@ -7,7 +7,7 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use gateway_core::policy::ScopeConfig;
 use gateway_core::ports::Upstream;
-use gateway_core::request::{Message, Payload, Request, Role};
+use gateway_core::request::{Message, Request};
 use gateway_http::HttpUpstream;
 use std::hint::black_box;
 
@@ -28,16 +28,7 @@ fn http(c: &mut Criterion) {
     }))
     .unwrap();
     let upstream = HttpUpstream::new(&[scope.resolve("chat").unwrap()]).unwrap();
-    let request = Request {
-        payload: Payload::Chat {
-            messages: vec![Message { role: Role::User, content: "hi".into() }],
-            max_tokens: None,
-            temperature: None,
-            stream: false,
-        },
-        structured: None,
-        estimated_tokens: 5,
-    };
+    let request = Request::chat(vec![Message::user("hi")]);
     let bare = reqwest::Client::new();
     let body = serde_json::json!({"model": "m1", "messages": [{"role": "user", "content": "hi"}], "stream": false});
     let endpoint = format!("{url}/chat/completions");

@@ -9,7 +9,7 @@ use gateway_core::breaker::GateParams;
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::policy::{ScopeConfig, ScopePolicy};
 use gateway_core::ports::{BreakerGate, GateKey, QuotaGate, Upstream};
-use gateway_core::request::{Attempt, Message, Payload, Request, Response, Role, Usage};
+use gateway_core::request::{Attempt, Message, Payload, Request, Response, Usage};
 use gateway_core::time::Clock;
 use gateway_memory::{MemoryGates, MemoryQuota};
 use std::collections::HashMap;
@@ -116,16 +116,7 @@ pub fn sources(n: usize, extra: serde_json::Value) -> ScopePolicy {
 }
 
 pub fn chat() -> Request {
-    Request {
-        payload: Payload::Chat {
-            messages: vec![Message { role: Role::User, content: "hi".into() }],
-            max_tokens: None,
-            temperature: None,
-            stream: false,
-        },
-        structured: None,
-        estimated_tokens: 100,
-    }
+    Request { estimated_tokens: 100, ..Request::chat(vec![Message::user("hi")]) }
 }
 
 /// A client with its shared parts exposed to the test.

@@ -147,7 +147,7 @@ impl RedisConnection {
     pub(crate) async fn run(
         &self,
         script: &Script,
-        keys: &[String],
+        keys: &[Value],
         args: &[Value],
         key: &(dyn std::fmt::Display + Sync),
     ) -> Result<Value, GateError> {
@@ -175,13 +175,13 @@ impl RedisConnection {
         tracing::warn!(op, %error, "breaker record dropped: redis unavailable; the call continues");
     }
 
-    async fn evalsha(&self, script: &Script, keys: &[String], args: &[Value]) -> Result<Value, Error> {
+    async fn evalsha(&self, script: &Script, keys: &[Value], args: &[Value]) -> Result<Value, Error> {
         // Route by the first key's slot (every key of a script shares the scope's hash tag).
-        let slot = keys.first().map(|k| fred::util::redis_keyslot(k.as_bytes()));
+        let slot = keys.first().and_then(Value::as_bytes).map(fred::util::redis_keyslot);
         let mut argv: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.len());
         argv.push(Value::String(script.sha.as_str().into()));
         argv.push(Value::Integer(keys.len() as i64));
-        argv.extend(keys.iter().map(|k| Value::String(k.as_str().into())));
+        argv.extend(keys.iter().cloned());
         argv.extend(args.iter().cloned());
         self.pool.with_options(&self.options).custom(CustomCommand::new("EVALSHA", slot, false), argv).await
     }

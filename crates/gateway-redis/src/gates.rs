@@ -8,19 +8,47 @@ use fred::prelude::*;
 use gateway_core::breaker::{Cause, CircuitState, Entry, Gate, GateParams, Reply, Transition, Verdict};
 use gateway_core::ports::{BreakerGate, GateError, GateKey};
 use gateway_core::time::Timestamp;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// The breaker gates of every process sharing one Redis.
 #[derive(Clone)]
 pub struct RedisGates {
     conn: Arc<RedisConnection>,
+    encoded: Arc<Mutex<HashMap<GateKey, Encoded>>>,
+}
+
+/// A gate's HASH name and parameter string as sent: every operation sends both, and building
+/// them was a large part of the client's work per operation, so they are built once per gate.
+struct Encoded {
+    params: GateParams,
+    hash: Value,
+    param: Value,
 }
 
 impl RedisGates {
     /// Gates on `conn`.
     pub fn new(conn: Arc<RedisConnection>) -> Self {
-        RedisGates { conn }
+        RedisGates { conn, encoded: Arc::default() }
+    }
+
+    /// The HASH name and parameter argument of `key` under `params` (cached while they hold).
+    fn encode(&self, key: &GateKey, params: &GateParams) -> Result<(Value, Value), GateError> {
+        let cached = self
+            .encoded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .filter(|e| e.params == *params)
+            .map(|e| (e.hash.clone(), e.param.clone()));
+        if let Some(encoded) = cached {
+            return Ok(encoded);
+        }
+        let (hash, param) = (Value::String(keys::gate(key)?.into()), param_arg(params));
+        let entry = Encoded { params: params.clone(), hash: hash.clone(), param: param.clone() };
+        self.encoded.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone(), entry);
+        Ok((hash, param))
     }
 
     /// The connection, e.g. to read `degraded_records`.
@@ -31,15 +59,15 @@ impl RedisGates {
     /// The stored state of one gate (a missing HASH is a new, CLOSED gate).
     pub async fn snapshot(&self, key: &GateKey) -> Result<Gate, GateError> {
         let hash = keys::gate(key)?;
-        let fields: std::collections::HashMap<String, String> = self.conn.pool().hgetall(&hash).await.map_err(|e| unavailable(key, e))?;
+        let fields: HashMap<String, String> = self.conn.pool().hgetall(&hash).await.map_err(|e| unavailable(key, e))?;
         gate_from_fields(key, &fields)
     }
 
     async fn op(&self, script: &Script, key: &GateKey, params: &GateParams, extra: Vec<Value>) -> Result<(Verdict, Reply), GateError> {
-        let hash = keys::gate(key)?;
+        let (hash, param) = self.encode(key, params)?;
         let mut args = Vec::with_capacity(2 + extra.len());
         args.push(self.conn.now_arg());
-        args.push(param_arg(params));
+        args.push(param);
         args.extend(extra);
         let value = self.conn.run(script, std::slice::from_ref(&hash), &args, key).await?;
         parse_reply(key, value)
@@ -143,7 +171,7 @@ fn parse_reply(key: &GateKey, value: Value) -> Result<(Verdict, Reply), GateErro
     Ok((verdict, reply))
 }
 
-fn gate_from_fields(key: &GateKey, fields: &std::collections::HashMap<String, String>) -> Result<Gate, GateError> {
+fn gate_from_fields(key: &GateKey, fields: &HashMap<String, String>) -> Result<Gate, GateError> {
     let num = |name: &str| -> Result<Option<u64>, GateError> {
         match fields.get(name).map(String::as_str) {
             None | Some("") => Ok(None),
@@ -202,7 +230,7 @@ impl BreakerGate for RedisGates {
             let mut hashes = Vec::new();
             let mut args = vec![self.conn.now_arg()];
             for (key, params) in gates.iter().filter(|(k, _)| &*k.scope == scope) {
-                hashes.push(keys::gate(key)?);
+                hashes.push(self.encode(key, params)?.0);
                 args.push(Value::Integer(i64::try_from(params.max_cooldown_ms()).unwrap_or(i64::MAX)));
             }
             let value = self.conn.run(&self.conn.scripts().retry_after, &hashes, &args, &scope).await?;

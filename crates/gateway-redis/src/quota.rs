@@ -55,6 +55,10 @@ fn malformed(key: &GateKey, detail: String) -> GateError {
     GateError::Malformed { backend: "redis", key: key.to_string(), detail }
 }
 
+fn quota_keys(key: &GateKey) -> Result<Vec<Value>, GateError> {
+    Ok(keys::quota(key)?.into_iter().map(|k| Value::String(k.into())).collect())
+}
+
 fn limit_arg(limit: Option<u32>) -> Value {
     Value::Integer(limit.map_or(-1, i64::from))
 }
@@ -62,7 +66,7 @@ fn limit_arg(limit: Option<u32>) -> Value {
 #[async_trait]
 impl QuotaGate for RedisQuota {
     async fn acquire(&self, key: &GateKey, limits: &QuotaLimits, estimated_tokens: u32) -> Result<QuotaDecision, GateError> {
-        let keys = keys::quota(key)?;
+        let keys = quota_keys(key)?;
         let mut args = self.base_args(limits.permit_ttl);
         args.extend([
             limit_arg(limits.max_concurrency),
@@ -92,14 +96,14 @@ impl QuotaGate for RedisQuota {
     }
 
     async fn settle(&self, permit: &Permit, actual_tokens: u32) -> Result<(), GateError> {
-        let keys = keys::quota(&permit.key)?;
+        let keys = quota_keys(&permit.key)?;
         let mut args = self.base_args(Duration::ZERO);
         args.extend([Value::String(permit.id.to_string().into()), Value::Integer(i64::from(actual_tokens))]);
         self.conn.run(&self.conn.scripts().quota_settle, &keys, &args, &permit.key).await.map(|_| ())
     }
 
     async fn release(&self, permit: &Permit) -> Result<(), GateError> {
-        let keys = keys::quota(&permit.key)?;
+        let keys = quota_keys(&permit.key)?;
         let mut args = self.base_args(Duration::ZERO);
         args.push(Value::String(permit.id.to_string().into()));
         self.conn.run(&self.conn.scripts().quota_release, &keys, &args, &permit.key).await.map(|_| ())

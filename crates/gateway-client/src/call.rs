@@ -200,7 +200,10 @@ impl CallLoop<'_> {
                         }
                     };
                     call.backoffs += 1;
-                    tokio::time::sleep(delay).await;
+                    // A provider's Retry-After is a floor, but never a reason to sleep past the
+                    // stall bound (a 429 saying "a day" would otherwise hold the call a day).
+                    let bound = (call.stall.remaining(policy.stall_window, clock.now()) + policy.poll_interval).max(policy.backoff.cap);
+                    tokio::time::sleep(delay.min(bound)).await;
                 }
             }
         }

@@ -93,7 +93,8 @@ impl Loader {
             figment = figment.merge(toml);
         }
         let vars = match &self.env {
-            EnvSource::Process => std::env::vars().collect(),
+            // Variables that are not UTF-8 belong to something else: skip them rather than panic.
+            EnvSource::Process => std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect(),
             EnvSource::Fixed(vars) => vars.clone(),
         };
         figment = figment.merge(EnvProvider::new(vars, &scopes)?);
@@ -131,7 +132,10 @@ impl EnvProvider {
                     message: "empty key part (a doubled or trailing '__')".into(),
                 });
             }
-            let value: Value = raw.parse().unwrap_or_else(|_| Value::from(raw.clone()));
+            // Text keys keep their text even when it looks like a number (an API key of digits).
+            let text_key =
+                parts.iter().any(|p| p == "headers") || ["api_key", "base_url", "model"].contains(&parts[parts.len() - 1].as_str());
+            let value: Value = if text_key { Value::from(raw.clone()) } else { raw.parse().unwrap_or_else(|_| Value::from(raw.clone())) };
             insert(&mut dict, &parts, value).map_err(|message| ConfigError { key: name.clone(), layer: ENV_LAYER.into(), message })?;
         }
         Ok(EnvProvider { dict })

@@ -57,9 +57,11 @@ impl Slot {
     /// Hands back a probe lease that proved nothing (the quota refused the attempt).
     pub(crate) async fn release_probe(&mut self) {
         if self.probe {
+            // Cleared before the await: a call dropped while the release is in flight must not
+            // send a second release, which could clear the next prober's lease.
+            self.probe = false;
             let (key, params) = &self.scope.gates[self.source];
             let _ = self.gates.release_probe(key, params, self.epoch()).await;
-            self.probe = false;
         }
     }
 
@@ -79,15 +81,17 @@ impl Slot {
         self.inflight = false;
         let (key, params) = &self.scope.gates[self.source];
         let epoch = self.epoch();
+        // The outcome settles the probe: cleared before the await, so a call dropped while the
+        // record is in flight does not also release the lease (the next prober's, by then).
+        let probe = std::mem::take(&mut self.probe);
         // A record the backend cannot take is logged and counted by the adapter; the call goes on.
         let reply = match class.effects().breaker {
             BreakerEffect::RecordSuccess { real } => self.gates.record_success(key, params, epoch, real).await.ok(),
             BreakerEffect::RecordFailure => self.gates.record_failure(key, params, epoch).await.ok(),
             BreakerEffect::ForceOpen => self.gates.force_open(key, params).await.ok(),
-            BreakerEffect::Nothing if self.probe => self.gates.release_probe(key, params, epoch).await.ok(),
+            BreakerEffect::Nothing if probe => self.gates.release_probe(key, params, epoch).await.ok(),
             BreakerEffect::Nothing => None,
         };
-        self.probe = false;
         if let Some(permit) = &self.permit {
             if let Some(tokens) = actual_tokens {
                 let _ = self.quota.settle(permit, tokens).await;

@@ -52,6 +52,15 @@ fn the_environment_overrides_the_file_and_defaults_fill_the_rest() {
 }
 
 #[test]
+fn text_keys_keep_digits_as_text() {
+    let path = file(BASE);
+    let vars = env(&[("CHAT__SOURCES__S1__API_KEY", "123456"), ("CHAT__SOURCES__S1__MODEL", "4")]);
+    let scopes = Loader::new().file(&path).env_vars(vars).load().unwrap();
+    assert_eq!(scopes[0].sources[0].api_key.as_ref().unwrap().expose(), "123456");
+    assert_eq!(scopes[0].sources[0].model.as_deref(), Some("4"));
+}
+
+#[test]
 fn a_scope_may_live_in_the_environment_alone_when_named() {
     let vars = env(&[
         ("EMBEDDING__BREAKER__FAIL_THRESHOLD", "3"),

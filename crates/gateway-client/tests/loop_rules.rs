@@ -266,3 +266,13 @@ fn a_client_needs_an_upstream_and_a_scope() {
     let upstream = support::FakeUpstream::new();
     assert!(GatewayClient::builder().upstream(upstream).build().is_err());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_huge_retry_after_never_holds_a_call_past_the_stall_bound() {
+    let h = Harness::new(sources(1, json!({})), Preset::Default);
+    h.upstream.always("s1", Step::RateLimited(Some(Duration::from_secs(86_400))));
+    let error = h.call().await.unwrap_err();
+    assert!(matches!(error, CallError::AllSourcesExhausted { reason: Exhausted::Stalled, .. }), "{error}");
+    let t = h.now_s();
+    assert!(t > 300.0 && t <= 300.0 + 8.0 + 0.1, "stall window plus at most one back-off cap: {t}");
+}

@@ -322,14 +322,15 @@ impl SourceConfig {
     }
 }
 
-/// Names become environment keys and Redis key parts, so they are kept to a safe alphabet.
+/// Names become environment keys (which are matched case-blind) and Redis key parts, so they
+/// are kept to one case and a safe alphabet.
 fn check_name(name: &str, key: &str) -> Result<(), PolicyError> {
-    if !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+    if !name.is_empty() && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-') {
         Ok(())
     } else {
         Err(PolicyError::new(
             key,
-            Problem::Invalid { value: name.to_owned(), reason: "names use only letters, digits, '_' and '-'".to_owned() },
+            Problem::Invalid { value: name.to_owned(), reason: "names use only lower-case letters, digits, '_' and '-'".to_owned() },
         ))
     }
 }
@@ -422,10 +423,11 @@ impl ScopeConfig {
         let stall_window = f.secs("stall_window_s", self.stall_window_s.unwrap_or(300.0), 0.001, DAY_S)?;
         let stall_window_s = stall_window.as_secs_f64();
         let base_s = self.backoff_base_s.unwrap_or(0.25);
-        let backoff = crate::backoff::Backoff {
-            base: f.secs("backoff_base_s", base_s, 0.001, 3600.0)?,
-            cap: f.secs("backoff_cap_s", self.backoff_cap_s.unwrap_or(8.0), base_s, 3600.0)?,
-        };
+        let base = f.secs("backoff_base_s", base_s, 0.001, 3600.0)?;
+        // Defaults follow the values they depend on, so a default never contradicts a key the
+        // user did set (a 10 s base raises the default cap; a 10 ms stall window lowers the poll).
+        let backoff =
+            crate::backoff::Backoff { base, cap: f.secs("backoff_cap_s", self.backoff_cap_s.unwrap_or(base_s.max(8.0)), base_s, 3600.0)? };
         Ok(ScopePolicy {
             name: name.to_owned(),
             breaker,
@@ -435,7 +437,7 @@ impl ScopeConfig {
             max_retries: f.int("max_retries", self.max_retries.unwrap_or(3), 0, 100)?,
             structured_max_retries: f.int("structured_max_retries", self.structured_max_retries.unwrap_or(2), 0, 100)?,
             stall_window,
-            poll_interval: f.secs("poll_interval_s", self.poll_interval_s.unwrap_or(0.05), 0.001, stall_window_s)?,
+            poll_interval: f.secs("poll_interval_s", self.poll_interval_s.unwrap_or(stall_window_s.min(0.05)), 0.001, stall_window_s)?,
             concurrency: f.int("concurrency", self.concurrency.unwrap_or(64), 1, 1_000_000)?,
             backoff,
             sources,
@@ -550,6 +552,9 @@ mod tests {
         bad_name.sources.insert("s 3".into(), SourceConfig::default());
         assert!(err(&bad_name).starts_with("chat.sources.s 3: value \"s 3\" is invalid"));
         assert!(scope(required()).resolve("").unwrap_err().to_string().contains("is invalid"));
+        let mut upper = scope(required());
+        upper.sources.insert("OpenAI".into(), SourceConfig::default());
+        assert!(err(&upper).contains("lower-case"), "{}", err(&upper));
     }
 
     #[test]
@@ -570,6 +575,15 @@ mod tests {
             let e = serde_json::from_str::<BreakerConfig>(&format!(r#"{{"{key}": false}}"#)).unwrap_err().to_string();
             assert!(e.contains(&format!("unknown field `{key}`")), "{e}");
         }
+    }
+
+    #[test]
+    fn defaults_follow_the_keys_they_depend_on() {
+        let mut config = scope(required());
+        config.backoff_base_s = Some(10.0);
+        config.stall_window_s = Some(0.01);
+        let p = config.resolve("chat").unwrap();
+        assert_eq!((p.backoff.cap, p.poll_interval), (Duration::from_secs(10), Duration::from_millis(10)));
     }
 
     #[test]

@@ -65,12 +65,12 @@ pub fn classify_transport(error: &reqwest::Error) -> (OutcomeClass, &'static str
 /// HTTP-date (read against the wall clock). Unparseable or past values give `None`.
 pub fn retry_after(headers: &HeaderMap, wall: &dyn WallClock) -> Option<Duration> {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
-    if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok()).filter(|ms| ms.is_finite() && *ms >= 0.0) {
-        return Some(Duration::from_secs_f64(ms / 1000.0));
+    if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        return Duration::try_from_secs_f64(ms / 1000.0).ok();
     }
     let value = header("retry-after")?;
     if let Ok(secs) = value.parse::<f64>() {
-        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+        return Duration::try_from_secs_f64(secs).ok();
     }
     let at = httpdate::parse_http_date(value).ok()?;
     let at = at.duration_since(std::time::UNIX_EPOCH).ok()?;
@@ -123,6 +123,8 @@ mod tests {
         assert_eq!(retry_after(&headers, &wall), None);
         headers.insert("retry-after", HeaderValue::from_static("-3"));
         assert_eq!(retry_after(&headers, &wall), None);
+        headers.insert("retry-after", HeaderValue::from_static("1e300"));
+        assert_eq!(retry_after(&headers, &wall), None, "too large for a Duration: ignored, no panic");
         headers.insert("retry-after", HeaderValue::from_static("Wed, 21 Oct 2015 07:27:00 GMT"));
         assert_eq!(retry_after(&headers, &wall), None, "a date in the past");
         headers.insert("retry-after", HeaderValue::from_static("2.5"));

@@ -1,5 +1,5 @@
-//! `cargo xtask <command>`: repository automation, one module per subcommand; std and the
-//! workspace's own crates only.
+//! `cargo xtask <command>`: repository automation, one module per subcommand; it depends on the
+//! workspace's own crates, serde_json and indicatif only.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a command-line tool prints
 

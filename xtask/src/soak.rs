@@ -66,9 +66,14 @@ fn parse(args: &[String]) -> Result<Options, String> {
                     other => return Err(format!("--policy: {other:?} is not default, baseline or both")),
                 }
             }
-            "--calls" => o.calls = Some(u32::try_from(number(&value()?, "a count")?).map_err(|_| "--calls: too large".to_owned())?),
-            "--concurrency" => {
-                o.workers = Some(u32::try_from(number(&value()?, "a count")?).map_err(|_| "--concurrency: too large".to_owned())?)
+            "--calls" | "--concurrency" => {
+                let n = number(&value()?, "a count")?;
+                let n = u32::try_from(n).ok().filter(|n| *n >= 1).ok_or_else(|| format!("{flag}: {n} is not within 1..=4294967295"))?;
+                if flag == "--calls" {
+                    o.calls = Some(n);
+                } else {
+                    o.workers = Some(n);
+                }
             }
             "--circuit-open" => {
                 o.circuit_open = Some(match value()?.as_str() {
@@ -86,6 +91,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
                 o.min_success = Some(percent / 100.0);
             }
             "--report" => o.report = PathBuf::from(value()?),
+            "--help" | "-h" => return Err(USAGE.to_owned()),
             "--backend" | "--transport" | "--workers" | "--upstreams" | "--time-scale" => {
                 return Err(format!(
                     "{flag} is not available yet: this soak runs the memory backend and simulated providers in virtual time"
@@ -165,4 +171,30 @@ pub fn run_soak(args: &[String]) -> Result<(), String> {
     std::fs::write(o.report.join("report.md"), report.markdown(wall)).map_err(|e| e.to_string())?;
     println!("wall time {wall:.1} s; report in {}", o.report.display());
     if failures.is_empty() { Ok(()) } else { Err(failures.join("\n")) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn options_and_their_errors() {
+        let o = parse(&args(&["--seed", "1..5", "--policy", "both", "--min-success", "98.5%"])).unwrap();
+        assert_eq!(o.seeds, [1, 2, 3, 4, 5]);
+        assert_eq!(o.policies.len(), 2);
+        assert_eq!(o.min_success, Some(0.985));
+        let error = |a: &[&str]| parse(&args(a)).err().unwrap();
+        assert_eq!(error(&["--calls", "0"]), "--calls: 0 is not within 1..=4294967295");
+        assert_eq!(error(&["--seed", "5..1"]), "--seed: empty range 5..1");
+        assert_eq!(error(&["--seed", "x"]), "--seed: \"x\" is not a seed");
+        assert!(error(&["--policy", "best"]).starts_with("--policy: \"best\""));
+        assert!(error(&["--min-success", "120"]).contains("not within 0..=100"));
+        assert!(error(&["--backend", "redis"]).contains("not available yet"));
+        assert!(error(&["--frobnicate"]).starts_with("unknown option"));
+        assert!(error(&["--report"]).starts_with("--report needs a value"));
+    }
 }

@@ -6,7 +6,7 @@ use gateway_client::Preset;
 use gateway_core::policy::WaitMode;
 use gateway_sim::invariants;
 use gateway_sim::report::{Report, Summary, chart};
-use gateway_sim::run::{RunConfig, run};
+use gateway_sim::run::{Backend, RunConfig, run};
 use gateway_sim::scenario::Scenario;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
@@ -15,7 +15,9 @@ use std::time::Instant;
 
 pub const USAGE: &str = "usage: cargo xtask soak [--scenario p6|single-relay|FILE] [--seed N|A..B] [--policy default|baseline|both]
                         [--calls N] [--concurrency N] [--circuit-open wait|fail_fast]
-                        [--min-success PERCENT] [--report DIR]";
+                        [--backend memory|redis] [--time-scale S] [--min-success PERCENT] [--report DIR]
+  --backend redis uses REDIS_URL (default redis://127.0.0.1:6379) and runs in real time: give
+  --time-scale (every duration of the scenario multiplied by it, e.g. 0.05).";
 
 struct Options {
     scenario: String,
@@ -26,6 +28,8 @@ struct Options {
     circuit_open: Option<WaitMode>,
     min_success: Option<f64>,
     report: PathBuf,
+    backend: Backend,
+    time_scale: Option<f64>,
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
@@ -38,6 +42,8 @@ fn parse(args: &[String]) -> Result<Options, String> {
         circuit_open: None,
         min_success: None,
         report: PathBuf::from("target/soak"),
+        backend: Backend::Memory,
+        time_scale: None,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -92,10 +98,23 @@ fn parse(args: &[String]) -> Result<Options, String> {
             }
             "--report" => o.report = PathBuf::from(value()?),
             "--help" | "-h" => return Err(USAGE.to_owned()),
-            "--backend" | "--transport" | "--workers" | "--upstreams" | "--time-scale" => {
-                return Err(format!(
-                    "{flag} is not available yet: this soak runs the memory backend and simulated providers in virtual time"
-                ));
+            "--backend" => {
+                o.backend = match value()?.as_str() {
+                    "memory" => Backend::Memory,
+                    "redis" => Backend::Redis(std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())),
+                    other => return Err(format!("--backend: {other:?} is not memory or redis")),
+                }
+            }
+            "--time-scale" => {
+                let v = value()?;
+                let scale: f64 = v.parse().map_err(|_| format!("--time-scale: {v:?} is not a number"))?;
+                if !(scale.is_finite() && scale > 0.0) {
+                    return Err(format!("--time-scale: {v} must be a positive number"));
+                }
+                o.time_scale = Some(scale);
+            }
+            "--transport" | "--workers" | "--upstreams" => {
+                return Err(format!("{flag} is not available yet: this soak runs simulated providers in this process"));
             }
             other => return Err(format!("unknown option {other:?}\n{USAGE}")),
         }
@@ -121,7 +140,15 @@ pub fn run_soak(args: &[String]) -> Result<(), String> {
                     .progress_chars("=> "),
             );
             let tick = bar.clone();
-            let config = RunConfig { seed, preset, calls: o.calls, workers: o.workers, circuit_open: o.circuit_open };
+            let config = RunConfig {
+                backend: o.backend.clone(),
+                time_scale: o.time_scale,
+                seed,
+                preset,
+                calls: o.calls,
+                workers: o.workers,
+                circuit_open: o.circuit_open,
+            };
             let result = run(&scenario, &config, Arc::new(move |done| tick.set_position(u64::from(done))))?;
             bar.finish_and_clear();
             let verdicts = invariants::check(&result);
@@ -193,7 +220,10 @@ mod tests {
         assert_eq!(error(&["--seed", "x"]), "--seed: \"x\" is not a seed");
         assert!(error(&["--policy", "best"]).starts_with("--policy: \"best\""));
         assert!(error(&["--min-success", "120"]).contains("not within 0..=100"));
-        assert!(error(&["--backend", "redis"]).contains("not available yet"));
+        assert!(error(&["--transport", "http"]).contains("not available yet"));
+        assert!(error(&["--backend", "etcd"]).starts_with("--backend: \"etcd\""));
+        assert!(error(&["--time-scale", "0"]).contains("positive"));
+        assert_eq!(parse(&args(&["--backend", "redis", "--time-scale", "0.05"])).unwrap().time_scale, Some(0.05));
         assert!(error(&["--frobnicate"]).starts_with("unknown option"));
         assert!(error(&["--report"]).starts_with("--report needs a value"));
     }

@@ -31,6 +31,13 @@ pub struct Scenario {
     pub accounts: BTreeMap<String, Account>,
     /// The simulated provider behind each source, by source name.
     pub providers: BTreeMap<String, Provider>,
+    /// Length of the accounts' rate window in seconds (60, less in a scaled run).
+    #[serde(skip, default = "default_minute")]
+    pub minute_s: f64,
+}
+
+fn default_minute() -> f64 {
+    60.0
 }
 
 /// A provider account's own limits (they answer 429) and other tenants' load.
@@ -173,6 +180,46 @@ impl Scenario {
         self.gateway.resolve("soak")
     }
 
+    /// The same scenario with every duration multiplied by `scale` (a real-time run at
+    /// `--time-scale`): the gateway's timeouts, windows, cooldowns, back-off and stall bound
+    /// (defaults included), the providers' latencies and outages, the accounts' peaks and rate
+    /// windows; per-minute limits are divided by it, since a minute of the scenario lasts
+    /// `60 × scale` seconds.
+    pub fn scaled(&self, scale: f64) -> Scenario {
+        let mut s = self.clone();
+        let x = |v: Option<f64>, default: f64| Some(v.unwrap_or(default) * scale);
+        let per_minute = |v: Option<u32>| v.map(|v| ((f64::from(v) / scale).ceil() as u32).max(1));
+        let g = &mut s.gateway;
+        let cooldown = g.breaker.cooldown_s.unwrap_or(60.0);
+        g.breaker.max_cooldown_s = x(g.breaker.max_cooldown_s, cooldown.max(300.0));
+        g.breaker.cooldown_s = g.breaker.cooldown_s.map(|c| c * scale);
+        g.breaker.window_s = x(g.breaker.window_s, 60.0);
+        g.breaker.probe_ttl_s = g.breaker.probe_ttl_s.map(|t| t * scale);
+        g.stall_window_s = x(g.stall_window_s, 300.0);
+        g.poll_interval_s = x(g.poll_interval_s, 0.05);
+        g.backoff_base_s = x(g.backoff_base_s, 0.25);
+        g.backoff_cap_s = x(g.backoff_cap_s, 8.0);
+        for source in g.sources.values_mut() {
+            source.timeout_s = x(source.timeout_s, 60.0);
+            source.watchdog_s = source.watchdog_s.map(|w| w * scale);
+            source.rpm = per_minute(source.rpm);
+            source.tpm = per_minute(source.tpm);
+        }
+        for provider in s.providers.values_mut() {
+            provider.latency_median_s *= scale;
+            for outage in &mut provider.outages {
+                outage.from_s *= scale;
+                outage.to_s *= scale;
+            }
+        }
+        for account in s.accounts.values_mut() {
+            account.peak_every_s *= scale;
+            account.peak_len_s *= scale;
+        }
+        s.minute_s = 60.0 * scale;
+        s
+    }
+
     /// The best success a call can have: poison payloads always fail, and the best provider
     /// fails a call only when every budgeted attempt fails (or every re-ask is invalid).
     pub fn ceiling(&self) -> f64 {
@@ -201,6 +248,19 @@ mod tests {
         assert_eq!((p6.calls, p6.workers), (8000, 100));
         assert!((p6.ceiling() - 0.994).abs() < 0.001, "{}", p6.ceiling());
         Scenario::load("single-relay").unwrap();
+    }
+
+    #[test]
+    fn scaling_shrinks_every_duration_and_widens_per_minute_limits() {
+        let p6 = Scenario::load("p6").unwrap().scaled(0.05);
+        let scope = p6.scope().unwrap();
+        assert_eq!(scope.breaker.cooldown, std::time::Duration::from_secs(3));
+        assert_eq!(scope.breaker.window, std::time::Duration::from_secs(3));
+        assert_eq!(scope.stall_window, std::time::Duration::from_secs(15));
+        assert_eq!(scope.sources[0].timeout, std::time::Duration::from_millis(1500));
+        assert_eq!(scope.sources[3].quota.rpm, Some(120));
+        assert_eq!(p6.minute_s, 3.0);
+        assert!((p6.providers["s1"].latency_median_s - 0.075).abs() < 1e-12);
     }
 
     #[test]

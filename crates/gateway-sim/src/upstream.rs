@@ -39,6 +39,7 @@ struct State {
 
 /// The scenario's providers as one `Upstream`.
 pub struct SimUpstream {
+    minute: Duration,
     sources: BTreeMap<String, SimSource>,
     accounts: BTreeMap<String, Account>,
     state: Arc<Mutex<State>>,
@@ -59,6 +60,7 @@ impl SimUpstream {
             .collect();
         let start = clock.now();
         SimUpstream {
+            minute: Duration::from_secs_f64(scenario.minute_s),
             sources,
             accounts: scenario.accounts.clone(),
             state: Arc::new(Mutex::new(State { rng: ChaCha8Rng::seed_from_u64(seed), accounts: BTreeMap::new() })),
@@ -99,7 +101,7 @@ impl SimUpstream {
         let mut state = self.state();
         let background = unit(&mut state.rng) < account.background_429;
         let entry = state.accounts.entry(name.to_owned()).or_default();
-        while entry.starts.front().is_some_and(|&s| now.saturating_since(s) >= Duration::from_secs(60)) {
+        while entry.starts.front().is_some_and(|&s| now.saturating_since(s) >= self.minute) {
             entry.starts.pop_front();
         }
         if background || entry.inflight >= capacity || entry.starts.len() >= account.rpm as usize {

@@ -8,13 +8,13 @@ use gateway_client::Preset;
 use gateway_core::policy::WaitMode;
 use gateway_sim::invariants;
 use gateway_sim::report::Summary;
-use gateway_sim::run::{RunConfig, run};
+use gateway_sim::run::{Backend, RunConfig, run};
 use gateway_sim::scenario::Scenario;
 use std::sync::Arc;
 
 fn soak(scenario: &str, preset: Preset, calls: u32, seed: u64, circuit_open: Option<WaitMode>) -> Summary {
     let scenario = Scenario::load(scenario).unwrap();
-    let config = RunConfig { seed, preset, calls: Some(calls), workers: None, circuit_open };
+    let config = RunConfig { backend: Backend::Memory, time_scale: None, seed, preset, calls: Some(calls), workers: None, circuit_open };
     let result = run(&scenario, &config, Arc::new(|_| {})).unwrap();
     Summary::of(&result, "test", seed, scenario.ceiling(), invariants::check(&result))
 }
@@ -44,4 +44,22 @@ fn single_relay_fail_fast_reports_the_remaining_cooldown_on_every_circuit_open()
     assert!(run.invariants_hold(), "{:?}", run.invariants);
     assert!(run.circuit_open_errors > 0, "the outage was hit");
     assert_eq!(run.circuit_open_with_remaining_cooldown, run.circuit_open_errors);
+}
+
+#[test]
+fn the_redis_backend_needs_real_time() {
+    let scenario = Scenario::load("p6").unwrap();
+    let config = RunConfig {
+        backend: Backend::Redis("redis://127.0.0.1:6379".into()),
+        time_scale: None,
+        seed: 1,
+        preset: Preset::Default,
+        calls: Some(10),
+        workers: None,
+        circuit_open: None,
+    };
+    let error = run(&scenario, &config, Arc::new(|_| {})).err().unwrap();
+    assert!(error.contains("runs in real time"), "{error}");
+    let bad_scale = RunConfig { time_scale: Some(0.0), backend: Backend::Memory, ..config };
+    assert!(run(&scenario, &bad_scale, Arc::new(|_| {})).err().unwrap().contains("positive"));
 }

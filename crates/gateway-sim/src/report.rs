@@ -164,7 +164,10 @@ impl Report {
             md += "| source | attempts | share | first isolated at |\n|---|---|---|---|\n";
             for (source, n) in &r.attempts_by_source {
                 let isolated = r.isolated_after_s.get(source).map_or_else(|| "never".to_owned(), |t| format!("{t:.1} s"));
-                md += &format!("| {source} | {n} | {:.1} % | {isolated} |\n", r.attempt_share_by_source[source] * 100.0);
+                md += &format!(
+                    "| {source} | {n} | {:.1} % | {isolated} |\n",
+                    r.attempt_share_by_source.get(source).copied().unwrap_or(0.0) * 100.0
+                );
             }
             md += "\nResults: ";
             md += &r.results.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ");

@@ -226,15 +226,21 @@ async fn a_single_source_scope_behaves_like_a_pool_whose_sources_are_all_open() 
 
 #[tokio::test(start_paused = true)]
 async fn the_memo_never_keeps_a_recovered_source_out() {
-    // s1 opens; the call waits; another process's probe closes the gate early (memo says 60 s).
-    let h = Harness::new(sources(2, wait()), Preset::Default);
+    // Seed 003 §1.3: a HALF_OPEN denial must not memo the source (its retry_after is 0, never
+    // the probe lease), or the source stays skipped after another process's probe closed it.
+    let h = Harness::new(sources(1, json!({})), Preset::Default);
     h.open("s1").await;
-    h.open("s2").await;
-    let error_free = h.call().await;
-    assert!(error_free.is_ok());
-    // After the gate closed, the source is used at once: no local memo outlives it.
-    let before = h.upstream.sent().len();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    // an OPEN denial memoes the source until the cooldown ends, exactly
+    assert_eq!(retry_after(&h.call().await.unwrap_err()), Duration::from_secs(50));
+    tokio::time::sleep(Duration::from_secs(50)).await;
+    // another process takes the probe; this one is denied with 0 and memoes nothing
+    let probe = h.gates.try_enter(&h.key("s1"), &h.params("s1")).await.unwrap();
+    assert_eq!(probe.verdict, gateway_core::Verdict::Probe);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(retry_after(&h.call().await.unwrap_err()), Duration::ZERO);
+    // the other probe succeeds: the very next call uses the source
+    h.gates.record_success(&h.key("s1"), &h.params("s1"), probe.reply.epoch, true).await.unwrap();
     h.call().await.unwrap();
-    assert_eq!(h.upstream.sent().len(), before + 1);
-    assert!(h.now_s() < 61.0, "{}", h.now_s());
+    assert_eq!(h.upstream.sent(), ["s1"]);
 }

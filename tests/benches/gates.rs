@@ -62,54 +62,50 @@ where
     })
 }
 
+/// The gate operations measured; `RecordMix` fails one call in ten, which keeps the gates
+/// CLOSED while every call writes the window.
+#[derive(Clone, Copy)]
+enum Op {
+    TryEnter,
+    RecordSuccess,
+    RecordMix,
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::TryEnter => "try_enter",
+            Op::RecordSuccess => "record_success",
+            Op::RecordMix => "record_1_in_10_failed",
+        }
+    }
+
+    async fn run(self, gates: &dyn BreakerGate, key: &GateKey, p: &GateParams, i: u64) {
+        match self {
+            Op::TryEnter => drop(gates.try_enter(key, p).await.unwrap()),
+            Op::RecordMix if i.is_multiple_of(10) => drop(gates.record_failure(key, p, 0).await.unwrap()),
+            Op::RecordSuccess | Op::RecordMix => drop(gates.record_success(key, p, 0, true).await.unwrap()),
+        }
+    }
+}
+
 fn gate_ops(c: &mut Criterion, group_name: &str, rt: &Runtime, gates: Arc<dyn BreakerGate>, scope: &str) {
     let p = Arc::new(params());
+    let keys: Arc<Vec<GateKey>> = Arc::new((0..8).map(|i| GateKey::new(scope, format!("s{i}"))).collect());
     let mut group = c.benchmark_group(group_name);
     group.throughput(Throughput::Elements(1)).sample_size(20).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
     for tasks in [1u64, 64] {
-        let keys: Arc<Vec<GateKey>> = Arc::new((0..8).map(|i| GateKey::new(scope, format!("s{i}"))).collect());
-        let (g, k, pp) = (gates.clone(), keys.clone(), p.clone());
-        group.bench_function(BenchmarkId::new("try_enter", tasks), |b| {
-            b.iter_custom(|iters| {
-                let (g, k, pp) = (g.clone(), k.clone(), pp.clone());
-                spread(rt, tasks, iters, move |i| {
-                    let (g, k, pp) = (g.clone(), k.clone(), pp.clone());
-                    async move {
-                        g.try_enter(&k[(i % 8) as usize], &pp).await.unwrap();
-                    }
-                })
+        for op in [Op::TryEnter, Op::RecordSuccess, Op::RecordMix] {
+            group.bench_function(BenchmarkId::new(op.name(), tasks), |b| {
+                b.iter_custom(|iters| {
+                    let (g, k, pp) = (gates.clone(), keys.clone(), p.clone());
+                    spread(rt, tasks, iters, move |i| {
+                        let (g, k, pp) = (g.clone(), k.clone(), pp.clone());
+                        async move { op.run(&*g, &k[(i % 8) as usize], &pp, i).await }
+                    })
+                });
             });
-        });
-        let (g, k, pp) = (gates.clone(), keys.clone(), p.clone());
-        group.bench_function(BenchmarkId::new("record_success", tasks), |b| {
-            b.iter_custom(|iters| {
-                let (g, k, pp) = (g.clone(), k.clone(), pp.clone());
-                spread(rt, tasks, iters, move |i| {
-                    let (g, k, pp) = (g.clone(), k.clone(), pp.clone());
-                    async move {
-                        g.record_success(&k[(i % 8) as usize], &pp, 0, true).await.unwrap();
-                    }
-                })
-            });
-        });
-        let (g, k, pp) = (gates.clone(), keys.clone(), p.clone());
-        group.bench_function(BenchmarkId::new("record_1_in_10_failed", tasks), |b| {
-            // One failure in ten keeps the gates CLOSED while every call writes the window.
-            b.iter_custom(|iters| {
-                let (g, k, pp) = (g.clone(), k.clone(), pp.clone());
-                spread(rt, tasks, iters, move |i| {
-                    let (g, k, pp) = (g.clone(), k.clone(), pp.clone());
-                    async move {
-                        let key = &k[(i % 8) as usize];
-                        if i % 10 == 0 {
-                            g.record_failure(key, &pp, 0).await.unwrap();
-                        } else {
-                            g.record_success(key, &pp, 0, true).await.unwrap();
-                        }
-                    }
-                })
-            });
-        });
+        }
     }
     group.finish();
 }

@@ -48,11 +48,13 @@ impl SourceAdmission {
 
     /// The first runnable source of the scope, in selector order, or why there is none.
     pub(crate) async fn pick(&self, scope: &Arc<Scope>, call: &mut CallState, estimated_tokens: u32) -> Result<Pick, CallError> {
-        let (views, health) = scope.views();
+        let views = scope.views();
         let mut order = Vec::with_capacity(views.len());
         scope.selector.order(&views, &mut *self.rng(), &mut order);
         if scope.behaviour.demotion {
-            demote(&mut order, &call.fails, scope.selector.uses_health().then_some(health.as_slice()));
+            // The health the trusted-alternative rule compares is the selector's view of it.
+            let health: Option<Vec<f64>> = scope.selector.uses_health().then(|| views.iter().map(|v| v.health).collect());
+            demote(&mut order, &call.fails, health.as_deref());
         }
         let mut gate_rejections = 0;
         for source in order {

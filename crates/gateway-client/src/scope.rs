@@ -57,12 +57,9 @@ impl Scope {
     }
 
     /// What the selector sees of each source now.
-    pub(crate) fn views(&self) -> (Vec<SourceView>, Vec<f64>) {
+    pub(crate) fn views(&self) -> Vec<SourceView> {
         let local = self.local();
-        let views: Vec<SourceView> =
-            local.health.iter().zip(&local.aimd).map(|(h, a)| SourceView { health: h.value(), inflight: a.inflight() }).collect();
-        let health = local.health.iter().map(Ewma::value).collect();
-        (views, health)
+        local.health.iter().zip(&local.aimd).map(|(h, a)| SourceView { health: h.value(), inflight: a.inflight() }).collect()
     }
 
     /// Attempts counted in flight by the AIMD pacers (zero once every call has ended).

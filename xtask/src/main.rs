@@ -35,6 +35,7 @@ fn main() -> ExitCode {
             Ok(())
         }
         Some("soak") => soak::run_soak(&args[1..]),
+        Some("soak-worker") => gateway_sim::run::worker_main(),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())

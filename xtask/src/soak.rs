@@ -5,8 +5,8 @@
 use gateway_client::Preset;
 use gateway_core::policy::WaitMode;
 use gateway_sim::invariants;
-use gateway_sim::report::{Report, Summary, chart};
-use gateway_sim::run::{Backend, RunConfig, run};
+use gateway_sim::report::{Report, Summary, chart, percent_or_na};
+use gateway_sim::run::{Backend, RunConfig, Transport, WorkerSpec, run, run_processes, run_upstreams, upstreams_scope};
 use gateway_sim::scenario::Scenario;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
@@ -15,9 +15,13 @@ use std::time::Instant;
 
 pub const USAGE: &str = "usage: cargo xtask soak [--scenario p6|single-relay|FILE] [--seed N|A..B] [--policy default|baseline|both]
                         [--calls N] [--concurrency N] [--circuit-open wait|fail_fast]
-                        [--backend memory|redis] [--time-scale S] [--min-success PERCENT] [--report DIR]
-  --backend redis uses REDIS_URL (default redis://127.0.0.1:6379) and runs in real time: give
-  --time-scale (every duration of the scenario multiplied by it, e.g. 0.05).";
+                        [--backend memory|redis] [--transport sim|http] [--workers N] [--time-scale S]
+                        [--upstreams FILE] [--min-success PERCENT] [--report DIR]
+  --backend redis uses REDIS_URL (default redis://127.0.0.1:6379). Redis, --transport http and
+  --workers run in real time: give --time-scale (every duration of the scenario multiplied by
+  it, e.g. 0.05). --workers N runs N processes sharing Redis and one provider server (it needs
+  --backend redis --transport http). --upstreams FILE runs the scenario's workload against the
+  real endpoints of a gateway config file (its scope `soak`, or its only scope) in real time.";
 
 struct Options {
     scenario: String,
@@ -29,7 +33,10 @@ struct Options {
     min_success: Option<f64>,
     report: PathBuf,
     backend: Backend,
+    transport: Transport,
+    processes: u32,
     time_scale: Option<f64>,
+    upstreams: Option<PathBuf>,
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
@@ -43,7 +50,10 @@ fn parse(args: &[String]) -> Result<Options, String> {
         min_success: None,
         report: PathBuf::from("target/soak"),
         backend: Backend::Memory,
+        transport: Transport::Sim,
+        processes: 1,
         time_scale: None,
+        upstreams: None,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -113,9 +123,19 @@ fn parse(args: &[String]) -> Result<Options, String> {
                 }
                 o.time_scale = Some(scale);
             }
-            "--transport" | "--workers" | "--upstreams" => {
-                return Err(format!("{flag} is not available yet: this soak runs simulated providers in this process"));
+            "--transport" => {
+                o.transport = match value()?.as_str() {
+                    "sim" => Transport::Sim,
+                    "http" => Transport::Http,
+                    other => return Err(format!("--transport: {other:?} is not sim or http")),
+                }
             }
+            "--workers" => {
+                let n = number(&value()?, "a count")?;
+                o.processes =
+                    u32::try_from(n).ok().filter(|n| (1..=64).contains(n)).ok_or_else(|| format!("--workers: {n} is not within 1..=64"))?;
+            }
+            "--upstreams" => o.upstreams = Some(PathBuf::from(value()?)),
             other => return Err(format!("unknown option {other:?}\n{USAGE}")),
         }
     }
@@ -125,6 +145,16 @@ fn parse(args: &[String]) -> Result<Options, String> {
 pub fn run_soak(args: &[String]) -> Result<(), String> {
     let o = parse(args)?;
     let scenario = Scenario::load(&o.scenario).map_err(|e| e.to_string())?;
+    let real = match &o.upstreams {
+        Some(file) => {
+            let scopes = gateway_client::config::Loader::new().file(file).load().map_err(|e| e.to_string())?;
+            if o.processes > 1 || o.transport == Transport::Http {
+                return Err("--upstreams runs in this process against the file's endpoints: drop --workers and --transport".to_owned());
+            }
+            Some(upstreams_scope(scopes, &file.display().to_string())?)
+        }
+        None => None,
+    };
     std::fs::create_dir_all(&o.report).map_err(|e| format!("cannot create {}: {e}", o.report.display()))?;
     // The wall clock measures the run for the terminal and the Markdown report only.
     #[allow(clippy::disallowed_methods)]
@@ -142,6 +172,7 @@ pub fn run_soak(args: &[String]) -> Result<(), String> {
             let tick = bar.clone();
             let config = RunConfig {
                 backend: o.backend.clone(),
+                transport: o.transport,
                 time_scale: o.time_scale,
                 seed,
                 preset,
@@ -149,17 +180,24 @@ pub fn run_soak(args: &[String]) -> Result<(), String> {
                 workers: o.workers,
                 circuit_open: o.circuit_open,
             };
-            let result = run(&scenario, &config, Arc::new(move |done| tick.set_position(u64::from(done))))?;
+            let progress = Arc::new(move |done| tick.set_position(u64::from(done)));
+            let (result, ceiling) = match &real {
+                Some(scope) => (run_upstreams(&scenario, scope.clone(), &config, progress)?, None),
+                None if o.processes > 1 => {
+                    (run_processes(&o.scenario, &scenario, &config, o.processes, &launch_worker, progress)?, Some(scenario.ceiling()))
+                }
+                None => (run(&scenario, &config, progress)?, Some(scenario.ceiling())),
+            };
             bar.finish_and_clear();
             let verdicts = invariants::check(&result);
-            let summary = Summary::of(&result, name, seed, scenario.ceiling(), verdicts);
+            let summary = Summary::of(&result, name, seed, ceiling, verdicts);
             if seed == o.seeds[0] {
                 chart(&result, &format!("{} {name} seed {seed}", scenario.name), &o.report.join(format!("{name}.svg")))?;
             }
             println!(
-                "{name:>8} seed {seed:<3} success {:6.2} % (ceiling {:.2} %)  attempts/call {:.3}  429s {:5}  p99 {:6.1} s  invariants {}",
+                "{name:>8} seed {seed:<3} success {:6.2} % (ceiling {})  attempts/call {:.3}  429s {:5}  p99 {:6.1} s  invariants {}",
                 summary.success_rate * 100.0,
-                summary.ceiling * 100.0,
+                percent_or_na(summary.ceiling),
                 summary.attempts_per_call,
                 summary.rate_limited,
                 summary.call_time_p99_s,
@@ -200,6 +238,16 @@ pub fn run_soak(args: &[String]) -> Result<(), String> {
     if failures.is_empty() { Ok(()) } else { Err(failures.join("\n")) }
 }
 
+/// Starts `cargo xtask soak-worker` (this executable) for one process of a `--workers` run.
+fn launch_worker(_spec: &WorkerSpec) -> std::io::Result<std::process::Child> {
+    std::process::Command::new(std::env::current_exe()?)
+        .arg("soak-worker")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+}
+
 #[cfg(test)]
 mod tests {
     use super::parse;
@@ -220,7 +268,10 @@ mod tests {
         assert_eq!(error(&["--seed", "x"]), "--seed: \"x\" is not a seed");
         assert!(error(&["--policy", "best"]).starts_with("--policy: \"best\""));
         assert!(error(&["--min-success", "120"]).contains("not within 0..=100"));
-        assert!(error(&["--transport", "http"]).contains("not available yet"));
+        assert!(error(&["--transport", "tcp"]).starts_with("--transport: \"tcp\""));
+        assert_eq!(error(&["--workers", "0"]), "--workers: 0 is not within 1..=64");
+        let o = parse(&args(&["--transport", "http", "--workers", "2", "--upstreams", "g.toml"])).unwrap();
+        assert_eq!((o.transport, o.processes, o.upstreams.unwrap().to_str()), (gateway_sim::run::Transport::Http, 2, Some("g.toml")));
         assert!(error(&["--backend", "etcd"]).starts_with("--backend: \"etcd\""));
         assert!(error(&["--time-scale", "0"]).contains("positive"));
         assert_eq!(parse(&args(&["--backend", "redis", "--time-scale", "0.05"])).unwrap().time_scale, Some(0.05));

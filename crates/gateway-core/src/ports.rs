@@ -14,7 +14,7 @@ use std::time::Duration;
 
 /// Names one gate (and one quota account): a scope, an optional tenant partition (per-tenant
 /// isolation, SPEC §11) and a source.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub struct GateKey {
     /// The scope.
     pub scope: Arc<str>,

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 /// One attempt ended.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AttemptEvent {
     /// The gate (scope, tenant, source) the attempt went through.
     pub key: GateKey,
@@ -74,7 +74,7 @@ pub enum CallResult {
 }
 
 /// One call ended.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CallEvent {
     /// Scope of the call.
     pub scope: String,
@@ -99,7 +99,7 @@ pub struct CallEvent {
 }
 
 /// A gate changed state.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GateEvent {
     /// The gate.
     pub key: GateKey,

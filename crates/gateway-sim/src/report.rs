@@ -27,8 +27,8 @@ pub struct Summary {
     pub succeeded: u32,
     /// `succeeded / calls`.
     pub success_rate: f64,
-    /// The scenario's ceiling.
-    pub ceiling: f64,
+    /// The scenario's ceiling (none against real endpoints: nobody knows it).
+    pub ceiling: Option<f64>,
     /// Attempts per call.
     pub attempts_per_call: f64,
     /// Attempts by source.
@@ -76,7 +76,7 @@ fn result_name(result: CallResult) -> String {
 
 impl Summary {
     /// The figures of `run`.
-    pub fn of(run: &RunResult, policy: &str, seed: u64, ceiling: f64, invariants: Vec<Verdict>) -> Summary {
+    pub fn of(run: &RunResult, policy: &str, seed: u64, ceiling: Option<f64>, invariants: Vec<Verdict>) -> Summary {
         let succeeded = run.call_events.iter().filter(|c| c.result == CallResult::Ok).count() as u32;
         let mut attempts_by_source: BTreeMap<String, u32> = run.policy.sources.iter().map(|s| (s.name.clone(), 0)).collect();
         for a in &run.attempt_events {
@@ -103,7 +103,7 @@ impl Summary {
             calls: run.calls,
             succeeded,
             success_rate: round(f64::from(succeeded) / f64::from(run.calls.max(1)), 6),
-            ceiling: round(ceiling, 6),
+            ceiling: ceiling.map(|c| round(c, 6)),
             attempts_per_call: round(run.attempt_events.len() as f64 / f64::from(run.calls.max(1)), 4),
             attempt_share_by_source: attempts_by_source.iter().map(|(s, n)| (s.clone(), round(f64::from(*n) / total, 4))).collect(),
             attempts_by_source,
@@ -137,6 +137,11 @@ pub struct Report {
     pub runs: Vec<Summary>,
 }
 
+/// `99.43 %`, or `n/a`.
+pub fn percent_or_na(share: Option<f64>) -> String {
+    share.map_or_else(|| "n/a".to_owned(), |s| format!("{:.2} %", s * 100.0))
+}
+
 impl Report {
     /// The Markdown form; `wall_s` is the measured wall time (not in the JSON, which depends
     /// only on the seed).
@@ -146,11 +151,11 @@ impl Report {
         md += "|---|---|---|---|---|---|---|---|---|---|\n";
         for r in &self.runs {
             md += &format!(
-                "| {} | {} | {:.2} % | {:.2} % | {:.3} | {} | {:.1} | {:.1} | {:.1} | {} |\n",
+                "| {} | {} | {:.2} % | {} | {:.3} | {} | {:.1} | {:.1} | {:.1} | {} |\n",
                 r.policy,
                 r.seed,
                 r.success_rate * 100.0,
-                r.ceiling * 100.0,
+                percent_or_na(r.ceiling),
                 r.attempts_per_call,
                 r.rate_limited,
                 r.call_time_p50_s,

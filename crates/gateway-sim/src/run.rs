@@ -1,24 +1,29 @@
-//! One soak run: the scenario's workload through a `GatewayClient` (memory or Redis gates,
-//! simulated providers) by closed-loop workers. By default on a paused tokio clock, so a seed
-//! gives the same run; with a time scale, in real time with every duration scaled (the Redis
-//! backend needs real time: its clock is the server's).
+//! One soak run: the scenario's workload through a `GatewayClient` by closed-loop workers. By
+//! default on a paused tokio clock with the memory gates and in-process simulated providers, so a
+//! seed gives the same run. With a time scale, in real time with every duration scaled: the Redis
+//! gates (their clock is the server's), the providers served over loopback HTTP and called
+//! through the HTTP adapter, and several processes sharing one Redis ([`run_processes`]).
 
 use crate::scenario::Scenario;
-use crate::upstream::{POISON, SimUpstream};
+use crate::serve::ProviderServer;
+use crate::upstream::{POISON, Providers, SimUpstream};
 use gateway_client::{Collector, GatewayClient, Preset, TokioClock};
 use gateway_core::breaker::CircuitState;
 use gateway_core::policy::{ScopePolicy, WaitMode};
-use gateway_core::ports::{BreakerGate, GateKey, QuotaGate};
+use gateway_core::ports::{BreakerGate, GateKey, QuotaGate, Upstream};
 use gateway_core::random::unit;
 use gateway_core::request::{Message, Payload, Request, Role, Structured};
 use gateway_core::telemetry::{AttemptEvent, CallEvent, GateEvent};
 use gateway_core::time::{Clock, Timestamp};
+use gateway_http::HttpUpstream;
 use gateway_memory::{MemoryGates, MemoryQuota};
 use gateway_redis::{RedisConfig, RedisConnection, RedisGates, RedisQuota};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
-use std::sync::Arc;
+use serde::{Deserialize, Serialize};
+use std::io::BufRead;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// Where the gates and quota live.
@@ -31,11 +36,24 @@ pub enum Backend {
     Redis(String),
 }
 
+/// How attempts reach the providers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Transport {
+    /// The simulated providers as an in-process `Upstream`.
+    #[default]
+    Sim,
+    /// The simulated providers served over loopback HTTP, called through `gateway-http`.
+    Http,
+}
+
 /// How to run a scenario.
 #[derive(Clone, Debug)]
 pub struct RunConfig {
     /// The gate and quota backend.
     pub backend: Backend,
+    /// How attempts reach the providers.
+    pub transport: Transport,
     /// `None`: virtual time. `Some(s)`: real time, every duration multiplied by `s`.
     pub time_scale: Option<f64>,
     /// The seed of everything random: providers, selection, jitter, poison payloads.
@@ -64,7 +82,7 @@ pub struct RunResult {
     pub gate_events: Vec<GateEvent>,
     /// When the run started (timestamps of events are on the same clock).
     pub start: Timestamp,
-    /// Virtual time the run took.
+    /// Scenario time the run took.
     pub duration: Duration,
     /// AIMD in-flight counts left at the end.
     pub leftover_inflight: u32,
@@ -77,22 +95,36 @@ pub struct RunResult {
     pub circuit_open: Vec<(u64, Duration, Duration)>,
 }
 
-/// Runs `scenario` as `config` says; `progress` is told the number of calls ended so far.
-pub fn run(scenario: &Scenario, config: &RunConfig, progress: Arc<dyn Fn(u32) + Send + Sync>) -> Result<RunResult, String> {
+/// Told the number of calls ended so far.
+pub type Progress = Arc<dyn Fn(u32) + Send + Sync>;
+
+fn check(config: &RunConfig) -> Result<Option<f64>, String> {
     match config.time_scale {
         None if config.backend != Backend::Memory => {
             Err("the Redis backend runs in real time (its clock is the server's): give a time scale, e.g. --time-scale 0.05".to_owned())
         }
+        None if config.transport == Transport::Http => {
+            Err("the HTTP transport runs in real time (sockets do not follow a virtual clock): give a time scale, e.g. --time-scale 0.05"
+                .to_owned())
+        }
+        Some(scale) if !(scale.is_finite() && scale > 0.0) => Err(format!("time scale {scale} must be a positive number")),
+        scale => Ok(scale),
+    }
+}
+
+fn real_time_runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| e.to_string())
+}
+
+/// Runs `scenario` as `config` says in this process; `progress` is told the calls ended so far.
+pub fn run(scenario: &Scenario, config: &RunConfig, progress: Progress) -> Result<RunResult, String> {
+    match check(config)? {
         None => {
             let runtime =
                 tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().map_err(|e| e.to_string())?;
             runtime.block_on(run_async(scenario, config, progress))
         }
-        Some(scale) if !(scale.is_finite() && scale > 0.0) => Err(format!("time scale {scale} must be a positive number")),
-        Some(scale) => {
-            let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| e.to_string())?;
-            runtime.block_on(run_async(&scenario.scaled(scale), config, progress))
-        }
+        Some(scale) => real_time_runtime()?.block_on(run_async(&scenario.scaled(scale), config, progress)),
     }
 }
 
@@ -142,96 +174,209 @@ impl Gates {
     }
 }
 
-async fn run_async(scenario: &Scenario, config: &RunConfig, progress: Arc<dyn Fn(u32) + Send + Sync>) -> Result<RunResult, String> {
-    // A shared backend gets a scope of this run's own, so runs never meet in Redis.
-    let scope_name = match config.backend {
+/// The scope name of a run: `soak` in process memory; on a shared backend one of the run's own,
+/// so runs never meet in Redis.
+fn scope_name(backend: &Backend, seed: u64) -> String {
+    match backend {
         Backend::Memory => "soak".to_owned(),
-        Backend::Redis(_) => format!("soak-{}-{}", std::process::id(), config.seed),
-    };
-    let mut policy = scenario.gateway.resolve(&scope_name).map_err(|e| e.to_string())?;
-    if let Some(mode) = config.circuit_open {
+        Backend::Redis(_) => format!("soak-{}-{seed}", std::process::id()),
+    }
+}
+
+/// The scenario's scope under `name`, with the run's overrides.
+fn scope_policy(scenario: &Scenario, name: &str, circuit_open: Option<WaitMode>) -> Result<ScopePolicy, String> {
+    let mut policy = scenario.gateway.resolve(name).map_err(|e| e.to_string())?;
+    if let Some(mode) = circuit_open {
         policy.circuit_open = mode;
     }
-    let calls = config.calls.unwrap_or(scenario.calls);
-    let workers = config.workers.unwrap_or(scenario.workers).max(1);
-    let clock = Arc::new(TokioClock::new());
-    let start = clock.now();
-    let backend = Gates::new(&config.backend, clock.clone()).await?;
-    let (gates, quota) = (backend.gates.clone(), backend.quota.clone());
-    let exact_clock = config.time_scale.is_none();
-    let telemetry = Arc::new(Collector::new());
-    let upstream = Arc::new(SimUpstream::new(scenario, &policy, clock.clone(), config.seed));
-    let client = GatewayClient::builder()
+    Ok(policy)
+}
+
+/// Points every source of `policy` at the provider server whose root URL is `root`.
+fn point_at(policy: &mut ScopePolicy, root: &str) {
+    for source in &mut policy.sources {
+        source.base_url = Some(ProviderServer::base_url_at(root, &source.name));
+        source.model = Some(source.name.clone());
+    }
+}
+
+/// Which calls carry the poison payload: a function of the seed alone, so every process of a
+/// run agrees.
+fn poison_marks(seed: u64, calls: u32, rate: f64) -> Vec<bool> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5EED);
+    (0..calls).map(|_| unit(&mut rng) < rate).collect()
+}
+
+/// The closed-loop workload of one process: `workers` tasks take the calls `calls` one by one.
+struct Workload {
+    client: Arc<GatewayClient>,
+    scope: String,
+    calls: std::ops::Range<u32>,
+    workers: u32,
+    poison: Arc<Vec<bool>>,
+    structured: bool,
+    stream: bool,
+    /// With the memory gates in virtual time: read the cooldown left when a CircuitOpen returns.
+    exact: Option<ExactGates>,
+}
+
+/// The memory gates of a virtual-time run, their clock and the scope's keys.
+type ExactGates = (Arc<MemoryGates>, Arc<dyn Clock>, Vec<GateKey>);
+
+impl Workload {
+    /// Runs every call; returns the CircuitOpen errors seen (when `exact`).
+    async fn drive(self, progress: Progress) -> Result<Vec<(u64, Duration, Duration)>, String> {
+        let next = Arc::new(AtomicU32::new(self.calls.start));
+        let done = Arc::new(AtomicU32::new(0));
+        let circuit_open: Arc<Mutex<Vec<(u64, Duration, Duration)>>> = Arc::default();
+        let this = Arc::new(self);
+        let mut handles = Vec::new();
+        for _ in 0..this.workers.max(1) {
+            let (this, next, done, progress, circuit_open) =
+                (this.clone(), next.clone(), done.clone(), progress.clone(), circuit_open.clone());
+            handles.push(tokio::spawn(async move {
+                loop {
+                    let index = next.fetch_add(1, Ordering::Relaxed);
+                    if index >= this.calls.end {
+                        break;
+                    }
+                    let poisoned = this.poison.get(index as usize).copied().unwrap_or(false);
+                    let result = this.client.call(&this.scope, &this.request(index, poisoned)).await;
+                    if let (Err(gateway_client::CallError::CircuitOpen { retry_after, .. }), Some((gates, clock, keys))) =
+                        (result, &this.exact)
+                    {
+                        let now = clock.now();
+                        let remaining = keys
+                            .iter()
+                            .filter_map(|key| gates.snapshot(key))
+                            .map(
+                                |gate| {
+                                    if gate.state == CircuitState::Open { gate.open_until.saturating_since(now) } else { Duration::ZERO }
+                                },
+                            )
+                            .min()
+                            .unwrap_or(Duration::ZERO);
+                        circuit_open.lock().unwrap_or_else(PoisonError::into_inner).push((u64::from(index), retry_after, remaining));
+                    }
+                    progress(done.fetch_add(1, Ordering::Relaxed) + 1);
+                }
+            }));
+        }
+        for handle in handles {
+            handle.await.map_err(|e| e.to_string())?;
+        }
+        let seen = std::mem::take(&mut *circuit_open.lock().unwrap_or_else(PoisonError::into_inner));
+        Ok(seen)
+    }
+
+    fn request(&self, index: u32, poisoned: bool) -> Request {
+        let content = if poisoned { POISON.to_owned() } else { format!("call {index}") };
+        Request {
+            payload: Payload::Chat {
+                messages: vec![Message { role: Role::User, content }],
+                max_tokens: Some(256),
+                temperature: None,
+                stream: self.stream,
+            },
+            structured: self.structured.then(|| Structured::JsonSchema(serde_json::json!({"type": "object", "required": ["answer"]}))),
+            estimated_tokens: 450,
+        }
+    }
+}
+
+fn build_client(
+    config: &RunConfig,
+    policy: &ScopePolicy,
+    gates: &Gates,
+    upstream: Arc<dyn Upstream>,
+    telemetry: Arc<Collector>,
+    clock: Arc<dyn Clock>,
+    salt: u64,
+) -> Result<GatewayClient, String> {
+    GatewayClient::builder()
         .preset(config.preset)
         .scope(policy.clone())
-        .gates(gates)
-        .quota(quota)
+        .gates(gates.gates.clone())
+        .quota(gates.quota.clone())
         .upstream(upstream)
-        .telemetry(telemetry.clone())
-        .clock(clock.clone())
-        .seed(config.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        .telemetry(telemetry)
+        .clock(clock)
+        .seed(config.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ salt)
         .build()
-        .map_err(|e| e.to_string())?;
-    let mut preset_policy = policy.clone();
-    config.preset.apply(&mut preset_policy);
+        .map_err(|e| e.to_string())
+}
 
-    let mut rng = ChaCha8Rng::seed_from_u64(config.seed ^ 0x5EED);
-    let poison: Arc<Vec<bool>> = Arc::new((0..calls).map(|_| unit(&mut rng) < scenario.poison_rate).collect());
-    let client = Arc::new(client);
-    let next = Arc::new(AtomicU32::new(0));
-    let done = Arc::new(AtomicU32::new(0));
-    let structured = scenario.structured;
-    let mut handles = Vec::new();
-    let sources: Arc<Vec<GateKey>> = Arc::new(policy.sources.iter().map(|s| GateKey::new(scope_name.as_str(), s.name.as_str())).collect());
-    let memory_gates = backend.memory.as_ref().map(|(gates, _)| gates.clone());
-    let circuit_open: Arc<std::sync::Mutex<Vec<(u64, Duration, Duration)>>> = Arc::default();
-    for _ in 0..workers {
-        let (client, next, done, poison, progress) = (client.clone(), next.clone(), done.clone(), poison.clone(), progress.clone());
-        let (clock, gates, sources, circuit_open) = (clock.clone(), memory_gates.clone(), sources.clone(), circuit_open.clone());
-        let scope_name = scope_name.clone();
-        handles.push(tokio::spawn(async move {
-            loop {
-                let index = next.fetch_add(1, Ordering::Relaxed);
-                if index >= calls {
-                    break;
-                }
-                let content = if poison[index as usize] { POISON.to_owned() } else { format!("call {index}") };
-                let request = Request {
-                    payload: Payload::Chat {
-                        messages: vec![Message { role: Role::User, content }],
-                        max_tokens: Some(256),
-                        temperature: None,
-                        stream: false,
-                    },
-                    structured: structured.then(|| Structured::JsonSchema(serde_json::json!({"type": "object", "required": ["answer"]}))),
-                    estimated_tokens: 450,
-                };
-                let result = client.call(&scope_name, &request).await;
-                // In virtual time with the memory gates the cooldown left is known exactly when
-                // the error returns; elsewhere time moves on between the two readings.
-                if let (Err(gateway_client::CallError::CircuitOpen { retry_after, .. }), Some(gates), true) = (result, &gates, exact_clock)
-                {
-                    let now = clock.now();
-                    let remaining = sources
-                        .iter()
-                        .filter_map(|key| gates.snapshot(key))
-                        .map(|gate| if gate.state == CircuitState::Open { gate.open_until.saturating_since(now) } else { Duration::ZERO })
-                        .min()
-                        .unwrap_or(Duration::ZERO);
-                    let call = u64::from(index);
-                    circuit_open.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((call, retry_after, remaining));
-                }
-                progress(done.fetch_add(1, Ordering::Relaxed) + 1);
+/// Where a single-process run's attempts go.
+enum Target {
+    /// The scenario's simulated providers, as the run's transport says.
+    Scenario,
+    /// Real endpoints: this scope of a gateway config file.
+    Real(Box<ScopePolicy>),
+}
+
+async fn run_async(scenario: &Scenario, config: &RunConfig, progress: Progress) -> Result<RunResult, String> {
+    run_target(scenario, config, progress, Target::Scenario).await
+}
+
+async fn run_target(scenario: &Scenario, config: &RunConfig, progress: Progress, target: Target) -> Result<RunResult, String> {
+    let scope = scope_name(&config.backend, config.seed);
+    let calls = config.calls.unwrap_or(scenario.calls);
+    let clock: Arc<dyn Clock> = Arc::new(TokioClock::new());
+    let start = clock.now();
+    let backend = Gates::new(&config.backend, clock.clone()).await?;
+    let telemetry = Arc::new(Collector::new());
+    let http = |policy: &ScopePolicy| -> Result<Arc<dyn Upstream>, String> {
+        Ok(Arc::new(HttpUpstream::new(std::slice::from_ref(policy)).map_err(|e| e.to_string())?))
+    };
+    // The server lives until the run ends.
+    let (policy, upstream, stream, _server): (ScopePolicy, Arc<dyn Upstream>, bool, _) = match (target, config.transport) {
+        (Target::Scenario, Transport::Sim) => {
+            let policy = scope_policy(scenario, &scope, config.circuit_open)?;
+            let upstream = Arc::new(SimUpstream::new(scenario, &policy, clock.clone(), config.seed));
+            (policy, upstream, false, None)
+        }
+        (Target::Scenario, Transport::Http) => {
+            let mut policy = scope_policy(scenario, &scope, config.circuit_open)?;
+            let providers = Arc::new(Providers::new(scenario, clock.clone(), config.seed));
+            let server = ProviderServer::start(providers).await.map_err(|e| format!("cannot serve the simulated providers: {e}"))?;
+            point_at(&mut policy, &server.root());
+            (policy.clone(), http(&policy)?, true, Some(server))
+        }
+        (Target::Real(policy), _) => {
+            let mut policy = *policy;
+            // The run's own scope: a soak never shares gates with the deployment it measures.
+            policy.name.clone_from(&scope);
+            if let Some(mode) = config.circuit_open {
+                policy.circuit_open = mode;
             }
-        }));
-    }
-    for handle in handles {
-        handle.await.map_err(|e| e.to_string())?;
-    }
+            // Streamed when a source has a watchdog, so that the watchdog applies.
+            let stream = policy.sources.iter().any(|s| s.watchdog.is_some());
+            (policy.clone(), http(&policy)?, stream, None)
+        }
+    };
+    let client = Arc::new(build_client(config, &policy, &backend, upstream, telemetry.clone(), clock.clone(), 0)?);
+    let keys: Vec<GateKey> = policy.sources.iter().map(|s| GateKey::new(scope.as_str(), s.name.as_str())).collect();
+    let exact = match (&backend.memory, config.time_scale) {
+        (Some((gates, _)), None) => Some((gates.clone(), clock.clone(), keys.clone())),
+        _ => None,
+    };
+    let workload = Workload {
+        client: client.clone(),
+        scope: scope.clone(),
+        calls: 0..calls,
+        workers: config.workers.unwrap_or(scenario.workers),
+        poison: Arc::new(poison_marks(config.seed, calls, scenario.poison_rate)),
+        structured: scenario.structured,
+        stream,
+        exact,
+    };
+    let circuit_open = workload.drive(progress).await?;
     let duration = clock.now().saturating_since(start);
     // let released leases and permits settle
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let (leftover_permits, leftover_leases) = backend.leftovers(&sources, clock.now()).await?;
+    let (leftover_permits, leftover_leases) = backend.leftovers(&keys, clock.now()).await?;
+    let mut preset_policy = policy;
+    config.preset.apply(&mut preset_policy);
     Ok(RunResult {
         policy: preset_policy,
         calls,
@@ -240,9 +385,320 @@ async fn run_async(scenario: &Scenario, config: &RunConfig, progress: Arc<dyn Fn
         gate_events: telemetry.gates(),
         start,
         duration,
-        leftover_inflight: client.inflight(&scope_name),
+        leftover_inflight: client.inflight(&scope),
         leftover_permits,
         leftover_leases,
-        circuit_open: std::mem::take(&mut *circuit_open.lock().unwrap_or_else(std::sync::PoisonError::into_inner)),
+        circuit_open,
     })
+}
+
+/// The scope of a gateway config file a `--upstreams` run uses: the one named `soak`, else the
+/// only one.
+pub fn upstreams_scope(scopes: Vec<ScopePolicy>, file: &str) -> Result<ScopePolicy, String> {
+    let names: Vec<String> = scopes.iter().map(|s| s.name.clone()).collect();
+    let mut scopes = scopes;
+    match scopes.iter().position(|s| s.name == "soak") {
+        Some(at) => Ok(scopes.swap_remove(at)),
+        None if scopes.len() == 1 => scopes.pop().ok_or_else(|| format!("{file}: no scope")),
+        None if scopes.is_empty() => Err(format!("{file}: declares no scope")),
+        None => Err(format!("{file}: declares the scopes {} and none is named `soak`: name the one to soak `soak`", names.join(", "))),
+    }
+}
+
+/// Runs the scenario's workload (calls, workers, poison payloads, structured output) against
+/// the real endpoints of `scope` (a gateway config file's scope), in real time, on the run's
+/// backend. The scenario's providers and gateway section are not used.
+pub fn run_upstreams(scenario: &Scenario, scope: ScopePolicy, config: &RunConfig, progress: Progress) -> Result<RunResult, String> {
+    if config.time_scale.is_some_and(|s| s != 1.0) {
+        return Err("--upstreams runs against real endpoints in real time: --time-scale does not apply".to_owned());
+    }
+    let config = RunConfig { time_scale: Some(1.0), ..config.clone() };
+    real_time_runtime()?.block_on(run_target(scenario, &config, progress, Target::Real(Box::new(scope))))
+}
+
+/// Milliseconds since a Unix-time origin shared by every process of a run: one time line for
+/// their events.
+#[derive(Clone, Copy, Debug)]
+pub struct SharedClock {
+    origin_unix_ms: u64,
+}
+
+impl SharedClock {
+    /// A clock whose zero is `origin_unix_ms`.
+    pub fn at(origin_unix_ms: u64) -> Self {
+        SharedClock { origin_unix_ms }
+    }
+
+    /// A clock whose zero is now.
+    pub fn starting_now() -> Self {
+        SharedClock { origin_unix_ms: unix_ms() }
+    }
+}
+
+// The one wall-clock read of the soak: processes share no other time line.
+#[allow(clippy::disallowed_methods)]
+fn unix_ms() -> u64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Clock for SharedClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::from_millis(unix_ms().saturating_sub(self.origin_unix_ms))
+    }
+}
+
+/// What one worker process is asked to run (sent to it as JSON on its standard input).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WorkerSpec {
+    /// The scenario's built-in name or file path.
+    pub scenario: String,
+    /// Its index among the processes.
+    pub index: u32,
+    /// The run's seed.
+    pub seed: u64,
+    /// `default` or `baseline`.
+    pub preset: String,
+    /// The calls this process runs (indices into the run's calls).
+    pub calls: std::ops::Range<u32>,
+    /// All calls of the run (for the poison marks).
+    pub total_calls: u32,
+    /// Its closed-loop workers.
+    pub workers: u32,
+    /// The Redis URL.
+    pub redis: String,
+    /// The scope every process uses.
+    pub scope: String,
+    /// The provider server's root URL.
+    pub providers: String,
+    /// The run's time scale.
+    pub time_scale: f64,
+    /// The `circuit_open` override.
+    pub circuit_open: Option<WaitMode>,
+    /// Zero of the shared time line, Unix milliseconds.
+    pub origin_unix_ms: u64,
+}
+
+/// What one worker process reports back (as JSON, on the last line of its standard output).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WorkerResult {
+    /// Its call events.
+    pub call_events: Vec<CallEvent>,
+    /// Its attempt events.
+    pub attempt_events: Vec<AttemptEvent>,
+    /// The gate transitions it caused.
+    pub gate_events: Vec<GateEvent>,
+    /// AIMD in-flight counts it left.
+    pub leftover_inflight: u32,
+}
+
+fn preset_named(name: &str) -> Result<Preset, String> {
+    match name {
+        "default" => Ok(Preset::Default),
+        "baseline" => Ok(Preset::Baseline),
+        other => Err(format!("preset {other:?} is not default or baseline")),
+    }
+}
+
+fn preset_name(preset: Preset) -> &'static str {
+    match preset {
+        Preset::Default => "default",
+        Preset::Baseline => "baseline",
+    }
+}
+
+/// The body of a worker process: runs its share of the calls through the Redis gates and the
+/// provider server, on the shared time line.
+pub fn run_worker(spec: &WorkerSpec, progress: Progress) -> Result<WorkerResult, String> {
+    let scenario = Scenario::load(&spec.scenario).map_err(|e| e.to_string())?.scaled(spec.time_scale);
+    let config = RunConfig {
+        backend: Backend::Redis(spec.redis.clone()),
+        transport: Transport::Http,
+        time_scale: Some(spec.time_scale),
+        seed: spec.seed,
+        preset: preset_named(&spec.preset)?,
+        calls: Some(spec.total_calls),
+        workers: Some(spec.workers),
+        circuit_open: spec.circuit_open,
+    };
+    let mut policy = scope_policy(&scenario, &spec.scope, spec.circuit_open)?;
+    point_at(&mut policy, &spec.providers);
+    real_time_runtime()?.block_on(async {
+        let clock: Arc<dyn Clock> = Arc::new(SharedClock::at(spec.origin_unix_ms));
+        let backend = Gates::new(&config.backend, clock.clone()).await?;
+        let upstream = Arc::new(HttpUpstream::new(std::slice::from_ref(&policy)).map_err(|e| e.to_string())?);
+        let telemetry = Arc::new(Collector::new());
+        let client = Arc::new(build_client(&config, &policy, &backend, upstream, telemetry.clone(), clock, u64::from(spec.index))?);
+        let workload = Workload {
+            client: client.clone(),
+            scope: spec.scope.clone(),
+            calls: spec.calls.clone(),
+            workers: spec.workers,
+            poison: Arc::new(poison_marks(spec.seed, spec.total_calls, scenario.poison_rate)),
+            structured: scenario.structured,
+            stream: true,
+            exact: None,
+        };
+        workload.drive(progress).await?;
+        // Call ids are unique per process; a process's calls are told apart by its index.
+        let tag = |id: u64| (u64::from(spec.index) << 40) | id;
+        let mut result = WorkerResult {
+            call_events: telemetry.calls(),
+            attempt_events: telemetry.attempts(),
+            gate_events: telemetry.gates(),
+            leftover_inflight: client.inflight(&spec.scope),
+        };
+        result.call_events.iter_mut().for_each(|c| c.call_id = tag(c.call_id));
+        result.attempt_events.iter_mut().for_each(|a| a.call_id = tag(a.call_id));
+        Ok(result)
+    })
+}
+
+/// The whole of a worker process: reads its `WorkerSpec` as JSON on standard input, runs it,
+/// and writes `progress N` lines and a last `result {json}` line on standard output.
+pub fn worker_main() -> Result<(), String> {
+    use std::io::Write;
+    let spec: WorkerSpec = serde_json::from_reader(std::io::stdin().lock()).map_err(|e| format!("soak worker: bad spec on stdin: {e}"))?;
+    let say = |line: String| {
+        let mut out = std::io::stdout().lock();
+        // A parent that went away stops reading; the run's result is then nobody's.
+        let _ = writeln!(out, "{line}").and_then(|()| out.flush());
+    };
+    let result = run_worker(&spec, Arc::new(move |done| say(format!("progress {done}"))))?;
+    let json = serde_json::to_string(&result).map_err(|e| e.to_string())?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "result {json}").and_then(|()| out.flush()).map_err(|e| format!("soak worker: cannot write the result: {e}"))
+}
+
+/// Starts a worker process for `spec`: its standard input takes the spec as JSON, its standard
+/// output says `progress N` lines and a last `result {json}` line.
+pub type Launcher = dyn Fn(&WorkerSpec) -> std::io::Result<std::process::Child> + Sync;
+
+/// Runs `scenario` in `processes` worker processes sharing the Redis gates and one provider
+/// server (served by this process over loopback HTTP), in real time; merges their telemetry into
+/// one result for the invariants and the report.
+pub fn run_processes(
+    scenario_ref: &str,
+    scenario: &Scenario,
+    config: &RunConfig,
+    processes: u32,
+    launch: &Launcher,
+    progress: Progress,
+) -> Result<RunResult, String> {
+    let Backend::Redis(redis) = &config.backend else {
+        return Err("--workers N (several processes) needs the shared backend: add --backend redis".to_owned());
+    };
+    if config.transport != Transport::Http {
+        return Err("--workers N (several processes) needs one set of providers for all: add --transport http".to_owned());
+    }
+    let scale = check(config)?.ok_or("several processes run in real time: give --time-scale")?;
+    let scaled = scenario.scaled(scale);
+    let scope = scope_name(&config.backend, config.seed);
+    let mut policy = scope_policy(&scaled, &scope, config.circuit_open)?;
+    let calls = config.calls.unwrap_or(scenario.calls);
+    let workers = config.workers.unwrap_or(scenario.workers).max(processes);
+    real_time_runtime()?.block_on(async {
+        let clock = SharedClock::starting_now();
+        let providers = Arc::new(Providers::new(&scaled, Arc::new(clock), config.seed));
+        let server = ProviderServer::start(providers).await.map_err(|e| format!("cannot serve the simulated providers: {e}"))?;
+        point_at(&mut policy, &server.root());
+        let done: Arc<Vec<AtomicU32>> = Arc::new((0..processes).map(|_| AtomicU32::new(0)).collect());
+        let mut children = Vec::new();
+        for index in 0..processes {
+            let share = |n: u32, i: u32| u32::try_from(u64::from(n) * u64::from(i) / u64::from(processes)).unwrap_or(n);
+            let spec = WorkerSpec {
+                scenario: scenario_ref.to_owned(),
+                index,
+                seed: config.seed,
+                preset: preset_name(config.preset).to_owned(),
+                calls: share(calls, index)..share(calls, index + 1),
+                total_calls: calls,
+                workers: share(workers, index + 1) - share(workers, index),
+                redis: redis.clone(),
+                scope: scope.clone(),
+                providers: server.root(),
+                time_scale: scale,
+                circuit_open: config.circuit_open,
+                origin_unix_ms: clock.origin_unix_ms,
+            };
+            let mut child = launch(&spec).map_err(|e| format!("cannot start worker process {index}: {e}"))?;
+            let mut stdin = child.stdin.take().ok_or("worker process without a standard input")?;
+            let stdout = child.stdout.take().ok_or("worker process without a standard output")?;
+            serde_json::to_writer(&mut stdin, &spec).map_err(|e| format!("worker process {index}: {e}"))?;
+            drop(stdin);
+            let (done, progress) = (done.clone(), progress.clone());
+            children.push(tokio::task::spawn_blocking(move || read_worker(index, child, stdout, &done, &progress)));
+        }
+        let mut results = Vec::new();
+        for child in children {
+            results.push(child.await.map_err(|e| e.to_string())??);
+        }
+        drop(server);
+        let duration = clock.now().saturating_since(Timestamp::from_millis(0));
+        let backend = Gates::new(&config.backend, Arc::new(clock)).await?;
+        let keys: Vec<GateKey> = policy.sources.iter().map(|s| GateKey::new(scope.as_str(), s.name.as_str())).collect();
+        let (leftover_permits, leftover_leases) = backend.leftovers(&keys, clock.now()).await?;
+        let mut preset_policy = policy;
+        config.preset.apply(&mut preset_policy);
+        let mut merged = RunResult {
+            policy: preset_policy,
+            calls,
+            call_events: Vec::new(),
+            attempt_events: Vec::new(),
+            gate_events: Vec::new(),
+            start: Timestamp::from_millis(0),
+            duration,
+            leftover_inflight: 0,
+            leftover_permits,
+            leftover_leases,
+            circuit_open: Vec::new(),
+        };
+        for result in results {
+            merged.call_events.extend(result.call_events);
+            merged.attempt_events.extend(result.attempt_events);
+            merged.gate_events.extend(result.gate_events);
+            merged.leftover_inflight += result.leftover_inflight;
+        }
+        merged.call_events.sort_by_key(|c| (c.started, c.call_id));
+        merged.attempt_events.sort_by_key(|a| (a.started, a.call_id));
+        // One time line, millisecond resolution: within a millisecond a gate's own order (the
+        // epoch, then OPEN before HALF_OPEN before CLOSED) decides.
+        merged.gate_events.sort_by_key(|g| (g.at, g.epoch, state_rank(g.transition.to)));
+        Ok(merged)
+    })
+}
+
+fn state_rank(state: CircuitState) -> u8 {
+    match state {
+        CircuitState::Open => 0,
+        CircuitState::HalfOpen => 1,
+        CircuitState::Closed => 2,
+    }
+}
+
+/// Reads a worker's progress and result, and waits for it to exit.
+fn read_worker(
+    index: u32,
+    mut child: std::process::Child,
+    stdout: std::process::ChildStdout,
+    done: &[AtomicU32],
+    progress: &Progress,
+) -> Result<WorkerResult, String> {
+    let mut result = None;
+    for line in std::io::BufReader::new(stdout).lines() {
+        let line = line.map_err(|e| format!("worker process {index}: {e}"))?;
+        if let Some(n) = line.strip_prefix("progress ").and_then(|n| n.parse::<u32>().ok()) {
+            if let Some(slot) = done.get(index as usize) {
+                slot.store(n, Ordering::Relaxed);
+            }
+            progress(done.iter().map(|d| d.load(Ordering::Relaxed)).sum());
+        } else if let Some(json) = line.strip_prefix("result ") {
+            result = Some(serde_json::from_str::<WorkerResult>(json).map_err(|e| format!("worker process {index}: bad result: {e}"))?);
+        }
+    }
+    let status = child.wait().map_err(|e| format!("worker process {index}: {e}"))?;
+    match result {
+        Some(result) if status.success() => Ok(result),
+        _ => Err(format!("worker process {index} failed ({status}); its error is above")),
+    }
 }

@@ -1,7 +1,8 @@
-//! The simulated providers: an `Upstream` that answers each attempt in virtual time as the
-//! scenario's provider and account would (latency, empty answers, 5xx, invalid JSON, bad keys,
-//! blackholes, outages, the account's in-flight and rpm limits, other tenants' 429s and load
-//! peaks, the source's watchdog and timeout).
+//! The simulated providers. [`Providers`] decides, as the scenario's provider and account would,
+//! what one request gets (latency, empty answers, 5xx, invalid JSON, bad keys, blackholes,
+//! outages, the account's in-flight and rpm limits, other tenants' 429s and load peaks).
+//! [`SimUpstream`] plays those replies in (virtual) time as an `Upstream`, applying the source's
+//! watchdog and timeout the way the HTTP adapter does; `serve` plays them over loopback HTTP.
 
 use crate::scenario::{Account, Kind, Provider, Scenario};
 use async_trait::async_trait;
@@ -20,10 +21,33 @@ use std::time::Duration;
 /// The marker of a payload every provider rejects.
 pub const POISON: &str = "POISON";
 
-struct SimSource {
-    provider: Provider,
-    timeout: Duration,
-    watchdog: Option<Duration>,
+/// The content of a good structured answer.
+pub const VALID_JSON: &str = "{\"answer\": 42}";
+
+/// The content of an answer that fails structured output.
+pub const INVALID_JSON: &str = "Sure! Here is the JSON: {answer: 42";
+
+/// What a provider answers, once the reply's delay has passed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// The connection is refused (the relay is down).
+    Refused,
+    /// Accepted and never answered.
+    Hang,
+    /// An HTTP error status with the provider's error code.
+    Status(u16, &'static str),
+    /// A completion with this content (empty for an empty completion).
+    Content(&'static str),
+}
+
+/// One request's fate: wait `after` (for a completion: until its first token), then `answer`.
+/// Holds the account's in-flight slot until dropped.
+pub struct Reply {
+    /// The provider's latency.
+    pub after: Duration,
+    /// What it answers.
+    pub answer: Answer,
+    _slot: Option<InflightGuard>,
 }
 
 #[derive(Default)]
@@ -37,31 +61,23 @@ struct State {
     accounts: BTreeMap<String, AccountState>,
 }
 
-/// The scenario's providers as one `Upstream`.
-pub struct SimUpstream {
+/// The scenario's providers and accounts, with their shared state and one seeded RNG.
+pub struct Providers {
     minute: Duration,
-    sources: BTreeMap<String, SimSource>,
+    providers: BTreeMap<String, Provider>,
     accounts: BTreeMap<String, Account>,
     state: Arc<Mutex<State>>,
     clock: Arc<dyn Clock>,
     start: Timestamp,
 }
 
-impl SimUpstream {
-    /// The providers of `scenario` behind the sources of `scope`, on `clock`, seeded.
-    pub fn new(scenario: &Scenario, scope: &ScopePolicy, clock: Arc<dyn Clock>, seed: u64) -> Self {
-        let sources = scope
-            .sources
-            .iter()
-            .filter_map(|s| {
-                let provider = scenario.providers.get(&s.name)?.clone();
-                Some((s.name.clone(), SimSource { provider, timeout: s.timeout, watchdog: s.watchdog }))
-            })
-            .collect();
+impl Providers {
+    /// The providers of `scenario` on `clock` (scenario time starts now), seeded.
+    pub fn new(scenario: &Scenario, clock: Arc<dyn Clock>, seed: u64) -> Self {
         let start = clock.now();
-        SimUpstream {
+        Providers {
             minute: Duration::from_secs_f64(scenario.minute_s),
-            sources,
+            providers: scenario.providers.clone(),
             accounts: scenario.accounts.clone(),
             state: Arc::new(Mutex::new(State { rng: ChaCha8Rng::seed_from_u64(seed), accounts: BTreeMap::new() })),
             clock,
@@ -75,10 +91,6 @@ impl SimUpstream {
 
     fn scenario_s(&self) -> f64 {
         self.clock.now().saturating_since(self.start).as_secs_f64()
-    }
-
-    fn draw(&self) -> f64 {
-        unit(&mut self.state().rng)
     }
 
     /// A lognormal latency with the given median and σ.
@@ -111,6 +123,45 @@ impl SimUpstream {
         entry.starts.push_back(now);
         Ok(Some(InflightGuard { state: self.state.clone(), account: name.to_owned() }))
     }
+
+    /// What `source`'s provider does with a request arriving now; `None` for a source the
+    /// scenario has no provider for.
+    pub fn reply(&self, source: &str, poisoned: bool) -> Option<Reply> {
+        let p = self.providers.get(source)?;
+        let reply = |after: Duration, answer: Answer| Some(Reply { after, answer, _slot: None });
+        let t = self.scenario_s();
+        if p.outages.iter().any(|o| t >= o.from_s && t < o.to_s) {
+            return reply(Duration::from_millis(1), Answer::Refused);
+        }
+        match p.kind {
+            Kind::BadKey => return reply(Duration::from_secs_f64(p.latency_median_s), Answer::Status(401, "invalid_api_key")),
+            Kind::Blackhole => return reply(Duration::ZERO, Answer::Hang),
+            Kind::Answers => {}
+        }
+        let slot = match p.account.as_deref().map(|a| self.enter_account(a)) {
+            Some(Err(())) => return reply(Duration::from_millis(20), Answer::Status(429, "rate_limit_exceeded")),
+            Some(Ok(slot)) => slot,
+            None => None,
+        };
+        if poisoned {
+            return reply(Duration::from_millis(50), Answer::Status(400, "invalid_request_error"));
+        }
+        let after = self.latency(p.latency_median_s, p.latency_sigma);
+        let (r, invalid) = {
+            let mut state = self.state();
+            (unit(&mut state.rng), unit(&mut state.rng))
+        };
+        let answer = if r < p.empty_rate {
+            Answer::Content("")
+        } else if r < p.empty_rate + p.error_5xx_rate {
+            Answer::Status(503, "server_error")
+        } else if invalid < p.invalid_json_rate {
+            Answer::Content(INVALID_JSON)
+        } else {
+            Answer::Content(VALID_JSON)
+        };
+        Some(Reply { after, answer, _slot: slot })
+    }
 }
 
 /// Holds one in-flight slot of an account until the attempt ends (or is dropped).
@@ -128,10 +179,30 @@ impl Drop for InflightGuard {
     }
 }
 
-fn is_poison(request: &Request) -> bool {
+/// Whether a request carries the payload every provider rejects.
+pub fn is_poison(request: &Request) -> bool {
     match &request.payload {
         Payload::Chat { messages, .. } => messages.iter().any(|m| m.content == POISON),
         Payload::Embedding { input } => input.iter().any(|i| i == POISON),
+    }
+}
+
+struct SimSource {
+    timeout: Duration,
+    watchdog: Option<Duration>,
+}
+
+/// The scenario's providers as one in-process `Upstream`.
+pub struct SimUpstream {
+    providers: Providers,
+    sources: BTreeMap<String, SimSource>,
+}
+
+impl SimUpstream {
+    /// The providers of `scenario` behind the sources of `scope`, on `clock`, seeded.
+    pub fn new(scenario: &Scenario, scope: &ScopePolicy, clock: Arc<dyn Clock>, seed: u64) -> Self {
+        let sources = scope.sources.iter().map(|s| (s.name.clone(), SimSource { timeout: s.timeout, watchdog: s.watchdog })).collect();
+        SimUpstream { providers: Providers::new(scenario, clock, seed), sources }
     }
 }
 
@@ -142,57 +213,46 @@ fn fail(class: OutcomeClass, detail: &str) -> Attempt {
 #[async_trait]
 impl Upstream for SimUpstream {
     async fn send(&self, source: &str, request: &Request) -> Attempt {
-        let Some(src) = self.sources.get(source) else { return fail(OutcomeClass::SourceDead, "unknown_source") };
-        let p = &src.provider;
-        let t = self.scenario_s();
-        if p.outages.iter().any(|o| t >= o.from_s && t < o.to_s) {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-            return fail(OutcomeClass::Transient, "connect");
-        }
-        match p.kind {
-            Kind::BadKey => {
-                tokio::time::sleep(Duration::from_secs_f64(p.latency_median_s)).await;
-                return fail(OutcomeClass::SourceDead, "http_401");
+        let (Some(src), Some(reply)) = (self.sources.get(source), self.providers.reply(source, is_poison(request))) else {
+            return fail(OutcomeClass::SourceDead, "unknown_source");
+        };
+        let content = match reply.answer {
+            Answer::Refused => {
+                tokio::time::sleep(reply.after).await;
+                return fail(OutcomeClass::Transient, "connect");
             }
-            Kind::Blackhole => {
+            Answer::Hang => {
                 tokio::time::sleep(src.timeout).await;
                 return fail(OutcomeClass::Transient, "timeout");
             }
-            Kind::Answers => {}
-        }
-        let _slot = match p.account.as_deref().map(|a| self.enter_account(a)) {
-            Some(Err(())) => {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                return fail(OutcomeClass::RateLimited, "http_429");
+            Answer::Status(status, _) => {
+                tokio::time::sleep(reply.after.min(src.timeout)).await;
+                let class = match status {
+                    429 => OutcomeClass::RateLimited,
+                    401 | 403 => OutcomeClass::SourceDead,
+                    400..=499 => OutcomeClass::RequestRejected,
+                    _ => OutcomeClass::Transient,
+                };
+                return fail(class, &format!("http_{status}"));
             }
-            Some(Ok(slot)) => slot,
-            None => None,
+            Answer::Content(content) => content,
         };
-        if is_poison(request) {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            return fail(OutcomeClass::RequestRejected, "http_400");
-        }
-        let latency = self.latency(p.latency_median_s, p.latency_sigma);
-        if let Some(watchdog) = src.watchdog.filter(|w| latency > *w) {
+        if let Some(watchdog) = src.watchdog.filter(|w| reply.after > *w) {
             tokio::time::sleep(watchdog).await;
             return fail(OutcomeClass::Transient, "watchdog");
         }
-        if latency >= src.timeout {
+        if reply.after >= src.timeout {
             tokio::time::sleep(src.timeout).await;
             return fail(OutcomeClass::Transient, "timeout");
         }
-        tokio::time::sleep(latency).await;
-        let r = self.draw();
-        if r < p.empty_rate {
+        tokio::time::sleep(reply.after).await;
+        if content.is_empty() {
             return fail(OutcomeClass::Transient, "empty");
         }
-        if r < p.empty_rate + p.error_5xx_rate {
-            return fail(OutcomeClass::Transient, "http_503");
-        }
-        if request.structured.is_some() && self.draw() < p.invalid_json_rate {
+        if request.structured.is_some() && content == INVALID_JSON {
             return fail(OutcomeClass::ResultInvalid, "schema");
         }
         let usage = Some(Usage { prompt_tokens: 200, completion_tokens: 250 });
-        Attempt::success(Response::Chat { content: "{\"answer\": 42}".into(), usage }, "http_200")
+        Attempt::success(Response::Chat { content: content.to_owned(), usage }, "http_200")
     }
 }

@@ -1,6 +1,7 @@
 //! The soak in small: p6 and single-relay runs short enough for the test suite (the full runs
 //! are `cargo xtask soak`), checking the invariants, the gap between policies, determinism, and
-//! the retry_after of every CircuitOpen.
+//! the retry_after of every CircuitOpen; the HTTP transport and several processes sharing Redis
+//! in short real-time runs.
 
 #![allow(clippy::unwrap_used)]
 
@@ -8,15 +9,26 @@ use gateway_client::Preset;
 use gateway_core::policy::WaitMode;
 use gateway_sim::invariants;
 use gateway_sim::report::Summary;
-use gateway_sim::run::{Backend, RunConfig, run};
+use gateway_sim::run::{Backend, RunConfig, Transport, WorkerSpec, run, run_processes, run_upstreams, upstreams_scope};
 use gateway_sim::scenario::Scenario;
+use gateway_sim::serve::ProviderServer;
+use gateway_sim::upstream::Providers;
 use std::sync::Arc;
 
 fn soak(scenario: &str, preset: Preset, calls: u32, seed: u64, circuit_open: Option<WaitMode>) -> Summary {
     let scenario = Scenario::load(scenario).unwrap();
-    let config = RunConfig { backend: Backend::Memory, time_scale: None, seed, preset, calls: Some(calls), workers: None, circuit_open };
+    let config = RunConfig {
+        backend: Backend::Memory,
+        transport: Transport::Sim,
+        time_scale: None,
+        seed,
+        preset,
+        calls: Some(calls),
+        workers: None,
+        circuit_open,
+    };
     let result = run(&scenario, &config, Arc::new(|_| {})).unwrap();
-    Summary::of(&result, "test", seed, scenario.ceiling(), invariants::check(&result))
+    Summary::of(&result, "test", seed, Some(scenario.ceiling()), invariants::check(&result))
 }
 
 #[test]
@@ -51,6 +63,7 @@ fn the_redis_backend_needs_real_time() {
     let scenario = Scenario::load("p6").unwrap();
     let config = RunConfig {
         backend: Backend::Redis("redis://127.0.0.1:6379".into()),
+        transport: Transport::Sim,
         time_scale: None,
         seed: 1,
         preset: Preset::Default,
@@ -60,6 +73,151 @@ fn the_redis_backend_needs_real_time() {
     };
     let error = run(&scenario, &config, Arc::new(|_| {})).err().unwrap();
     assert!(error.contains("runs in real time"), "{error}");
-    let bad_scale = RunConfig { time_scale: Some(0.0), backend: Backend::Memory, ..config };
+    let bad_scale = RunConfig { time_scale: Some(0.0), backend: Backend::Memory, ..config.clone() };
     assert!(run(&scenario, &bad_scale, Arc::new(|_| {})).err().unwrap().contains("positive"));
+    let http = RunConfig { transport: Transport::Http, backend: Backend::Memory, ..config };
+    assert!(run(&scenario, &http, Arc::new(|_| {})).err().unwrap().contains("the HTTP transport runs in real time"));
+}
+
+fn real_time(backend: Backend, calls: u32) -> RunConfig {
+    RunConfig {
+        backend,
+        transport: Transport::Http,
+        time_scale: Some(0.02),
+        seed: 3,
+        preset: Preset::Default,
+        calls: Some(calls),
+        workers: None,
+        circuit_open: None,
+    }
+}
+
+#[test]
+fn p6_over_loopback_http_through_the_http_adapter_holds_every_invariant() {
+    let scenario = Scenario::load("p6").unwrap();
+    let result = run(&scenario, &real_time(Backend::Memory, 400), Arc::new(|_| {})).unwrap();
+    let summary = Summary::of(&result, "http", 3, Some(scenario.ceiling()), invariants::check(&result));
+    assert!(summary.invariants_hold(), "{:?}", summary.invariants);
+    assert!(summary.success_rate >= 0.95, "{}", summary.success_rate);
+    // Every kind of reply crossed the wire and was classified by the adapter.
+    let details: std::collections::BTreeSet<&str> = result.attempt_events.iter().map(|a| a.detail.as_str()).collect();
+    for detail in ["http_200", "invalid_api_key", "header_timeout", "watchdog", "empty", "http_429"] {
+        assert!(details.contains(detail), "{detail} missing from {details:?}");
+    }
+}
+
+fn launch(_: &WorkerSpec) -> std::io::Result<std::process::Child> {
+    std::process::Command::new(env!("CARGO_BIN_EXE_soak-worker"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+}
+
+#[test]
+fn several_processes_need_redis_and_http() {
+    let scenario = Scenario::load("p6").unwrap();
+    let memory = real_time(Backend::Memory, 10);
+    assert!(run_processes("p6", &scenario, &memory, 2, &launch, Arc::new(|_| {})).err().unwrap().contains("--backend redis"));
+    let sim = RunConfig { transport: Transport::Sim, ..real_time(Backend::Redis("redis://127.0.0.1:1".into()), 10) };
+    assert!(run_processes("p6", &scenario, &sim, 2, &launch, Arc::new(|_| {})).err().unwrap().contains("--transport http"));
+}
+
+#[test]
+fn two_processes_share_the_redis_gates_and_one_provider_server() {
+    let url = std::env::var("GATEWAY_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    let reachable = std::net::TcpStream::connect(url.trim_start_matches("redis://").trim_end_matches('/')).is_ok();
+    if !reachable {
+        assert!(
+            !std::env::var("GATEWAY_REDIS_REQUIRED").is_ok_and(|v| v == "1" || v == "true"),
+            "redis at {url} is required (GATEWAY_REDIS_REQUIRED=1) and does not answer"
+        );
+        use std::io::Write;
+        let _ =
+            writeln!(std::io::stderr(), "SKIPPED redis::two_processes: nothing answers at {url} (start Redis or set GATEWAY_REDIS_URL)");
+        return;
+    }
+    let scenario = Scenario::load("p6").unwrap();
+    let seen = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let counter = seen.clone();
+    let progress = Arc::new(move |n| counter.store(n, std::sync::atomic::Ordering::Relaxed));
+    let result = run_processes("p6", &scenario, &real_time(Backend::Redis(url), 400), 2, &launch, progress).unwrap();
+    let summary = Summary::of(&result, "processes", 3, Some(scenario.ceiling()), invariants::check(&result));
+    assert!(summary.invariants_hold(), "{:?}", summary.invariants);
+    assert!(summary.success_rate >= 0.95, "{}", summary.success_rate);
+    assert_eq!(seen.load(std::sync::atomic::Ordering::Relaxed), 400, "progress from both processes adds up");
+    let processes: std::collections::BTreeSet<u64> = result.call_events.iter().map(|c| c.call_id >> 40).collect();
+    assert_eq!(processes.len(), 2, "both processes ran calls");
+}
+
+const FAST: &str = r#"
+name = "fast"
+description = "two fast providers, one with a bad key"
+calls = 60
+workers = 6
+poison_rate = 0.05
+structured = true
+
+[gateway]
+[gateway.breaker]
+fail_threshold = 3
+cooldown_s = 60
+
+[gateway.sources.good]
+timeout_s = 2
+[gateway.sources.bad]
+timeout_s = 2
+
+[providers.good]
+latency_median_s = 0.01
+invalid_json_rate = 0.1
+[providers.bad]
+kind = "bad_key"
+latency_median_s = 0.005
+"#;
+
+#[test]
+fn upstreams_runs_the_workload_against_the_endpoints_of_a_config_file() {
+    let scenario = Scenario::parse("fast", FAST).unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let server = runtime.block_on(async {
+        let clock = Arc::new(gateway_client::TokioClock::new());
+        ProviderServer::start(Arc::new(Providers::new(&scenario, clock, 5))).await.unwrap()
+    });
+    let file = std::env::temp_dir().join(format!("soak-upstreams-{}.toml", std::process::id()));
+    let source = |name: &str| {
+        format!("[soak.sources.{name}]\nbase_url = \"{}\"\nmodel = \"m\"\napi_key = \"sk-test\"\ntimeout_s = 2\n", server.base_url(name))
+    };
+    let text = format!("[soak.breaker]\nfail_threshold = 3\ncooldown_s = 60\n{}{}", source("good"), source("bad"));
+    std::fs::write(&file, text).unwrap();
+    let scopes = gateway_client::config::Loader::new().file(&file).env_vars([]).load().unwrap();
+    let scope = upstreams_scope(scopes, "gateway.toml").unwrap();
+    let config = RunConfig { time_scale: None, transport: Transport::Sim, ..real_time(Backend::Memory, 60) };
+    let result = run_upstreams(&scenario, scope, &config, Arc::new(|_| {})).unwrap();
+    let _ = std::fs::remove_file(&file);
+    let summary = Summary::of(&result, "real", 3, None, invariants::check(&result));
+    assert!(summary.invariants_hold(), "{:?}", summary.invariants);
+    assert_eq!(summary.results.get("ok").copied().unwrap_or(0) + summary.results.get("request_rejected").copied().unwrap_or(0), 60);
+    assert!(summary.isolated_after_s.contains_key("bad"), "the bad key was isolated: {:?}", summary.isolated_after_s);
+    assert_eq!(summary.ceiling, None);
+    let error = run_upstreams(
+        &scenario,
+        upstreams_scope(vec![result.policy.clone()], "g").unwrap(),
+        &real_time(Backend::Memory, 1),
+        Arc::new(|_| {}),
+    );
+    assert!(error.err().unwrap().contains("--time-scale does not apply"));
+}
+
+#[test]
+fn upstreams_names_the_scope_it_needs() {
+    let scenario = Scenario::parse("fast", FAST).unwrap();
+    let mut a = scenario.gateway.resolve("chat").unwrap();
+    assert!(upstreams_scope(vec![], "g.toml").unwrap_err().contains("g.toml: declares no scope"));
+    let b = scenario.gateway.resolve("embedding").unwrap();
+    let error = upstreams_scope(vec![a.clone(), b.clone()], "g.toml").unwrap_err();
+    assert!(error.contains("declares the scopes chat, embedding and none is named `soak`"), "{error}");
+    assert_eq!(upstreams_scope(vec![b.clone()], "g.toml").unwrap().name, "embedding");
+    a.name = "soak".into();
+    assert_eq!(upstreams_scope(vec![b, a], "g.toml").unwrap().name, "soak");
 }

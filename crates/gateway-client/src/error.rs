@@ -126,6 +126,17 @@ pub enum CallError {
         /// The configured scopes.
         known: String,
     },
+    /// A `per_tenant` scope would not take the call's tenant: a malformed name, or the scope
+    /// already keeps `max_tenants` busy tenants.
+    #[error("scope {scope:?} refuses tenant {tenant:?}: {why}")]
+    TenantRefused {
+        /// The scope.
+        scope: String,
+        /// The tenant asked for.
+        tenant: String,
+        /// Why.
+        why: String,
+    },
 }
 
 impl CallError {
@@ -139,11 +150,11 @@ impl CallError {
             CallError::RequestRejected { .. } => CallResult::RequestRejected,
             CallError::StructuredExhausted { .. } => CallResult::StructuredExhausted,
             CallError::BackendUnavailable { .. } => CallResult::BackendUnavailable,
-            CallError::UnknownScope { .. } => return None,
+            CallError::UnknownScope { .. } | CallError::TenantRefused { .. } => return None,
         })
     }
 
-    /// The report of what was tried (empty for an unknown scope).
+    /// The report of what was tried (none for a call that never started).
     pub fn report(&self) -> Option<&CallReport> {
         match self {
             CallError::RetryExhausted { report }
@@ -152,7 +163,7 @@ impl CallError {
             | CallError::RequestRejected { report, .. }
             | CallError::StructuredExhausted { report }
             | CallError::BackendUnavailable { report, .. } => Some(report),
-            CallError::UnknownScope { .. } => None,
+            CallError::UnknownScope { .. } | CallError::TenantRefused { .. } => None,
         }
     }
 }

@@ -34,7 +34,7 @@ use gateway_core::time::Clock;
 use gateway_memory::{MemoryGates, MemoryQuota};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
-use scope::Scope;
+use scope::{Partitions, TenantError};
 use std::collections::BTreeMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,7 +42,7 @@ use std::sync::{Arc, Mutex};
 
 /// The gateway: scopes of sources behind shared gates, one upstream transport, telemetry.
 pub struct GatewayClient {
-    scopes: BTreeMap<String, Arc<Scope>>,
+    scopes: BTreeMap<String, Partitions>,
     admission: SourceAdmission,
     upstream: Arc<dyn Upstream>,
     next_call: AtomicU64,
@@ -147,7 +147,7 @@ impl GatewayClientBuilder {
             .into_iter()
             .map(|(mut policy, preset)| {
                 let behaviour = preset.apply(&mut policy);
-                (policy.name.clone(), Arc::new(Scope::new(policy, behaviour)))
+                (policy.name.clone(), Partitions::new(policy, behaviour))
             })
             .collect();
         Ok(GatewayClient {
@@ -175,32 +175,60 @@ impl GatewayClient {
     /// every retry, back-off, source switch and wait; an error means the call-level budget is
     /// spent. Dropping the future at any point releases everything the call held.
     pub async fn call(&self, scope: &str, request: &Request) -> Result<Response, CallError> {
-        let Some(scope) = self.scopes.get(scope) else {
+        self.call_in(scope, None, request).await
+    }
+
+    /// [`call`](Self::call) on behalf of `tenant`. In a scope with `isolation = per_tenant` the
+    /// call runs in the tenant's own partition: gates, memo, health, AIMD and quota keyed by
+    /// (tenant, source), so one tenant's failures never open a source for another. In a shared
+    /// scope the tenant changes nothing.
+    pub async fn call_as(&self, scope: &str, tenant: &str, request: &Request) -> Result<Response, CallError> {
+        self.call_in(scope, Some(tenant), request).await
+    }
+
+    async fn call_in(&self, scope: &str, tenant: Option<&str>, request: &Request) -> Result<Response, CallError> {
+        let Some(partitions) = self.scopes.get(scope) else {
             return Err(CallError::UnknownScope {
                 scope: scope.to_owned(),
                 known: self.scopes.keys().cloned().collect::<Vec<_>>().join(", "),
             });
         };
+        let scope = partitions.partition(tenant, self.admission.clock.now()).map_err(|e| CallError::TenantRefused {
+            scope: scope.to_owned(),
+            tenant: tenant.unwrap_or_default().to_owned(),
+            why: match e {
+                TenantError::Malformed(why) => why,
+                TenantError::Full(max) => {
+                    format!("the scope already keeps {max} tenants with calls in the last tenant_idle_s (raise max_tenants)")
+                }
+            },
+        })?;
         let id = self.next_call.fetch_add(1, Ordering::Relaxed);
         let telemetry = &*self.admission.telemetry;
         let state = CallState::new(id, self.admission.clock.clone(), scope.policy.sources.len());
         let mut guard = CallGuard::new(state, &scope.policy.name, telemetry);
         let run = CallLoop { admission: &self.admission, upstream: &*self.upstream, telemetry };
-        let result = run.run(scope, request, &mut guard.state).await;
+        let result = run.run(&scope, request, &mut guard.state).await;
         guard.end(result.as_ref().err().map_or(Some(gateway_core::telemetry::CallResult::Ok), CallError::result));
         result
     }
 
-    /// Attempts counted in flight by the AIMD pacers of `scope` (0 when no call is running).
+    /// Attempts counted in flight by the AIMD pacers of `scope`, over every partition (0 when
+    /// no call is running).
     pub fn inflight(&self, scope: &str) -> u32 {
-        self.scopes.get(scope).map_or(0, |s| s.inflight())
+        self.scopes.get(scope).map_or(0, |p| p.all().iter().map(|s| s.inflight()).sum())
     }
 
-    /// The health EWMA of each source of `scope`, by name.
+    /// Tenants of `scope` with a partition of their own in this process.
+    pub fn tenants(&self, scope: &str) -> usize {
+        self.scopes.get(scope).map_or(0, Partitions::tenants)
+    }
+
+    /// The health EWMA of each source of `scope` (its shared partition), by name.
     pub fn health(&self, scope: &str) -> Vec<(String, f64)> {
-        self.scopes.get(scope).map_or_else(Vec::new, |s| {
-            let local = s.local();
-            s.policy.sources.iter().zip(&local.health).map(|(src, h)| (src.name.clone(), h.value())).collect()
+        self.scopes.get(scope).map_or_else(Vec::new, |p| {
+            let local = p.shared().local();
+            p.policy().sources.iter().zip(&local.health).map(|(src, h)| (src.name.clone(), h.value())).collect()
         })
     }
 

@@ -1,19 +1,26 @@
-//! One scope at run time: its policy and behaviours, the gate keys and parameters of its
-//! sources, its selector, and the process-local state every call of the scope shares (memo,
-//! health EWMA, AIMD pacers, progress) under one short, never-awaited lock.
+//! One scope at run time. A [`Scope`] is one partition of it: its policy and behaviours, the
+//! gate keys and parameters of its sources, its selector, and the process-local state every call
+//! of the partition shares (memo, health EWMA, AIMD pacers, progress) under one short,
+//! never-awaited lock. [`Partitions`] holds a scope's partitions: the shared one, and with
+//! `isolation = per_tenant` one per tenant, created lazily in a sharded map, bounded by
+//! `max_tenants`, and dropped after `tenant_idle` without calls (SPEC §11).
 
 use crate::preset::Behaviour;
 use gateway_core::aimd::AimdPacer;
 use gateway_core::breaker::GateParams;
 use gateway_core::health::Ewma;
 use gateway_core::memo::Memo;
-use gateway_core::policy::ScopePolicy;
+use gateway_core::policy::{Isolation, ScopePolicy};
 use gateway_core::ports::GateKey;
 use gateway_core::select::{Selector, SourceView};
 use gateway_core::stall::ScopeProgress;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use gateway_core::time::Timestamp;
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-/// Process-local state shared by a scope's calls.
+/// Process-local state shared by a partition's calls.
 pub(crate) struct Local {
     pub(crate) memo: Memo,
     pub(crate) health: Vec<Ewma>,
@@ -22,7 +29,7 @@ pub(crate) struct Local {
 }
 
 pub(crate) struct Scope {
-    pub(crate) policy: ScopePolicy,
+    pub(crate) policy: Arc<ScopePolicy>,
     pub(crate) behaviour: Behaviour,
     pub(crate) gates: Vec<(GateKey, GateParams)>,
     pub(crate) selector: Selector,
@@ -30,12 +37,14 @@ pub(crate) struct Scope {
 }
 
 impl Scope {
-    pub(crate) fn new(policy: ScopePolicy, behaviour: Behaviour) -> Self {
+    /// The partition of `tenant` (`None`: the shared one).
+    pub(crate) fn new(policy: Arc<ScopePolicy>, behaviour: Behaviour, tenant: Option<&Arc<str>>) -> Self {
         let n = policy.sources.len();
         let gates = (0..n)
             .filter_map(|i| {
                 let params = policy.gate_params(i)?;
-                Some((GateKey::new(policy.name.as_str(), policy.sources[i].name.as_str()), params))
+                let key = GateKey::new(policy.name.as_str(), policy.sources[i].name.as_str());
+                Some((if let Some(tenant) = tenant { key.with_tenant(tenant.clone()) } else { key }, params))
             })
             .collect();
         let local = Local {
@@ -65,5 +74,115 @@ impl Scope {
     /// Attempts counted in flight by the AIMD pacers (zero once every call has ended).
     pub(crate) fn inflight(&self) -> u32 {
         self.local().aimd.iter().map(AimdPacer::inflight).sum()
+    }
+}
+
+const SHARDS: usize = 16;
+
+struct TenantEntry {
+    partition: Arc<Scope>,
+    last_used: Timestamp,
+}
+
+type Shard = HashMap<Arc<str>, TenantEntry>;
+
+/// A scope's partitions.
+pub(crate) struct Partitions {
+    shared: Arc<Scope>,
+    per_tenant: bool,
+    shards: Vec<Mutex<Shard>>,
+    tenants: AtomicUsize,
+    hasher: std::collections::hash_map::RandomState,
+}
+
+/// Why a tenant has no partition.
+pub(crate) enum TenantError {
+    /// The name cannot be a key.
+    Malformed(String),
+    /// `max_tenants` busy tenants already.
+    Full(u32),
+}
+
+impl Partitions {
+    pub(crate) fn new(policy: ScopePolicy, behaviour: Behaviour) -> Self {
+        let per_tenant = policy.isolation == Isolation::PerTenant;
+        Partitions {
+            shared: Arc::new(Scope::new(Arc::new(policy), behaviour, None)),
+            per_tenant,
+            shards: (0..if per_tenant { SHARDS } else { 0 }).map(|_| Mutex::default()).collect(),
+            tenants: AtomicUsize::new(0),
+            hasher: std::collections::hash_map::RandomState::new(),
+        }
+    }
+
+    pub(crate) fn policy(&self) -> &ScopePolicy {
+        &self.shared.policy
+    }
+
+    /// The shared partition.
+    pub(crate) fn shared(&self) -> &Arc<Scope> {
+        &self.shared
+    }
+
+    fn shard(&self, tenant: &str) -> MutexGuard<'_, Shard> {
+        let index = usize::try_from(self.hasher.hash_one(tenant) % SHARDS as u64).unwrap_or(0);
+        self.shards[index].lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The partition a call of `tenant` runs in: the shared one unless the scope isolates
+    /// tenants and the call names one.
+    pub(crate) fn partition(&self, tenant: Option<&str>, now: Timestamp) -> Result<Arc<Scope>, TenantError> {
+        let Some(tenant) = tenant.filter(|_| self.per_tenant) else { return Ok(self.shared.clone()) };
+        if tenant.is_empty() || tenant.len() > 64 || !tenant.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+            return Err(TenantError::Malformed(
+                "a tenant name is 1 to 64 characters of A-Z, a-z, 0-9, '_' and '-' (it becomes part of the gate keys)".to_owned(),
+            ));
+        }
+        for sweep in [false, true] {
+            if sweep {
+                // At the cap: drop idle tenants everywhere (one shard at a time), then try again.
+                for index in 0..self.shards.len() {
+                    let mut shard = self.shards[index].lock().unwrap_or_else(PoisonError::into_inner);
+                    self.evict_idle(&mut shard, now);
+                }
+            }
+            let mut shard = self.shard(tenant);
+            if let Some(entry) = shard.get_mut(tenant) {
+                entry.last_used = entry.last_used.max(now);
+                return Ok(entry.partition.clone());
+            }
+            self.evict_idle(&mut shard, now);
+            let max = self.policy().max_tenants;
+            if self.tenants.load(Ordering::Relaxed) < max as usize {
+                let name: Arc<str> = Arc::from(tenant);
+                let partition = Arc::new(Scope::new(self.shared.policy.clone(), self.shared.behaviour, Some(&name)));
+                shard.insert(name, TenantEntry { partition: partition.clone(), last_used: now });
+                self.tenants.fetch_add(1, Ordering::Relaxed);
+                return Ok(partition);
+            }
+        }
+        Err(TenantError::Full(self.policy().max_tenants))
+    }
+
+    /// Drops the partitions of tenants idle for `tenant_idle` with no call running.
+    fn evict_idle(&self, shard: &mut Shard, now: Timestamp) {
+        let idle = self.policy().tenant_idle;
+        let before = shard.len();
+        shard.retain(|_, e| Arc::strong_count(&e.partition) > 1 || now.saturating_since(e.last_used) < idle);
+        self.tenants.fetch_sub(before - shard.len(), Ordering::Relaxed);
+    }
+
+    /// Every partition now.
+    pub(crate) fn all(&self) -> Vec<Arc<Scope>> {
+        let mut all = vec![self.shared.clone()];
+        for shard in &self.shards {
+            all.extend(shard.lock().unwrap_or_else(PoisonError::into_inner).values().map(|e| e.partition.clone()));
+        }
+        all
+    }
+
+    /// Tenants with a partition of their own.
+    pub(crate) fn tenants(&self) -> usize {
+        self.tenants.load(Ordering::Relaxed)
     }
 }

@@ -129,3 +129,18 @@ fn the_example_configuration_loads() {
     assert_eq!(scopes[1].circuit_open, WaitMode::Wait);
     assert!(!format!("{scopes:?}").contains("sk-replace-me"), "keys never reach Debug");
 }
+
+#[test]
+fn tenant_isolation_keys_load_from_file_and_environment() {
+    let path = file(&BASE.replace("[chat.breaker]", "[chat]\nmax_tenants = 50\n\n[chat.breaker]"));
+    let vars = env(&[("CHAT__ISOLATION", "per_tenant"), ("CHAT__TENANT_IDLE_S", "120")]);
+    let chat = Loader::new().file(&path).env_vars(vars).load().unwrap().remove(0);
+    assert_eq!(chat.isolation, gateway_core::policy::Isolation::PerTenant);
+    assert_eq!((chat.max_tenants, chat.tenant_idle), (50, Duration::from_secs(120)));
+    let defaults = Loader::new().file(&path).env_vars(Vec::new()).load().unwrap().remove(0);
+    assert_eq!((defaults.isolation, defaults.tenant_idle), (gateway_core::policy::Isolation::Shared, Duration::from_secs(600)));
+    let e = load_err(BASE, &[("CHAT__ISOLATION", "per_user")]);
+    assert_eq!(e.to_string(), "CHAT__ISOLATION (environment): unknown value \"per_user\" (expected one of shared, per_tenant)");
+    let e = load_err(BASE, &[("CHAT__MAX_TENANTS", "0")]);
+    assert!(e.to_string().starts_with("CHAT__MAX_TENANTS (environment): value 0 is out of range"), "{e}");
+}

@@ -362,9 +362,29 @@ pub struct ScopeConfig {
     pub backoff_base_s: Option<f64>,
     /// Cap of the exponential back-off in seconds (default 8).
     pub backoff_cap_s: Option<f64>,
+    /// `shared` (default) or `per_tenant`: whether each tenant gets gates, memo, health, AIMD
+    /// and quota of its own (SPEC §11).
+    pub isolation: Option<Isolation>,
+    /// With `per_tenant`: the most tenants one process keeps state for (default 10 000); a
+    /// call for one more is refused with an error naming the tenant.
+    pub max_tenants: Option<u32>,
+    /// With `per_tenant`: a tenant's process-local state (memo, health, AIMD) is dropped after
+    /// this many idle seconds (default 600). Its gates live on in the backend.
+    pub tenant_idle_s: Option<f64>,
     /// The sources, by name (at least one).
     #[serde(default)]
     pub sources: BTreeMap<String, SourceConfig>,
+}
+
+/// Whether tenants share a scope's gates and local state (SPEC §11).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Isolation {
+    /// One set of gates and local state for every tenant.
+    #[default]
+    Shared,
+    /// Gates, memo, health EWMA, AIMD and quota keyed by (tenant, source).
+    PerTenant,
 }
 
 /// Validated policy of one scope.
@@ -392,6 +412,12 @@ pub struct ScopePolicy {
     pub concurrency: u32,
     /// Exponential back-off after failures.
     pub backoff: crate::backoff::Backoff,
+    /// Tenant isolation.
+    pub isolation: Isolation,
+    /// Most tenants with state of their own in one process (`per_tenant`).
+    pub max_tenants: u32,
+    /// Idle time after which a tenant's process-local state is dropped (`per_tenant`).
+    pub tenant_idle: Duration,
     /// The sources, ordered by name.
     pub sources: Vec<SourcePolicy>,
 }
@@ -440,6 +466,9 @@ impl ScopeConfig {
             poll_interval: f.secs("poll_interval_s", self.poll_interval_s.unwrap_or(stall_window_s.min(0.05)), 0.001, stall_window_s)?,
             concurrency: f.int("concurrency", self.concurrency.unwrap_or(64), 1, 1_000_000)?,
             backoff,
+            isolation: self.isolation.unwrap_or_default(),
+            max_tenants: f.int("max_tenants", self.max_tenants.unwrap_or(10_000), 1, 10_000_000)?,
+            tenant_idle: f.secs("tenant_idle_s", self.tenant_idle_s.unwrap_or(600.0), 0.001, 30.0 * DAY_S)?,
             sources,
         })
     }

@@ -1,0 +1,150 @@
+//! Tenant isolation (SPEC §11) in virtual time: with `per_tenant` one tenant's failures open
+//! its own gates only, its quota is its own, and its process-local state is bounded by
+//! `max_tenants` and dropped after `tenant_idle_s`; with `shared` one tenant's failures cost the
+//! others. Tenant names that cannot be keys are refused by name.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use async_trait::async_trait;
+use gateway_client::{CallError, Collector, GatewayClient, TokioClock};
+use gateway_core::breaker::CircuitState;
+use gateway_core::outcome::OutcomeClass;
+use gateway_core::ports::{GateKey, Upstream};
+use gateway_core::request::{Attempt, Message, Payload, Request, Response};
+use gateway_memory::{MemoryGates, MemoryQuota};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+use support::sources;
+
+/// Fails every request whose message says `bronze` with a timeout; answers the rest.
+struct ByTenant;
+
+#[async_trait]
+impl Upstream for ByTenant {
+    async fn send(&self, _source: &str, request: &Request) -> Attempt {
+        let Payload::Chat { messages, .. } = &request.payload else { unreachable!() };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if messages[0].content == "bronze" {
+            Attempt::failure(OutcomeClass::Transient, "timeout", None)
+        } else {
+            Attempt::success(Response::Chat { content: "ok".into(), usage: None }, "http_200")
+        }
+    }
+}
+
+struct Setup {
+    client: GatewayClient,
+    gates: Arc<MemoryGates>,
+    quota: Arc<MemoryQuota>,
+}
+
+fn setup(extra: serde_json::Value) -> Setup {
+    let clock = Arc::new(TokioClock::new());
+    let gates = Arc::new(MemoryGates::new(clock.clone()));
+    let quota = Arc::new(MemoryQuota::new(clock.clone()));
+    let client = GatewayClient::builder()
+        .scope(sources(1, extra))
+        .gates(gates.clone())
+        .quota(quota.clone())
+        .upstream(Arc::new(ByTenant))
+        .telemetry(Arc::new(Collector::new()))
+        .clock(clock)
+        .seed(3)
+        .build()
+        .unwrap();
+    Setup { client, gates, quota }
+}
+
+fn said(who: &str) -> Request {
+    Request::chat(vec![Message::user(who)])
+}
+
+fn state(gates: &MemoryGates, key: &GateKey) -> CircuitState {
+    gates.snapshot(key).map_or(CircuitState::Closed, |g| g.state)
+}
+
+#[tokio::test(start_paused = true)]
+async fn per_tenant_failures_open_only_the_tenants_own_gate() {
+    let s = setup(json!({"isolation": "per_tenant"}));
+    for _ in 0..3 {
+        assert!(s.client.call_as("chat", "bronze", &said("bronze")).await.is_err());
+    }
+    assert_eq!(state(&s.gates, &GateKey::new("chat", "s1").with_tenant("bronze")), CircuitState::Open);
+    assert_eq!(state(&s.gates, &GateKey::new("chat", "s1").with_tenant("gold")), CircuitState::Closed);
+    assert_eq!(state(&s.gates, &GateKey::new("chat", "s1")), CircuitState::Closed);
+    s.client.call_as("chat", "gold", &said("gold")).await.unwrap();
+    s.client.call("chat", &said("untenanted")).await.unwrap();
+    assert_eq!(s.client.tenants("chat"), 2);
+    let error = s.client.call_as("chat", "bronze", &said("bronze")).await.unwrap_err();
+    assert!(matches!(error, CallError::CircuitOpen { .. }), "{error}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn shared_isolation_lets_one_tenants_failures_cost_the_others() {
+    let s = setup(json!({}));
+    for _ in 0..3 {
+        assert!(s.client.call_as("chat", "bronze", &said("bronze")).await.is_err());
+    }
+    assert_eq!(state(&s.gates, &GateKey::new("chat", "s1")), CircuitState::Open);
+    let error = s.client.call_as("chat", "gold", &said("gold")).await.unwrap_err();
+    assert!(matches!(error, CallError::CircuitOpen { .. }), "{error}");
+    assert_eq!(s.client.tenants("chat"), 0, "a shared scope keeps no tenant state");
+}
+
+#[tokio::test(start_paused = true)]
+async fn per_tenant_quota_is_the_tenants_own() {
+    let s = Arc::new(setup(json!({"isolation": "per_tenant", "quota_full": "fail_fast", "sources": {"s1": {"max_concurrency": 1}}})));
+    let busy = {
+        let s = s.clone();
+        tokio::spawn(async move { s.client.call_as("chat", "gold", &said("gold")).await })
+    };
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(s.quota.in_flight(&GateKey::new("chat", "s1").with_tenant("gold")), 1);
+    let error = s.client.call_as("chat", "gold", &said("gold")).await.unwrap_err();
+    assert!(matches!(error, CallError::AllSourcesExhausted { .. }), "gold's one permit is taken: {error}");
+    // silver starts while gold still holds its permit
+    s.client.call_as("chat", "silver", &said("silver")).await.unwrap();
+    busy.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn tenants_are_capped_and_idle_ones_are_dropped() {
+    let s = Arc::new(setup(json!({"isolation": "per_tenant", "max_tenants": 2, "tenant_idle_s": 60})));
+    let running: Vec<_> = ["a", "b"]
+        .into_iter()
+        .map(|t| {
+            let s = s.clone();
+            tokio::spawn(async move { s.client.call_as("chat", t, &said(t)).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let error = s.client.call_as("chat", "c", &said("c")).await.unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "scope \"chat\" refuses tenant \"c\": the scope already keeps 2 tenants with calls in the last tenant_idle_s (raise max_tenants)"
+    );
+    for call in running {
+        call.await.unwrap().unwrap();
+    }
+    // a and b are idle, but not for 60 s yet
+    assert!(s.client.call_as("chat", "c", &said("c")).await.is_err());
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    s.client.call_as("chat", "c", &said("c")).await.unwrap();
+    assert_eq!(s.client.tenants("chat"), 1, "a and b were dropped to make room for c");
+    assert_eq!(s.client.inflight("chat"), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tenant_name_that_cannot_be_a_key_is_refused_by_name() {
+    let s = setup(json!({"isolation": "per_tenant"}));
+    for bad in ["", "a:b", "gold tier", &"x".repeat(65)] {
+        let error = s.client.call_as("chat", bad, &said("x")).await.unwrap_err();
+        let CallError::TenantRefused { tenant, why, .. } = &error else { panic!("{error}") };
+        assert_eq!(tenant, bad);
+        assert!(why.contains("1 to 64 characters"), "{why}");
+        assert_eq!(error.result(), None, "a refused call never started");
+    }
+}

@@ -3,7 +3,7 @@
 //! while it runs, and writes `report.md`, `report.json` and one SVG chart per policy.
 
 use gateway_client::Preset;
-use gateway_core::policy::WaitMode;
+use gateway_core::policy::{Isolation, ScopePolicy, WaitMode};
 use gateway_sim::invariants;
 use gateway_sim::report::{Report, Summary, chart, percent_or_na};
 use gateway_sim::run::{Backend, RunConfig, Transport, WorkerSpec, run, run_processes, run_upstreams, upstreams_scope};
@@ -13,15 +13,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-pub const USAGE: &str = "usage: cargo xtask soak [--scenario p6|single-relay|FILE] [--seed N|A..B] [--policy default|baseline|both]
+pub const USAGE: &str = "usage: cargo xtask soak [--scenario p6|single-relay|tenants|FILE] [--seed N|A..B] [--policy default|baseline|both]
                         [--calls N] [--concurrency N] [--circuit-open wait|fail_fast]
                         [--backend memory|redis] [--transport sim|http] [--workers N] [--time-scale S]
-                        [--upstreams FILE] [--min-success PERCENT] [--report DIR]
+                        [--upstreams FILE] [--isolation shared|per_tenant|both] [--min-success PERCENT] [--report DIR]
   --backend redis uses REDIS_URL (default redis://127.0.0.1:6379). Redis, --transport http and
   --workers run in real time: give --time-scale (every duration of the scenario multiplied by
   it, e.g. 0.05). --workers N runs N processes sharing Redis and one provider server (it needs
   --backend redis --transport http). --upstreams FILE runs the scenario's workload against the
-  real endpoints of a gateway config file (its scope `soak`, or its only scope) in real time.";
+  real endpoints of a gateway config file (its scope `soak`, or its only scope) in real time.
+  --isolation overrides the scope's tenant isolation; a scenario with tenants runs both by default.";
 
 struct Options {
     scenario: String,
@@ -37,6 +38,7 @@ struct Options {
     processes: u32,
     time_scale: Option<f64>,
     upstreams: Option<PathBuf>,
+    isolation: Option<Vec<Option<Isolation>>>,
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
@@ -54,6 +56,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         processes: 1,
         time_scale: None,
         upstreams: None,
+        isolation: None,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -136,6 +139,14 @@ fn parse(args: &[String]) -> Result<Options, String> {
                     u32::try_from(n).ok().filter(|n| (1..=64).contains(n)).ok_or_else(|| format!("--workers: {n} is not within 1..=64"))?;
             }
             "--upstreams" => o.upstreams = Some(PathBuf::from(value()?)),
+            "--isolation" => {
+                o.isolation = Some(match value()?.as_str() {
+                    "shared" => vec![Some(Isolation::Shared)],
+                    "per_tenant" => vec![Some(Isolation::PerTenant)],
+                    "both" => vec![Some(Isolation::Shared), Some(Isolation::PerTenant)],
+                    other => return Err(format!("--isolation: {other:?} is not shared, per_tenant or both")),
+                })
+            }
             other => return Err(format!("unknown option {other:?}\n{USAGE}")),
         }
     }
@@ -161,74 +172,55 @@ pub fn run_soak(args: &[String]) -> Result<(), String> {
     let began = Instant::now();
     let mut runs = Vec::new();
     let mut failures = Vec::new();
+    // A scenario with tenants runs both isolations side by side unless one is asked for.
+    let isolations: Vec<Option<Isolation>> = match o.isolation.clone() {
+        Some(asked) => asked,
+        None if scenario.tenants.is_empty() => vec![None],
+        None => vec![Some(Isolation::Shared), Some(Isolation::PerTenant)],
+    };
     for &(name, preset) in &o.policies {
-        for &seed in &o.seeds {
-            let calls = u64::from(o.calls.unwrap_or(scenario.calls));
-            let bar = ProgressBar::new(calls).with_style(
-                ProgressStyle::with_template(&format!("{name:>8} seed {seed:<3} [{{bar:40}}] {{pos}}/{{len}} calls"))
-                    .map_err(|e| e.to_string())?
-                    .progress_chars("=> "),
-            );
-            let tick = bar.clone();
-            let config = RunConfig {
-                backend: o.backend.clone(),
-                transport: o.transport,
-                time_scale: o.time_scale,
-                seed,
-                preset,
-                calls: o.calls,
-                workers: o.workers,
-                circuit_open: o.circuit_open,
+        for &isolation in &isolations {
+            let label = match isolation {
+                Some(Isolation::Shared) => format!("{name}/shared"),
+                Some(Isolation::PerTenant) => format!("{name}/per_tenant"),
+                None => name.to_owned(),
             };
-            let progress = Arc::new(move |done| tick.set_position(u64::from(done)));
-            let (result, ceiling) = match &real {
-                Some(scope) => (run_upstreams(&scenario, scope.clone(), &config, progress)?, None),
-                None if o.processes > 1 => {
-                    (run_processes(&o.scenario, &scenario, &config, o.processes, &launch_worker, progress)?, Some(scenario.ceiling()))
+            for &seed in &o.seeds {
+                let summary = run_one(&o, &scenario, real.as_ref(), (name, preset), isolation, seed, &label)?;
+                for v in summary.invariants.iter().filter(|v| !v.held) {
+                    failures.push(format!(
+                        "{label} seed {seed}: invariant {} ({}) violated: {}",
+                        v.number,
+                        v.name,
+                        v.violation.as_deref().unwrap_or("")
+                    ));
                 }
-                None => (run(&scenario, &config, progress)?, Some(scenario.ceiling())),
-            };
-            bar.finish_and_clear();
-            let verdicts = invariants::check(&result);
-            let summary = Summary::of(&result, name, seed, ceiling, verdicts);
-            if seed == o.seeds[0] {
-                chart(&result, &format!("{} {name} seed {seed}", scenario.name), &o.report.join(format!("{name}.svg")))?;
+                if let Some(min) = o.min_success.filter(|min| name == "default" && summary.success_rate < *min) {
+                    failures.push(format!(
+                        "{label} seed {seed}: success {:.2} % is below --min-success {:.2} %",
+                        summary.success_rate * 100.0,
+                        min * 100.0
+                    ));
+                }
+                runs.push((label.clone(), summary));
             }
-            println!(
-                "{name:>8} seed {seed:<3} success {:6.2} % (ceiling {})  attempts/call {:.3}  429s {:5}  p99 {:6.1} s  invariants {}",
-                summary.success_rate * 100.0,
-                percent_or_na(summary.ceiling),
-                summary.attempts_per_call,
-                summary.rate_limited,
-                summary.call_time_p99_s,
-                if summary.invariants_hold() { "8/8" } else { "VIOLATED" }
-            );
-            for v in summary.invariants.iter().filter(|v| !v.held) {
-                failures.push(format!(
-                    "{name} seed {seed}: invariant {} ({}) violated: {}",
-                    v.number,
-                    v.name,
-                    v.violation.as_deref().unwrap_or("")
-                ));
-            }
-            if let Some(min) = o.min_success.filter(|min| name == "default" && summary.success_rate < *min) {
-                failures.push(format!(
-                    "{name} seed {seed}: success {:.2} % is below --min-success {:.2} %",
-                    summary.success_rate * 100.0,
-                    min * 100.0
-                ));
-            }
-            runs.push(summary);
         }
     }
-    for name in o.policies.iter().map(|(n, _)| *n) {
-        let rates: Vec<f64> = runs.iter().filter(|r| r.policy == name).map(|r| r.success_rate).collect();
+    let labels: Vec<&String> = runs.iter().map(|(l, _)| l).fold(Vec::new(), |mut v, l| {
+        if !v.contains(&l) {
+            v.push(l);
+        }
+        v
+    });
+    for label in labels {
+        let rates: Vec<f64> = runs.iter().filter(|(l, _)| l == label).map(|(_, r)| r.success_rate).collect();
         if rates.len() > 1 {
             let mean = rates.iter().sum::<f64>() / rates.len() as f64;
             let min = rates.iter().copied().fold(f64::INFINITY, f64::min);
-            println!("{name:>8} over {} seeds: mean {:.2} %, worst {:.2} %", rates.len(), mean * 100.0, min * 100.0);
+            println!("{label:>8} over {} seeds: mean {:.2} %, worst {:.2} %", rates.len(), mean * 100.0, min * 100.0);
         }
     }
+    let runs: Vec<Summary> = runs.into_iter().map(|(_, r)| r).collect();
     let wall = began.elapsed().as_secs_f64();
     let report = Report { scenario: scenario.name.clone(), description: scenario.description.clone(), runs };
     let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())? + "\n";
@@ -236,6 +228,63 @@ pub fn run_soak(args: &[String]) -> Result<(), String> {
     std::fs::write(o.report.join("report.md"), report.markdown(wall)).map_err(|e| e.to_string())?;
     println!("wall time {wall:.1} s; report in {}", o.report.display());
     if failures.is_empty() { Ok(()) } else { Err(failures.join("\n")) }
+}
+
+/// One run: the progress bar, the run, its invariants and summary, the chart of the first seed,
+/// the terminal line.
+fn run_one(
+    o: &Options,
+    scenario: &Scenario,
+    real: Option<&ScopePolicy>,
+    (name, preset): (&str, Preset),
+    isolation: Option<Isolation>,
+    seed: u64,
+    label: &str,
+) -> Result<Summary, String> {
+    let calls = u64::from(o.calls.unwrap_or(scenario.calls));
+    let bar = ProgressBar::new(calls).with_style(
+        ProgressStyle::with_template(&format!("{label:>8} seed {seed:<3} [{{bar:40}}] {{pos}}/{{len}} calls"))
+            .map_err(|e| e.to_string())?
+            .progress_chars("=> "),
+    );
+    let tick = bar.clone();
+    let config = RunConfig {
+        backend: o.backend.clone(),
+        transport: o.transport,
+        time_scale: o.time_scale,
+        seed,
+        preset,
+        calls: o.calls,
+        workers: o.workers,
+        circuit_open: o.circuit_open,
+        isolation,
+    };
+    let progress = Arc::new(move |done| tick.set_position(u64::from(done)));
+    let (result, ceiling) = match real {
+        Some(scope) => (run_upstreams(scenario, scope.clone(), &config, progress)?, None),
+        None if o.processes > 1 => {
+            (run_processes(&o.scenario, scenario, &config, o.processes, &launch_worker, progress)?, Some(scenario.ceiling()))
+        }
+        None => (run(scenario, &config, progress)?, Some(scenario.ceiling())),
+    };
+    bar.finish_and_clear();
+    let verdicts = invariants::check(&result);
+    let summary = Summary::of(&result, name, seed, ceiling, verdicts);
+    if seed == o.seeds[0] {
+        let file = label.replace('/', "-");
+        chart(&result, &format!("{} {label} seed {seed}", scenario.name), &o.report.join(format!("{file}.svg")))?;
+    }
+    let tenants: String = summary.tenants.iter().map(|(t, f)| format!("  {t} {:.2} %", f.success_rate * 100.0)).collect();
+    println!(
+        "{label:>8} seed {seed:<3} success {:6.2} % (ceiling {})  attempts/call {:.3}  429s {:5}  p99 {:6.1} s  invariants {}{tenants}",
+        summary.success_rate * 100.0,
+        percent_or_na(summary.ceiling),
+        summary.attempts_per_call,
+        summary.rate_limited,
+        summary.call_time_p99_s,
+        if summary.invariants_hold() { "8/8" } else { "VIOLATED" }
+    );
+    Ok(summary)
 }
 
 /// Starts `cargo xtask soak-worker` (this executable) for one process of a `--workers` run.
@@ -276,6 +325,8 @@ mod tests {
         assert!(error(&["--time-scale", "0"]).contains("positive"));
         assert_eq!(parse(&args(&["--backend", "redis", "--time-scale", "0.05"])).unwrap().time_scale, Some(0.05));
         assert!(error(&["--frobnicate"]).starts_with("unknown option"));
+        assert!(error(&["--isolation", "per_user"]).starts_with("--isolation: \"per_user\" is not shared, per_tenant or both"));
+        assert_eq!(parse(&args(&["--isolation", "both"])).unwrap().isolation.map(|v| v.len()), Some(2));
         assert!(error(&["--report"]).starts_with("--report needs a value"));
     }
 }

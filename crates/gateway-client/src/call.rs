@@ -18,6 +18,8 @@ use std::sync::Arc;
 /// Everything one call keeps: never shared with other calls.
 pub(crate) struct CallState {
     pub(crate) id: u64,
+    /// The tenant the call was made for.
+    pub(crate) tenant: Option<String>,
     clock: Arc<dyn Clock>,
     started: Timestamp,
     pub(crate) stall: CallStall,
@@ -37,6 +39,7 @@ impl CallState {
         let started = clock.now();
         CallState {
             id,
+            tenant: None,
             clock,
             started,
             stall: CallStall::start(started),
@@ -65,6 +68,7 @@ impl CallState {
         let now = self.clock.now();
         CallEvent {
             scope: scope.to_owned(),
+            tenant: self.tenant.clone(),
             call_id: self.id,
             started: self.started,
             result,

@@ -205,7 +205,8 @@ impl GatewayClient {
         })?;
         let id = self.next_call.fetch_add(1, Ordering::Relaxed);
         let telemetry = &*self.admission.telemetry;
-        let state = CallState::new(id, self.admission.clock.clone(), scope.policy.sources.len());
+        let mut state = CallState::new(id, self.admission.clock.clone(), scope.policy.sources.len());
+        state.tenant = tenant.map(str::to_owned);
         let mut guard = CallGuard::new(state, &scope.policy.name, telemetry);
         let run = CallLoop { admission: &self.admission, upstream: &*self.upstream, telemetry };
         let result = run.run(&scope, request, &mut guard.state).await;

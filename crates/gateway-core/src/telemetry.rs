@@ -78,6 +78,8 @@ pub enum CallResult {
 pub struct CallEvent {
     /// Scope of the call.
     pub scope: String,
+    /// The tenant the call was made for, if any (whatever the scope's isolation).
+    pub tenant: Option<String>,
     /// Call id, unique in the process.
     pub call_id: u64,
     /// When the call started.

@@ -53,8 +53,26 @@ pub struct Summary {
     pub circuit_open_errors: u32,
     /// Of those, the ones whose retry_after was the remaining cooldown.
     pub circuit_open_with_remaining_cooldown: u32,
+    /// The scope's tenant isolation (`shared` or `per_tenant`).
+    pub isolation: String,
+    /// Per tenant (scenarios with tenants).
+    pub tenants: BTreeMap<String, TenantFigures>,
     /// The eight invariants.
     pub invariants: Vec<Verdict>,
+}
+
+/// One tenant's figures.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TenantFigures {
+    /// Calls made for it.
+    pub calls: u32,
+    /// Of those, the ones that returned a response.
+    pub succeeded: u32,
+    /// `succeeded / calls`.
+    pub success_rate: f64,
+    /// How often each source's gate opened against this tenant's calls: its own gates with
+    /// per-tenant isolation, the shared ones otherwise.
+    pub gate_opens: BTreeMap<String, u32>,
 }
 
 fn round(x: f64, places: i32) -> f64 {
@@ -97,6 +115,22 @@ impl Summary {
         for c in &run.call_events {
             *results.entry(result_name(c.result)).or_insert(0) += 1;
         }
+        let mut tenants: BTreeMap<String, TenantFigures> = BTreeMap::new();
+        for c in &run.call_events {
+            if let Some(tenant) = &c.tenant {
+                let figures = tenants.entry(tenant.clone()).or_default();
+                figures.calls += 1;
+                figures.succeeded += u32::from(c.result == CallResult::Ok);
+            }
+        }
+        for (tenant, figures) in &mut tenants {
+            figures.success_rate = round(f64::from(figures.succeeded) / f64::from(figures.calls.max(1)), 6);
+            figures.gate_opens = run.policy.sources.iter().map(|s| (s.name.clone(), 0)).collect();
+            let affects = |key: &gateway_core::ports::GateKey| key.tenant.as_deref().is_none_or(|t| t == tenant.as_str());
+            for g in run.gate_events.iter().filter(|g| g.transition.to == CircuitState::Open && affects(&g.key)) {
+                *figures.gate_opens.entry(g.key.source.to_string()).or_default() += 1;
+            }
+        }
         Summary {
             policy: policy.to_owned(),
             seed,
@@ -116,6 +150,11 @@ impl Summary {
             scenario_time_s: round(run.duration.as_secs_f64(), 3),
             circuit_open_errors: run.circuit_open.len() as u32,
             circuit_open_with_remaining_cooldown: run.circuit_open.iter().filter(|(_, given, left)| given == left).count() as u32,
+            isolation: match run.policy.isolation {
+                gateway_core::policy::Isolation::Shared => "shared".to_owned(),
+                gateway_core::policy::Isolation::PerTenant => "per_tenant".to_owned(),
+            },
+            tenants,
             invariants,
         }
     }
@@ -147,12 +186,13 @@ impl Report {
     /// only on the seed).
     pub fn markdown(&self, wall_s: f64) -> String {
         let mut md = format!("# Soak report: {}\n\n{}\n\nWall time: {wall_s:.1} s.\n\n", self.scenario, self.description);
-        md += "| policy | seed | success | ceiling | attempts/call | 429s | p50 s | p95 s | p99 s | invariants |\n";
-        md += "|---|---|---|---|---|---|---|---|---|---|\n";
+        md += "| policy | isolation | seed | success | ceiling | attempts/call | 429s | p50 s | p95 s | p99 s | invariants |\n";
+        md += "|---|---|---|---|---|---|---|---|---|---|---|\n";
         for r in &self.runs {
             md += &format!(
-                "| {} | {} | {:.2} % | {} | {:.3} | {} | {:.1} | {:.1} | {:.1} | {} |\n",
+                "| {} | {} | {} | {:.2} % | {} | {:.3} | {} | {:.1} | {:.1} | {:.1} | {} |\n",
                 r.policy,
+                r.isolation,
                 r.seed,
                 r.success_rate * 100.0,
                 percent_or_na(r.ceiling),
@@ -165,7 +205,7 @@ impl Report {
             );
         }
         for r in &self.runs {
-            md += &format!("\n## {} policy, seed {}\n\n", r.policy, r.seed);
+            md += &format!("\n## {} policy, {} isolation, seed {}\n\n", r.policy, r.isolation, r.seed);
             md += "| source | attempts | share | first isolated at |\n|---|---|---|---|\n";
             for (source, n) in &r.attempts_by_source {
                 let isolated = r.isolated_after_s.get(source).map_or_else(|| "never".to_owned(), |t| format!("{t:.1} s"));
@@ -173,6 +213,16 @@ impl Report {
                     "| {source} | {n} | {:.1} % | {isolated} |\n",
                     r.attempt_share_by_source.get(source).copied().unwrap_or(0.0) * 100.0
                 );
+            }
+            if !r.tenants.is_empty() {
+                md += &format!(
+                    "\nTenants ({} isolation):\n\n| tenant | calls | success | gate opens against its calls |\n|---|---|---|---|\n",
+                    r.isolation
+                );
+                for (tenant, t) in &r.tenants {
+                    let opens = t.gate_opens.iter().map(|(s, n)| format!("{s}: {n}")).collect::<Vec<_>>().join(", ");
+                    md += &format!("| {tenant} | {} | {:.2} % | {opens} |\n", t.calls, t.success_rate * 100.0);
+                }
             }
             md += "\nResults: ";
             md += &r.results.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ");

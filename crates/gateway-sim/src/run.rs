@@ -4,12 +4,12 @@
 //! gates (their clock is the server's), the providers served over loopback HTTP and called
 //! through the HTTP adapter, and several processes sharing one Redis ([`run_processes`]).
 
-use crate::scenario::Scenario;
+use crate::scenario::{Scenario, Tenant};
 use crate::serve::ProviderServer;
-use crate::upstream::{POISON, Providers, SimUpstream};
+use crate::upstream::{LONG, POISON, Providers, SimUpstream};
 use gateway_client::{Collector, GatewayClient, Preset, TokioClock};
 use gateway_core::breaker::CircuitState;
-use gateway_core::policy::{ScopePolicy, WaitMode};
+use gateway_core::policy::{Isolation, ScopePolicy, WaitMode};
 use gateway_core::ports::{BreakerGate, GateKey, QuotaGate, Upstream};
 use gateway_core::random::unit;
 use gateway_core::request::{Message, Payload, Request, Role, Structured};
@@ -66,6 +66,8 @@ pub struct RunConfig {
     pub workers: Option<u32>,
     /// Overrides the scope's `circuit_open`.
     pub circuit_open: Option<WaitMode>,
+    /// Overrides the scope's tenant isolation.
+    pub isolation: Option<Isolation>,
 }
 
 /// What a run left behind: every telemetry event, and what was still held at the end.
@@ -184,12 +186,83 @@ fn scope_name(backend: &Backend, seed: u64) -> String {
 }
 
 /// The scenario's scope under `name`, with the run's overrides.
-fn scope_policy(scenario: &Scenario, name: &str, circuit_open: Option<WaitMode>) -> Result<ScopePolicy, String> {
+fn scope_policy(
+    scenario: &Scenario,
+    name: &str,
+    circuit_open: Option<WaitMode>,
+    isolation: Option<Isolation>,
+) -> Result<ScopePolicy, String> {
     let mut policy = scenario.gateway.resolve(name).map_err(|e| e.to_string())?;
     if let Some(mode) = circuit_open {
         policy.circuit_open = mode;
     }
+    if let Some(isolation) = isolation {
+        policy.isolation = isolation;
+    }
     Ok(policy)
+}
+
+/// The gate keys of a run: every source, and with per-tenant isolation every (tenant, source).
+fn gate_keys(policy: &ScopePolicy, scenario: &Scenario) -> Vec<GateKey> {
+    let mut keys: Vec<GateKey> = policy.sources.iter().map(|s| GateKey::new(policy.name.as_str(), s.name.as_str())).collect();
+    if policy.isolation == Isolation::PerTenant {
+        for tenant in scenario.tenants.keys() {
+            keys.extend(policy.sources.iter().map(|s| GateKey::new(policy.name.as_str(), s.name.as_str()).with_tenant(tenant.as_str())));
+        }
+    }
+    keys
+}
+
+/// The calls of a scenario without tenants.
+const UNTENANTED: Tenant = Tenant { share: 1.0, long_prompts: false, think_s: 0.0 };
+
+/// One closed-loop share of the workload: a tenant's (or the untenanted) calls and workers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Load {
+    /// The tenant the calls are made for.
+    pub tenant: Option<String>,
+    /// The calls (indices into the run's calls).
+    pub calls: std::ops::Range<u32>,
+    /// Its closed-loop workers.
+    pub workers: u32,
+    /// Whether its prompts are long.
+    pub long: bool,
+    /// A worker's pause between calls.
+    pub think: Duration,
+}
+
+/// The run's loads: one per tenant by share (calls and workers), or one untenanted load; the
+/// `part`-th of `parts` processes takes its share of each.
+pub fn loads(scenario: &Scenario, calls: u32, workers: u32, part: u32, parts: u32) -> Vec<Load> {
+    let split = |n: u32, i: u32, of: u32| u32::try_from(u64::from(n) * u64::from(i) / u64::from(of.max(1))).unwrap_or(n);
+    let whole: Vec<(Option<String>, std::ops::Range<u32>, u32, &Tenant)> = if scenario.tenants.is_empty() {
+        vec![(None, 0..calls, workers, &UNTENANTED)]
+    } else {
+        let mut start = 0u32;
+        let mut cumulative = 0.0;
+        let count = scenario.tenants.len();
+        scenario
+            .tenants
+            .iter()
+            .enumerate()
+            .map(|(i, (name, t))| {
+                cumulative += t.share;
+                let end = if i + 1 == count { calls } else { ((f64::from(calls) * cumulative).round() as u32).min(calls) };
+                let range = start..end;
+                start = end;
+                (Some(name.clone()), range, ((f64::from(workers) * t.share).round() as u32).max(1), t)
+            })
+            .collect()
+    };
+    whole
+        .into_iter()
+        .map(|(tenant, range, w, t)| {
+            let n = range.end - range.start;
+            let calls = range.start + split(n, part, parts)..range.start + split(n, part + 1, parts);
+            let workers = (split(w, part + 1, parts) - split(w, part, parts)).max(1);
+            Load { tenant, calls, workers, long: t.long_prompts, think: Duration::from_secs_f64(t.think_s) }
+        })
+        .collect()
 }
 
 /// Points every source of `policy` at the provider server whose root URL is `root`.
@@ -211,8 +284,7 @@ fn poison_marks(seed: u64, calls: u32, rate: f64) -> Vec<bool> {
 struct Workload {
     client: Arc<GatewayClient>,
     scope: String,
-    calls: std::ops::Range<u32>,
-    workers: u32,
+    loads: Vec<Load>,
     poison: Arc<Vec<bool>>,
     structured: bool,
     stream: bool,
@@ -220,47 +292,41 @@ struct Workload {
     exact: Option<ExactGates>,
 }
 
-/// The memory gates of a virtual-time run, their clock and the scope's keys.
-type ExactGates = (Arc<MemoryGates>, Arc<dyn Clock>, Vec<GateKey>);
-
 impl Workload {
     /// Runs every call; returns the CircuitOpen errors seen (when `exact`).
     async fn drive(self, progress: Progress) -> Result<Vec<(u64, Duration, Duration)>, String> {
-        let next = Arc::new(AtomicU32::new(self.calls.start));
         let done = Arc::new(AtomicU32::new(0));
         let circuit_open: Arc<Mutex<Vec<(u64, Duration, Duration)>>> = Arc::default();
         let this = Arc::new(self);
         let mut handles = Vec::new();
-        for _ in 0..this.workers.max(1) {
-            let (this, next, done, progress, circuit_open) =
-                (this.clone(), next.clone(), done.clone(), progress.clone(), circuit_open.clone());
-            handles.push(tokio::spawn(async move {
-                loop {
-                    let index = next.fetch_add(1, Ordering::Relaxed);
-                    if index >= this.calls.end {
-                        break;
+        for load in 0..this.loads.len() {
+            let next = Arc::new(AtomicU32::new(this.loads[load].calls.start));
+            for _ in 0..this.loads[load].workers.max(1) {
+                let (this, next, done, progress, circuit_open) =
+                    (this.clone(), next.clone(), done.clone(), progress.clone(), circuit_open.clone());
+                handles.push(tokio::spawn(async move {
+                    let load = &this.loads[load];
+                    loop {
+                        let index = next.fetch_add(1, Ordering::Relaxed);
+                        if index >= load.calls.end {
+                            break;
+                        }
+                        let request = this.request(index, load.long);
+                        let result = match &load.tenant {
+                            Some(tenant) => this.client.call_as(&this.scope, tenant, &request).await,
+                            None => this.client.call(&this.scope, &request).await,
+                        };
+                        if let (Err(gateway_client::CallError::CircuitOpen { retry_after, .. }), Some(exact)) = (result, &this.exact) {
+                            let remaining = exact.cooldown_left(load.tenant.as_deref());
+                            circuit_open.lock().unwrap_or_else(PoisonError::into_inner).push((u64::from(index), retry_after, remaining));
+                        }
+                        progress(done.fetch_add(1, Ordering::Relaxed) + 1);
+                        if !load.think.is_zero() {
+                            tokio::time::sleep(load.think).await;
+                        }
                     }
-                    let poisoned = this.poison.get(index as usize).copied().unwrap_or(false);
-                    let result = this.client.call(&this.scope, &this.request(index, poisoned)).await;
-                    if let (Err(gateway_client::CallError::CircuitOpen { retry_after, .. }), Some((gates, clock, keys))) =
-                        (result, &this.exact)
-                    {
-                        let now = clock.now();
-                        let remaining = keys
-                            .iter()
-                            .filter_map(|key| gates.snapshot(key))
-                            .map(
-                                |gate| {
-                                    if gate.state == CircuitState::Open { gate.open_until.saturating_since(now) } else { Duration::ZERO }
-                                },
-                            )
-                            .min()
-                            .unwrap_or(Duration::ZERO);
-                        circuit_open.lock().unwrap_or_else(PoisonError::into_inner).push((u64::from(index), retry_after, remaining));
-                    }
-                    progress(done.fetch_add(1, Ordering::Relaxed) + 1);
-                }
-            }));
+                }));
+            }
         }
         for handle in handles {
             handle.await.map_err(|e| e.to_string())?;
@@ -269,8 +335,13 @@ impl Workload {
         Ok(seen)
     }
 
-    fn request(&self, index: u32, poisoned: bool) -> Request {
-        let content = if poisoned { POISON.to_owned() } else { format!("call {index}") };
+    fn request(&self, index: u32, long: bool) -> Request {
+        let poisoned = self.poison.get(index as usize).copied().unwrap_or(false);
+        let content = match (poisoned, long) {
+            (true, _) => POISON.to_owned(),
+            (false, true) => format!("{LONG}call {index}"),
+            (false, false) => format!("call {index}"),
+        };
         Request {
             payload: Payload::Chat {
                 messages: vec![Message { role: Role::User, content }],
@@ -279,8 +350,37 @@ impl Workload {
                 stream: self.stream,
             },
             structured: self.structured.then(|| Structured::JsonSchema(serde_json::json!({"type": "object", "required": ["answer"]}))),
-            estimated_tokens: 450,
+            estimated_tokens: if long { 6000 } else { 450 },
         }
+    }
+}
+
+/// The memory gates of a virtual-time run, their clock and the scope's policy: the cooldown
+/// left when a CircuitOpen returns is known exactly.
+struct ExactGates {
+    gates: Arc<MemoryGates>,
+    clock: Arc<dyn Clock>,
+    policy: ScopePolicy,
+}
+
+impl ExactGates {
+    /// Time until the earliest gate of the call's partition could be probed.
+    fn cooldown_left(&self, tenant: Option<&str>) -> Duration {
+        let now = self.clock.now();
+        self.policy
+            .sources
+            .iter()
+            .map(|s| {
+                let key = GateKey::new(self.policy.name.as_str(), s.name.as_str());
+                match tenant.filter(|_| self.policy.isolation == Isolation::PerTenant) {
+                    Some(tenant) => key.with_tenant(tenant),
+                    None => key,
+                }
+            })
+            .filter_map(|key| self.gates.snapshot(&key))
+            .map(|gate| if gate.state == CircuitState::Open { gate.open_until.saturating_since(now) } else { Duration::ZERO })
+            .min()
+            .unwrap_or(Duration::ZERO)
     }
 }
 
@@ -331,12 +431,12 @@ async fn run_target(scenario: &Scenario, config: &RunConfig, progress: Progress,
     // The server lives until the run ends.
     let (policy, upstream, stream, _server): (ScopePolicy, Arc<dyn Upstream>, bool, _) = match (target, config.transport) {
         (Target::Scenario, Transport::Sim) => {
-            let policy = scope_policy(scenario, &scope, config.circuit_open)?;
+            let policy = scope_policy(scenario, &scope, config.circuit_open, config.isolation)?;
             let upstream = Arc::new(SimUpstream::new(scenario, &policy, clock.clone(), config.seed));
             (policy, upstream, false, None)
         }
         (Target::Scenario, Transport::Http) => {
-            let mut policy = scope_policy(scenario, &scope, config.circuit_open)?;
+            let mut policy = scope_policy(scenario, &scope, config.circuit_open, config.isolation)?;
             let providers = Arc::new(Providers::new(scenario, clock.clone(), config.seed));
             let server = ProviderServer::start(providers).await.map_err(|e| format!("cannot serve the simulated providers: {e}"))?;
             point_at(&mut policy, &server.root());
@@ -349,22 +449,24 @@ async fn run_target(scenario: &Scenario, config: &RunConfig, progress: Progress,
             if let Some(mode) = config.circuit_open {
                 policy.circuit_open = mode;
             }
+            if let Some(isolation) = config.isolation {
+                policy.isolation = isolation;
+            }
             // Streamed when a source has a watchdog, so that the watchdog applies.
             let stream = policy.sources.iter().any(|s| s.watchdog.is_some());
             (policy.clone(), http(&policy)?, stream, None)
         }
     };
     let client = Arc::new(build_client(config, &policy, &backend, upstream, telemetry.clone(), clock.clone(), 0)?);
-    let keys: Vec<GateKey> = policy.sources.iter().map(|s| GateKey::new(scope.as_str(), s.name.as_str())).collect();
+    let keys = gate_keys(&policy, scenario);
     let exact = match (&backend.memory, config.time_scale) {
-        (Some((gates, _)), None) => Some((gates.clone(), clock.clone(), keys.clone())),
+        (Some((gates, _)), None) => Some(ExactGates { gates: gates.clone(), clock: clock.clone(), policy: policy.clone() }),
         _ => None,
     };
     let workload = Workload {
         client: client.clone(),
         scope: scope.clone(),
-        calls: 0..calls,
-        workers: config.workers.unwrap_or(scenario.workers),
+        loads: loads(scenario, calls, config.workers.unwrap_or(scenario.workers), 0, 1),
         poison: Arc::new(poison_marks(config.seed, calls, scenario.poison_rate)),
         structured: scenario.structured,
         stream,
@@ -459,12 +561,12 @@ pub struct WorkerSpec {
     pub seed: u64,
     /// `default` or `baseline`.
     pub preset: String,
-    /// The calls this process runs (indices into the run's calls).
-    pub calls: std::ops::Range<u32>,
-    /// All calls of the run (for the poison marks).
+    /// How many processes share the run.
+    pub processes: u32,
+    /// All calls of the run.
     pub total_calls: u32,
-    /// Its closed-loop workers.
-    pub workers: u32,
+    /// All closed-loop workers of the run.
+    pub total_workers: u32,
     /// The Redis URL.
     pub redis: String,
     /// The scope every process uses.
@@ -475,6 +577,8 @@ pub struct WorkerSpec {
     pub time_scale: f64,
     /// The `circuit_open` override.
     pub circuit_open: Option<WaitMode>,
+    /// The isolation override.
+    pub isolation: Option<Isolation>,
     /// Zero of the shared time line, Unix milliseconds.
     pub origin_unix_ms: u64,
 }
@@ -518,10 +622,11 @@ pub fn run_worker(spec: &WorkerSpec, progress: Progress) -> Result<WorkerResult,
         seed: spec.seed,
         preset: preset_named(&spec.preset)?,
         calls: Some(spec.total_calls),
-        workers: Some(spec.workers),
+        workers: Some(spec.total_workers),
         circuit_open: spec.circuit_open,
+        isolation: spec.isolation,
     };
-    let mut policy = scope_policy(&scenario, &spec.scope, spec.circuit_open)?;
+    let mut policy = scope_policy(&scenario, &spec.scope, spec.circuit_open, spec.isolation)?;
     point_at(&mut policy, &spec.providers);
     real_time_runtime()?.block_on(async {
         let clock: Arc<dyn Clock> = Arc::new(SharedClock::at(spec.origin_unix_ms));
@@ -532,8 +637,7 @@ pub fn run_worker(spec: &WorkerSpec, progress: Progress) -> Result<WorkerResult,
         let workload = Workload {
             client: client.clone(),
             scope: spec.scope.clone(),
-            calls: spec.calls.clone(),
-            workers: spec.workers,
+            loads: loads(&scenario, spec.total_calls, spec.total_workers, spec.index, spec.processes),
             poison: Arc::new(poison_marks(spec.seed, spec.total_calls, scenario.poison_rate)),
             structured: scenario.structured,
             stream: true,
@@ -594,7 +698,7 @@ pub fn run_processes(
     let scale = check(config)?.ok_or("several processes run in real time: give --time-scale")?;
     let scaled = scenario.scaled(scale);
     let scope = scope_name(&config.backend, config.seed);
-    let mut policy = scope_policy(&scaled, &scope, config.circuit_open)?;
+    let mut policy = scope_policy(&scaled, &scope, config.circuit_open, config.isolation)?;
     let calls = config.calls.unwrap_or(scenario.calls);
     let workers = config.workers.unwrap_or(scenario.workers).max(processes);
     real_time_runtime()?.block_on(async {
@@ -605,20 +709,20 @@ pub fn run_processes(
         let done: Arc<Vec<AtomicU32>> = Arc::new((0..processes).map(|_| AtomicU32::new(0)).collect());
         let mut children = Vec::new();
         for index in 0..processes {
-            let share = |n: u32, i: u32| u32::try_from(u64::from(n) * u64::from(i) / u64::from(processes)).unwrap_or(n);
             let spec = WorkerSpec {
                 scenario: scenario_ref.to_owned(),
                 index,
                 seed: config.seed,
                 preset: preset_name(config.preset).to_owned(),
-                calls: share(calls, index)..share(calls, index + 1),
+                processes,
                 total_calls: calls,
-                workers: share(workers, index + 1) - share(workers, index),
+                total_workers: workers,
                 redis: redis.clone(),
                 scope: scope.clone(),
                 providers: server.root(),
                 time_scale: scale,
                 circuit_open: config.circuit_open,
+                isolation: config.isolation,
                 origin_unix_ms: clock.origin_unix_ms,
             };
             let mut child = launch(&spec).map_err(|e| format!("cannot start worker process {index}: {e}"))?;
@@ -636,7 +740,7 @@ pub fn run_processes(
         drop(server);
         let duration = clock.now().saturating_since(Timestamp::from_millis(0));
         let backend = Gates::new(&config.backend, Arc::new(clock)).await?;
-        let keys: Vec<GateKey> = policy.sources.iter().map(|s| GateKey::new(scope.as_str(), s.name.as_str())).collect();
+        let keys = gate_keys(&policy, &scaled);
         let (leftover_permits, leftover_leases) = backend.leftovers(&keys, clock.now()).await?;
         let mut preset_policy = policy;
         config.preset.apply(&mut preset_policy);

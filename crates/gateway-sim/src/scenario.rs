@@ -31,6 +31,10 @@ pub struct Scenario {
     pub accounts: BTreeMap<String, Account>,
     /// The simulated provider behind each source, by source name.
     pub providers: BTreeMap<String, Provider>,
+    /// Tenants sharing the scope, by name (none: every call is untenanted). Each takes its
+    /// share of the calls and of the workers.
+    #[serde(default)]
+    pub tenants: BTreeMap<String, Tenant>,
     /// Length of the accounts' rate window in seconds (60, less in a scaled run).
     #[serde(skip, default = "default_minute")]
     pub minute_s: f64,
@@ -38,6 +42,21 @@ pub struct Scenario {
 
 fn default_minute() -> f64 {
     60.0
+}
+
+/// A tenant of the workload.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tenant {
+    /// Its share of the calls and of the workers (the shares sum to 1).
+    pub share: f64,
+    /// Whether its prompts are long (providers with `long_timeout_rate` time out on them).
+    #[serde(default)]
+    pub long_prompts: bool,
+    /// Seconds a worker of this tenant waits between the end of a call and the next (its users'
+    /// think time); 0: the next call starts at once.
+    #[serde(default)]
+    pub think_s: f64,
 }
 
 /// A provider account's own limits (they answer 429) and other tenants' load.
@@ -99,6 +118,9 @@ pub struct Provider {
     /// Share of answers that fail structured output.
     #[serde(default)]
     pub invalid_json_rate: f64,
+    /// Share of long prompts it never answers within the source's timeout.
+    #[serde(default)]
+    pub long_timeout_rate: f64,
     /// Windows of scenario time when it refuses connections.
     #[serde(default)]
     pub outages: Vec<Outage>,
@@ -140,8 +162,11 @@ pub enum ScenarioError {
 }
 
 /// The built-in scenarios, by name.
-pub const BUILT_IN: &[(&str, &str)] =
-    &[("p6", include_str!("../scenarios/p6.toml")), ("single-relay", include_str!("../scenarios/single-relay.toml"))];
+pub const BUILT_IN: &[(&str, &str)] = &[
+    ("p6", include_str!("../scenarios/p6.toml")),
+    ("single-relay", include_str!("../scenarios/single-relay.toml")),
+    ("tenants", include_str!("../scenarios/tenants.toml")),
+];
 
 impl Scenario {
     /// A built-in scenario by name, or a scenario file by path.
@@ -171,6 +196,16 @@ impl Scenario {
         }
         if scenario.calls == 0 || scenario.workers == 0 {
             return Err(invalid("calls and workers must be at least 1".into()));
+        }
+        if let Some((name, _)) = scenario.tenants.iter().find(|(_, t)| !(t.share > 0.0 && t.share <= 1.0)) {
+            return Err(invalid(format!("tenants.{name}.share: a share is within (0, 1]")));
+        }
+        if let Some((name, t)) = scenario.tenants.iter().find(|(_, t)| !(t.think_s.is_finite() && (0.0..=3600.0).contains(&t.think_s))) {
+            return Err(invalid(format!("tenants.{name}.think_s: {} is not within 0..=3600 seconds", t.think_s)));
+        }
+        let total: f64 = scenario.tenants.values().map(|t| t.share).sum();
+        if !scenario.tenants.is_empty() && (total - 1.0).abs() > 1e-9 {
+            return Err(invalid(format!("tenants: the shares sum to {total}, not 1")));
         }
         Ok(scenario)
     }
@@ -212,6 +247,9 @@ impl Scenario {
                 outage.to_s *= scale;
             }
         }
+        for tenant in s.tenants.values_mut() {
+            tenant.think_s *= scale;
+        }
         for account in s.accounts.values_mut() {
             account.peak_every_s *= scale;
             account.peak_len_s *= scale;
@@ -221,15 +259,28 @@ impl Scenario {
     }
 
     /// The best success a call can have: poison payloads always fail, and the best provider
-    /// fails a call only when every budgeted attempt fails (or every re-ask is invalid).
+    /// fails a call only when every budgeted attempt fails (or every re-ask is invalid). With
+    /// tenants, the mean over them by share (long prompts also time out).
     pub fn ceiling(&self) -> f64 {
+        if self.tenants.is_empty() {
+            return self.ceiling_of(false);
+        }
+        self.tenants.values().map(|t| t.share * self.ceiling_of(t.long_prompts)).sum()
+    }
+
+    /// The ceiling of one tenant's calls.
+    pub fn tenant_ceiling(&self, tenant: &str) -> Option<f64> {
+        self.tenants.get(tenant).map(|t| self.ceiling_of(t.long_prompts))
+    }
+
+    fn ceiling_of(&self, long: bool) -> f64 {
         let Ok(scope) = self.scope() else { return 0.0 };
         let best = self
             .providers
             .values()
             .filter(|p| p.kind == Kind::Answers)
             .map(|p| {
-                let fail = (p.empty_rate + p.error_5xx_rate).min(1.0);
+                let fail = (p.empty_rate + p.error_5xx_rate + if long { p.long_timeout_rate } else { 0.0 }).min(1.0);
                 let invalid = if self.structured { p.invalid_json_rate } else { 0.0 };
                 (1.0 - fail.powi(1 + scope.max_retries as i32)) * (1.0 - invalid.powi(1 + scope.structured_max_retries as i32))
             })
@@ -248,6 +299,9 @@ mod tests {
         assert_eq!((p6.calls, p6.workers), (8000, 100));
         assert!((p6.ceiling() - 0.994).abs() < 0.001, "{}", p6.ceiling());
         Scenario::load("single-relay").unwrap();
+        let tenants = Scenario::load("tenants").unwrap();
+        assert_eq!(tenants.tenant_ceiling("gold"), Some(1.0));
+        assert!(tenants.tenant_ceiling("bronze").unwrap() < 1.0);
     }
 
     #[test]
@@ -271,6 +325,10 @@ mod tests {
         assert!(Scenario::parse("x", &text).unwrap_err().to_string().contains("providers.s3: required key is missing"));
         let text = include_str!("../scenarios/p6.toml").replace("fail_threshold = 5", "fail_threshold = 0");
         assert!(Scenario::parse("x", &text).unwrap_err().to_string().contains("gateway.soak.breaker.fail_threshold"));
+        let text = include_str!("../scenarios/tenants.toml").replace("share = 0.4", "share = 0.5");
+        assert!(Scenario::parse("x", &text).unwrap_err().to_string().contains("tenants: the shares sum to 1.1, not 1"));
+        let text = include_str!("../scenarios/tenants.toml").replace("share = 0.4", "share = 0");
+        assert!(Scenario::parse("x", &text).unwrap_err().to_string().contains("tenants.gold.share: a share is within (0, 1]"));
         let text = include_str!("../scenarios/p6.toml").replace("calls = 8000", "calls = 8000\ncals = 1");
         assert!(Scenario::parse("x", &text).unwrap_err().to_string().contains("unknown field `cals`"));
     }

@@ -5,7 +5,7 @@
 //! when its backend refuses: 502 at once. A streamed request gets its headers at once and its
 //! content after the provider's latency, so the adapter's watchdog sees the time to first token.
 
-use crate::upstream::{Answer, POISON, Providers, Reply};
+use crate::upstream::{Answer, Prompt, Providers, Reply};
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -78,9 +78,10 @@ async fn chat(State(providers): State<Arc<Providers>>, Path(source): Path<String
     let Ok(request) = serde_json::from_slice::<Value>(&body) else {
         return error(400, "invalid_request_error", "the body is not JSON");
     };
-    let poisoned = request["messages"].as_array().is_some_and(|m| m.iter().any(|m| m["content"] == POISON));
+    let messages = request["messages"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let prompt = Prompt::of(messages.iter().filter_map(|m| m["content"].as_str()));
     let stream = request["stream"].as_bool().unwrap_or(false);
-    let Some(reply) = providers.reply(&source, poisoned) else {
+    let Some(reply) = providers.reply(&source, prompt) else {
         return error(404, "model_not_found", &format!("no provider {source:?}"));
     };
     match reply.answer {

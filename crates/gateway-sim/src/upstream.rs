@@ -21,6 +21,25 @@ use std::time::Duration;
 /// The marker of a payload every provider rejects.
 pub const POISON: &str = "POISON";
 
+/// The prefix of a long prompt (a tenant with `long_prompts`).
+pub const LONG: &str = "LONG ";
+
+/// What a provider looks at in a request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Prompt {
+    /// It carries the payload every provider rejects.
+    pub poisoned: bool,
+    /// It is long (providers with `long_timeout_rate` may never answer it in time).
+    pub long: bool,
+}
+
+impl Prompt {
+    /// The prompt of a request's messages.
+    pub fn of<'a>(contents: impl Iterator<Item = &'a str>) -> Prompt {
+        contents.fold(Prompt::default(), |p, c| Prompt { poisoned: p.poisoned || c == POISON, long: p.long || c.starts_with(LONG) })
+    }
+}
+
 /// The content of a good structured answer.
 pub const VALID_JSON: &str = "{\"answer\": 42}";
 
@@ -126,7 +145,7 @@ impl Providers {
 
     /// What `source`'s provider does with a request arriving now; `None` for a source the
     /// scenario has no provider for.
-    pub fn reply(&self, source: &str, poisoned: bool) -> Option<Reply> {
+    pub fn reply(&self, source: &str, prompt: Prompt) -> Option<Reply> {
         let p = self.providers.get(source)?;
         let reply = |after: Duration, answer: Answer| Some(Reply { after, answer, _slot: None });
         let t = self.scenario_s();
@@ -143,10 +162,14 @@ impl Providers {
             Some(Ok(slot)) => slot,
             None => None,
         };
-        if poisoned {
+        if prompt.poisoned {
             return reply(Duration::from_millis(50), Answer::Status(400, "invalid_request_error"));
         }
         let after = self.latency(p.latency_median_s, p.latency_sigma);
+        // Drawn for long prompts only, so scenarios without them keep their random sequence.
+        if prompt.long && unit(&mut self.state().rng) < p.long_timeout_rate {
+            return Some(Reply { after, answer: Answer::Hang, _slot: slot });
+        }
         let (r, invalid) = {
             let mut state = self.state();
             (unit(&mut state.rng), unit(&mut state.rng))
@@ -179,11 +202,11 @@ impl Drop for InflightGuard {
     }
 }
 
-/// Whether a request carries the payload every provider rejects.
-pub fn is_poison(request: &Request) -> bool {
+/// What a provider sees of `request`.
+pub fn prompt_of(request: &Request) -> Prompt {
     match &request.payload {
-        Payload::Chat { messages, .. } => messages.iter().any(|m| m.content == POISON),
-        Payload::Embedding { input } => input.iter().any(|i| i == POISON),
+        Payload::Chat { messages, .. } => Prompt::of(messages.iter().map(|m| m.content.as_str())),
+        Payload::Embedding { input } => Prompt::of(input.iter().map(String::as_str)),
     }
 }
 
@@ -213,7 +236,7 @@ fn fail(class: OutcomeClass, detail: &str) -> Attempt {
 #[async_trait]
 impl Upstream for SimUpstream {
     async fn send(&self, source: &str, request: &Request) -> Attempt {
-        let (Some(src), Some(reply)) = (self.sources.get(source), self.providers.reply(source, is_poison(request))) else {
+        let (Some(src), Some(reply)) = (self.sources.get(source), self.providers.reply(source, prompt_of(request))) else {
             return fail(OutcomeClass::SourceDead, "unknown_source");
         };
         let content = match reply.answer {

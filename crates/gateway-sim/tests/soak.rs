@@ -26,6 +26,7 @@ fn soak(scenario: &str, preset: Preset, calls: u32, seed: u64, circuit_open: Opt
         calls: Some(calls),
         workers: None,
         circuit_open,
+        isolation: None,
     };
     let result = run(&scenario, &config, Arc::new(|_| {})).unwrap();
     Summary::of(&result, "test", seed, Some(scenario.ceiling()), invariants::check(&result))
@@ -39,6 +40,38 @@ fn p6_default_holds_every_invariant_near_the_ceiling_and_the_baseline_falls_far_
     let baseline = soak("p6", Preset::Baseline, 300, 1, None);
     assert!(baseline.invariants_hold(), "{:?}", baseline.invariants);
     assert!(baseline.success_rate <= 0.75, "{}", baseline.success_rate);
+}
+
+fn tenants(isolation: gateway_core::policy::Isolation) -> Summary {
+    let scenario = Scenario::load("tenants").unwrap();
+    let config = RunConfig {
+        backend: Backend::Memory,
+        transport: Transport::Sim,
+        time_scale: None,
+        seed: 1,
+        preset: Preset::Default,
+        calls: Some(2000),
+        workers: None,
+        circuit_open: None,
+        isolation: Some(isolation),
+    };
+    let result = run(&scenario, &config, Arc::new(|_| {})).unwrap();
+    Summary::of(&result, "default", 1, Some(scenario.ceiling()), invariants::check(&result))
+}
+
+#[test]
+fn tenants_per_tenant_keeps_gold_whole_and_shared_makes_it_pay_for_bronze() {
+    use gateway_core::policy::Isolation;
+    let isolated = tenants(Isolation::PerTenant);
+    assert!(isolated.invariants_hold(), "{:?}", isolated.invariants);
+    let gold = &isolated.tenants["gold"];
+    assert!(gold.success_rate >= 0.995, "gold {}", gold.success_rate);
+    assert_eq!(gold.gate_opens["s1"], 0, "s1 never opens for gold");
+    assert!(isolated.tenants["bronze"].gate_opens["s1"] > 0, "bronze's own s1 gate opens");
+    let shared = tenants(Isolation::Shared);
+    assert!(shared.invariants_hold(), "{:?}", shared.invariants);
+    assert!(shared.tenants["gold"].gate_opens["s1"] > 0, "bronze's timeouts open the shared s1");
+    assert!(shared.tenants["gold"].success_rate < gold.success_rate, "{} vs {}", shared.tenants["gold"].success_rate, gold.success_rate);
 }
 
 #[test]
@@ -70,6 +103,7 @@ fn the_redis_backend_needs_real_time() {
         calls: Some(10),
         workers: None,
         circuit_open: None,
+        isolation: None,
     };
     let error = run(&scenario, &config, Arc::new(|_| {})).err().unwrap();
     assert!(error.contains("runs in real time"), "{error}");
@@ -89,6 +123,7 @@ fn real_time(backend: Backend, calls: u32) -> RunConfig {
         calls: Some(calls),
         workers: None,
         circuit_open: None,
+        isolation: None,
     }
 }
 

@@ -144,7 +144,7 @@ impl CallLoop<'_> {
             let (outcome, response) = attempt.into_parts();
             let class = outcome.class;
             let tokens = response.as_ref().and_then(Response::usage).map(|u| u.total());
-            if let Some(reply) = slot.finish(class, tokens, ended).await {
+            if let Some(reply) = slot.finish(class, ended.saturating_since(started), tokens, ended).await {
                 self.admission.gate_event(scope, source, &reply);
             }
 

@@ -9,6 +9,7 @@ use gateway_core::outcome::{BreakerEffect, OutcomeClass};
 use gateway_core::ports::{BreakerGate, Permit, QuotaGate};
 use gateway_core::time::Timestamp;
 use std::sync::Arc;
+use std::time::Duration;
 
 pub(crate) struct Slot {
     pub(crate) scope: Arc<Scope>,
@@ -68,7 +69,14 @@ impl Slot {
     /// Settles the attempt that ended with `class` at `now`: local health, AIMD and progress,
     /// then the breaker effect of the outcome table (or the probe release), then the quota
     /// permit with the actual token count. Returns the gate's reply, if the gate was told.
-    pub(crate) async fn finish(mut self, class: OutcomeClass, actual_tokens: Option<u32>, now: Timestamp) -> Option<Reply> {
+    /// `latency` decides, for a real success, whether the slow-call channel hears of it.
+    pub(crate) async fn finish(
+        mut self,
+        class: OutcomeClass,
+        latency: Duration,
+        actual_tokens: Option<u32>,
+        now: Timestamp,
+    ) -> Option<Reply> {
         {
             let mut local = self.scope.local();
             local.health[self.source].observe_class(class);
@@ -86,6 +94,9 @@ impl Slot {
         let probe = std::mem::take(&mut self.probe);
         // A record the backend cannot take is logged and counted by the adapter; the call goes on.
         let reply = match class.effects().breaker {
+            BreakerEffect::RecordSuccess { real: true } if self.scope.policy.breaker.slow_call.is_some_and(|slow| latency > slow) => {
+                self.gates.record_slow_success(key, params, epoch).await.ok()
+            }
             BreakerEffect::RecordSuccess { real } => self.gates.record_success(key, params, epoch, real).await.ok(),
             BreakerEffect::RecordFailure => self.gates.record_failure(key, params, epoch).await.ok(),
             BreakerEffect::ForceOpen => self.gates.force_open(key, params).await.ok(),

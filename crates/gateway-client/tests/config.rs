@@ -144,3 +144,19 @@ fn tenant_isolation_keys_load_from_file_and_environment() {
     let e = load_err(BASE, &[("CHAT__MAX_TENANTS", "0")]);
     assert!(e.to_string().starts_with("CHAT__MAX_TENANTS (environment): value 0 is out of range"), "{e}");
 }
+
+#[test]
+fn slow_call_and_sla_keys_load_and_their_errors_are_named() {
+    let path = file(BASE);
+    let vars =
+        env(&[("CHAT__BREAKER__SLOW_CALL_S", "20"), ("CHAT__BREAKER__SLA_ADAPTIVE", "true"), ("CHAT__BREAKER__SLA_MIN_COOLDOWN_S", "30")]);
+    let chat = Loader::new().file(&path).env_vars(vars).load().unwrap().remove(0);
+    assert_eq!((chat.breaker.slow_call, chat.breaker.slow_rate), (Some(Duration::from_secs(20)), 0.5));
+    assert_eq!(chat.breaker.sla_cooldown, Some((Duration::from_secs(30), Duration::from_secs(300))));
+    let e = load_err(BASE, &[("CHAT__BREAKER__SLA_ADAPTIVE", "true"), ("CHAT__BREAKER__SLA_MAX_COOLDOWN_S", "400")]);
+    assert!(e.to_string().starts_with("CHAT__BREAKER__SLA_MAX_COOLDOWN_S (environment): value 400 is out of range"), "{e}");
+    let e = load_err(BASE, &[("CHAT__BREAKER__SLOW_RATE", "0")]);
+    assert!(e.to_string().starts_with("CHAT__BREAKER__SLOW_RATE (environment): value 0 is out of range"), "{e}");
+    let e = load_err(BASE, &[("CHAT__BREAKER__SLOW_CALL_S", "-1")]);
+    assert_eq!(e.key, "CHAT__BREAKER__SLOW_CALL_S");
+}

@@ -227,6 +227,9 @@ impl BreakerGate for DownGates {
     async fn record_success(&self, key: &GateKey, _: &GateParams, _: u64, _: bool) -> Result<Reply, GateError> {
         Err(GateError::BackendUnavailable { backend: "test", key: key.to_string(), detail: "down".into() })
     }
+    async fn record_slow_success(&self, key: &GateKey, _: &GateParams, _: u64) -> Result<Reply, GateError> {
+        Err(GateError::BackendUnavailable { backend: "test", key: key.to_string(), detail: "down".into() })
+    }
     async fn record_failure(&self, key: &GateKey, _: &GateParams, _: u64) -> Result<Reply, GateError> {
         Err(GateError::BackendUnavailable { backend: "test", key: key.to_string(), detail: "down".into() })
     }
@@ -275,4 +278,27 @@ async fn a_huge_retry_after_never_holds_a_call_past_the_stall_bound() {
     assert!(matches!(error, CallError::AllSourcesExhausted { reason: Exhausted::Stalled, .. }), "{error}");
     let t = h.now_s();
     assert!(t > 300.0 && t <= 300.0 + 8.0 + 0.1, "stall window plus at most one back-off cap: {t}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_successes_feed_the_slow_call_channel_and_open_the_gate() {
+    let slow = json!({"breaker": {"fail_threshold": 5, "cooldown_s": 60, "window_s": 600, "slow_call_s": 10, "slow_rate": 0.5}});
+    let h = Harness::new(sources(2, slow), Preset::Default);
+    h.upstream.plan("s1", |_| (Step::Ok, Duration::from_secs(12)));
+    h.upstream.plan("s2", |_| (Step::Ok, Duration::from_secs(1)));
+    h.open("s2").await;
+    for _ in 0..12 {
+        h.call().await.unwrap();
+    }
+    let gate = h.gates.snapshot(&h.key("s1")).unwrap();
+    assert_eq!(gate.state, gateway_core::breaker::CircuitState::Open, "{gate:?}");
+    let opened = h.telemetry.gates().into_iter().find(|g| g.key.source.as_ref() == "s1").unwrap();
+    assert_eq!(opened.transition.cause, gateway_core::breaker::Cause::SlowChannel);
+    // a fast source never counts as slow
+    let fast = Harness::new(sources(1, json!({"breaker": {"fail_threshold": 5, "cooldown_s": 60, "slow_call_s": 10}})), Preset::Default);
+    fast.upstream.plan("s1", |_| (Step::Ok, Duration::from_secs(9)));
+    for _ in 0..20 {
+        fast.call().await.unwrap();
+    }
+    assert_eq!(fast.gates.snapshot(&fast.key("s1")).unwrap().s0, 0);
 }

@@ -58,6 +58,8 @@ pub struct GateParams {
     probe_ttl_ms: u64,
     rate_channel: bool,
     escalate_cooldown: bool,
+    slow_rate: Option<f64>,
+    sla_cooldown_ms: Option<(u64, u64)>,
 }
 
 impl GateParams {
@@ -77,7 +79,18 @@ impl GateParams {
             probe_ttl_ms: policy.probe_ttl.map_or(derived_ttl, millis).max(1),
             rate_channel: policy.rate_channel,
             escalate_cooldown: policy.escalate_cooldown,
+            slow_rate: policy.slow_call.map(|_| policy.slow_rate),
+            sla_cooldown_ms: policy.sla_cooldown.map(|(floor, cap)| (millis(floor).max(1), millis(cap).max(1))),
         }
+    }
+
+    /// Slow-call rate that opens the gate (`None`: no slow-call channel).
+    pub fn slow_rate(&self) -> Option<f64> {
+        self.slow_rate
+    }
+    /// Floor and cap of SLA-adaptive open times, in milliseconds (`None`: off).
+    pub fn sla_cooldown_ms(&self) -> Option<(u64, u64)> {
+        self.sla_cooldown_ms
     }
 
     /// The effective consecutive threshold.
@@ -148,6 +161,8 @@ pub enum Cause {
     CooldownElapsed,
     /// Enough probes succeeded.
     ProbeSucceeded,
+    /// The window's slow-call rate reached `slow_rate` with `min_calls` samples.
+    SlowChannel,
 }
 
 /// A state change made by an operation.
@@ -241,6 +256,10 @@ pub struct Gate {
     pub a1: u32,
     /// Failures in the previous bucket.
     pub f1: u32,
+    /// Slow successes in the current bucket (slow-call channel).
+    pub s0: u32,
+    /// Slow successes in the previous bucket.
+    pub s1: u32,
     /// Reopen streak: escalating opens since the last stable CLOSED period.
     pub streak: u32,
     /// When a probe last closed the gate; cleared on open.
@@ -281,6 +300,18 @@ impl Gate {
     /// SPEC §3 operation 2. `real: false` (ResultInvalid) only resets the consecutive counter
     /// in CLOSED, and counts as a probe success in HALF_OPEN.
     pub fn record_success(&mut self, p: &GateParams, epoch: u64, now: Timestamp, real: bool) -> Reply {
+        self.succeed(p, epoch, now, real, false)
+    }
+
+    /// A real success slower than `slow_call_s` (SPEC §11 slow-call channel): counted as a
+    /// success and as slow; in CLOSED, opens the gate (escalating, like the rate channel) when the
+    /// window's slow rate reaches `slow_rate` with `min_calls` samples. Without the channel it is
+    /// a plain real success; in HALF_OPEN a probe success.
+    pub fn record_slow_success(&mut self, p: &GateParams, epoch: u64, now: Timestamp) -> Reply {
+        self.succeed(p, epoch, now, true, p.slow_rate.is_some())
+    }
+
+    fn succeed(&mut self, p: &GateParams, epoch: u64, now: Timestamp, real: bool, slow: bool) -> Reply {
         if epoch != self.epoch {
             return self.reply(p, now, None, true);
         }
@@ -289,8 +320,15 @@ impl Gate {
             CircuitState::Closed => {
                 self.failures = 0;
                 if real {
-                    self.count(p, now, false);
-                    self.decay_streak(p, now);
+                    self.count(p, now, false, slow);
+                    let samples = self.a0.saturating_add(self.a1);
+                    let slow_calls = self.s0.saturating_add(self.s1);
+                    match p.slow_rate {
+                        Some(rate) if slow && samples >= p.min_calls && f64::from(slow_calls) / f64::from(samples) >= rate => {
+                            transition = Some(self.open(p, now, true, Cause::SlowChannel));
+                        }
+                        _ => self.decay_streak(p, now),
+                    }
                 }
             }
             CircuitState::HalfOpen => {
@@ -316,7 +354,7 @@ impl Gate {
         let transition = match self.state {
             CircuitState::Closed => {
                 self.failures = self.failures.saturating_add(1);
-                self.count(p, now, true);
+                self.count(p, now, true, false);
                 let samples = self.a0.saturating_add(self.a1);
                 let failed = self.f0.saturating_add(self.f1);
                 let evidence = p.rate_channel && samples >= p.min_calls;
@@ -377,11 +415,22 @@ impl Gate {
 
     fn open(&mut self, p: &GateParams, now: Timestamp, escalate: bool, cause: Cause) -> Transition {
         let from = self.state;
-        let open_ms = if escalate {
+        let base_ms = if escalate {
             self.streak = self.streak.saturating_add(1);
             p.cooldown_eff_ms(self.streak)
         } else {
             p.cooldown_ms
+        };
+        // SLA-adaptive (SPEC §11): base × (2 − R) with R the window's success rate, that is
+        // base + base × failed / samples, in integers so that the Lua script computes the same.
+        let open_ms = match p.sla_cooldown_ms {
+            Some((floor, cap)) => {
+                let samples = u64::from(self.a0.saturating_add(self.a1));
+                let failed = u64::from(self.f0.saturating_add(self.f1)).min(samples);
+                let adapted = base_ms.saturating_add(base_ms.saturating_mul(failed).checked_div(samples).unwrap_or(0));
+                adapted.clamp(floor, cap.max(floor))
+            }
+            None => base_ms,
         };
         self.state = CircuitState::Open;
         self.epoch = self.epoch.saturating_add(1);
@@ -392,19 +441,23 @@ impl Gate {
         Transition { from, to: CircuitState::Open, cause }
     }
 
-    /// Rotates the two buckets to `now`'s window id, then counts one attempt (and a failure).
-    fn count(&mut self, p: &GateParams, now: Timestamp, failed: bool) {
+    /// Rotates the two buckets to `now`'s window id, then counts one attempt (and a failure, or
+    /// a slow success).
+    fn count(&mut self, p: &GateParams, now: Timestamp, failed: bool, slow: bool) {
         let id = now.as_millis() / p.bucket_ms;
         if id == self.win_id.saturating_add(1) {
-            (self.a1, self.f1, self.a0, self.f0) = (self.a0, self.f0, 0, 0);
+            (self.a1, self.f1, self.s1, self.a0, self.f0, self.s0) = (self.a0, self.f0, self.s0, 0, 0, 0);
         } else if id > self.win_id {
-            (self.a1, self.f1, self.a0, self.f0) = (0, 0, 0, 0);
+            (self.a1, self.f1, self.s1, self.a0, self.f0, self.s0) = (0, 0, 0, 0, 0, 0);
         }
         // A clock that stepped back (id < win_id) keeps writing the newest bucket.
         self.win_id = self.win_id.max(id);
         self.a0 = self.a0.saturating_add(1);
         if failed {
             self.f0 = self.f0.saturating_add(1);
+        }
+        if slow {
+            self.s0 = self.s0.saturating_add(1);
         }
     }
 

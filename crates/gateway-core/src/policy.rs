@@ -132,6 +132,17 @@ pub struct BreakerConfig {
     pub half_open_successes: Option<u32>,
     /// Probe lease length in seconds (default derived from the sources' timeouts).
     pub probe_ttl_s: Option<f64>,
+    /// Attempts slower than this many seconds count as slow (default: no slow-call channel).
+    pub slow_call_s: Option<f64>,
+    /// Window slow-call rate that opens the gate (default 0.5; with `slow_call_s`).
+    pub slow_rate: Option<f64>,
+    /// Whether open times adapt to the window's success rate R:
+    /// `clamp(base × (2 − R), sla_min_cooldown_s, sla_max_cooldown_s)` (default false).
+    pub sla_adaptive: Option<bool>,
+    /// Floor of an SLA-adaptive open time (default `cooldown_s`).
+    pub sla_min_cooldown_s: Option<f64>,
+    /// Cap of an SLA-adaptive open time (default `max_cooldown_s`; at most that).
+    pub sla_max_cooldown_s: Option<f64>,
     /// Whether the failure-rate channel is on (default true). Not a config key: only the
     /// `baseline` preset turns it off, to reproduce the old library.
     #[serde(skip)]
@@ -166,6 +177,12 @@ pub struct BreakerPolicy {
     pub half_open_successes: u32,
     /// Probe lease length; `None` derives it from the sources' timeouts.
     pub probe_ttl: Option<Duration>,
+    /// The slow-call channel: attempts slower than this are slow (`None`: no channel).
+    pub slow_call: Option<Duration>,
+    /// Window slow-call rate that opens the gate.
+    pub slow_rate: f64,
+    /// SLA-adaptive open times: `(floor, cap)` of `base × (2 − R)` (`None`: off).
+    pub sla_cooldown: Option<(Duration, Duration)>,
     /// Whether the failure-rate channel (and its health-evidence suppression) is on.
     pub rate_channel: bool,
     /// Whether open time doubles per reopen streak.
@@ -192,6 +209,16 @@ impl BreakerConfig {
             max_cooldown,
             half_open_successes: f.int("half_open_successes", self.half_open_successes.unwrap_or(1), 1, 1000)?,
             probe_ttl: self.probe_ttl_s.map(|s| f.secs("probe_ttl_s", s, 0.001, DAY_S)).transpose()?,
+            slow_call: self.slow_call_s.map(|s| f.secs("slow_call_s", s, 0.001, DAY_S)).transpose()?,
+            slow_rate: f.fraction("slow_rate", self.slow_rate.unwrap_or(0.5))?,
+            sla_cooldown: if self.sla_adaptive.unwrap_or(false) {
+                let max_s = max_cooldown.as_secs_f64();
+                let cap_s = self.sla_max_cooldown_s.unwrap_or(max_s);
+                let cap = f.secs("sla_max_cooldown_s", cap_s, 0.001, max_s)?;
+                Some((f.secs("sla_min_cooldown_s", self.sla_min_cooldown_s.unwrap_or(cooldown_s.min(cap_s)), 0.001, cap_s)?, cap))
+            } else {
+                None
+            },
             rate_channel: self.rate_channel.unwrap_or(true),
             escalate_cooldown: self.escalate_cooldown.unwrap_or(true),
             threshold_basis: self.threshold_basis.unwrap_or_default(),

@@ -89,6 +89,9 @@ pub trait BreakerGate: Send + Sync {
     async fn try_enter(&self, key: &GateKey, params: &GateParams) -> Result<Entry, GateError>;
     /// Records a success of an attempt admitted at `epoch`; a stale epoch changes nothing.
     async fn record_success(&self, key: &GateKey, params: &GateParams, epoch: u64, real: bool) -> Result<Reply, GateError>;
+    /// Records a real success slower than the scope's `slow_call_s` (the slow-call channel,
+    /// SPEC §11); fenced likewise. Without the channel, the same as a real success.
+    async fn record_slow_success(&self, key: &GateKey, params: &GateParams, epoch: u64) -> Result<Reply, GateError>;
     /// Records a failure (never a 429) of an attempt admitted at `epoch`; fenced likewise.
     async fn record_failure(&self, key: &GateKey, params: &GateParams, epoch: u64) -> Result<Reply, GateError>;
     /// Opens the gate because the source is dead (bad key, no balance, unknown model).

@@ -4,8 +4,9 @@
 -- KEYS[1]  the gate HASH (fields named as in SPEC §3)
 -- ARGV[1]  now in ms, or '' to use the Redis server clock (TIME, read only when needed)
 -- ARGV[2]  the gate parameters in one string (one argument crosses into Lua far cheaper than
---          eleven): 'threshold cooldown_ms max_cooldown_ms min_calls fail_rate bucket_ms
---          half_open_successes probe_ttl_ms rate_channel(0|1) escalate(0|1) key_ttl_ms'
+--          fourteen): 'threshold cooldown_ms max_cooldown_ms min_calls fail_rate bucket_ms
+--          half_open_successes probe_ttl_ms rate_channel(0|1) escalate(0|1) key_ttl_ms
+--          slow_rate(- when off) sla_floor_ms sla_cap_ms(0 when off)'
 -- ARGV[3..] the operation's own arguments
 --
 -- Every script returns one string, 'verdict state epoch retry_after_ms from to cause fenced',
@@ -23,9 +24,10 @@ local function clock()
 end
 
 local threshold, cooldown, max_cooldown, min_calls, fail_rate, bucket, half_open_successes, probe_ttl,
-  rate_flag, escalate_flag, key_ttl = string.match(ARGV[2],
-    '^(%d+) (%d+) (%d+) (%d+) (%S+) (%d+) (%d+) (%d+) ([01]) ([01]) (%d+)$')
-if key_ttl == nil then return redis.error_reply('malformed gate parameters: ' .. ARGV[2]) end
+  rate_flag, escalate_flag, key_ttl, slow_rate, sla_floor, sla_cap = string.match(ARGV[2],
+    '^(%d+) (%d+) (%d+) (%d+) (%S+) (%d+) (%d+) (%d+) ([01]) ([01]) (%d+) (%S+) (%d+) (%d+)$')
+if sla_cap == nil then return redis.error_reply('malformed gate parameters: ' .. ARGV[2]) end
+slow_rate, sla_floor, sla_cap = tonumber(slow_rate), tonumber(sla_floor), tonumber(sla_cap)
 threshold, cooldown, max_cooldown = tonumber(threshold), tonumber(cooldown), tonumber(max_cooldown)
 min_calls, fail_rate, bucket = tonumber(min_calls), tonumber(fail_rate), tonumber(bucket)
 half_open_successes, probe_ttl = tonumber(half_open_successes), tonumber(probe_ttl)
@@ -94,6 +96,14 @@ local function open(escalating, cause)
     set('streak', g.streak + 1)
     ms = cooldown_eff(g.streak)
   end
+  if sla_cap > 0 then
+    -- SLA-adaptive: base × (2 − R), R the window's success rate: base + base × failed / samples
+    if g.a0 == nil then load('a0', 'f0', 'a1', 'f1') end
+    local samples = g.a0 + g.a1
+    local failed = math.min(g.f0 + g.f1, samples)
+    if samples > 0 then ms = ms + math.floor(ms * failed / samples) end
+    ms = math.max(math.min(ms, math.max(sla_cap, sla_floor)), sla_floor)
+  end
   set('state', 'OPEN')
   set('epoch', g.epoch + 1)
   set('open_until', clock() + ms)
@@ -103,34 +113,39 @@ local function open(escalating, cause)
   transition = { from, 'OPEN', cause }
 end
 
--- Rotates the two buckets to now's window id, then counts one attempt (and a failure).
--- Needs win_id loaded; loads the buckets when it must rotate or they are not loaded yet.
-local function count(failed)
+-- Rotates the two buckets to now's window id, then counts one attempt (and a failure, or a
+-- slow success). Needs win_id loaded; loads the buckets when it must rotate or they are not
+-- loaded yet.
+local function count(failed, slow)
   local id = math.floor(clock() / bucket)
   if id <= g.win_id and g.a0 == nil then
-    -- the common path: same bucket, a success; nothing else needs the counts
-    if not failed then
+    -- the common path: same bucket, a plain success; nothing else needs the counts
+    if not failed and not slow then
       redis.call('HINCRBY', key, 'a0', 1)
       return
     end
-    load('a0', 'f0', 'a1', 'f1')
-  elseif g.a0 == nil then
-    load('a0', 'f0', 'a1', 'f1')
+    load('a0', 'f0', 'a1', 'f1', 's0', 's1')
+  elseif g.a0 == nil or g.s0 == nil then
+    load('a0', 'f0', 'a1', 'f1', 's0', 's1')
   end
-  if id == g.win_id + 1 then
-    set('a1', g.a0)
-    set('f1', g.f0)
+  if id > g.win_id then
+    if id == g.win_id + 1 then
+      set('a1', g.a0)
+      set('f1', g.f0)
+      set('s1', g.s0)
+    else
+      set('a1', 0)
+      set('f1', 0)
+      set('s1', 0)
+    end
     set('a0', 0)
     set('f0', 0)
-  elseif id > g.win_id then
-    set('a1', 0)
-    set('f1', 0)
-    set('a0', 0)
-    set('f0', 0)
+    set('s0', 0)
+    set('win_id', id)
   end
-  if id > g.win_id then set('win_id', id) end
   set('a0', g.a0 + 1)
   if failed then set('f0', g.f0 + 1) end
+  if slow then set('s0', g.s0 + 1) end
 end
 
 local function fenced(epoch)

@@ -3,7 +3,7 @@ load('state', 'epoch', 'failures', 'win_id', 'a0', 'f0', 'a1', 'f1', 'streak')
 if fenced(ARGV[3]) then return reply('-', true) end
 if g.state == 'CLOSED' then
   set('failures', g.failures + 1)
-  count(true)
+  count(true, false)
   local samples = g.a0 + g.a1
   local failed = g.f0 + g.f1
   local evidence = rate_channel and samples >= min_calls

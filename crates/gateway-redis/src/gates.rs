@@ -105,7 +105,7 @@ fn param_arg(p: &GateParams) -> Value {
     // tonumber does, so both sides compare against the same fail_rate.
     Value::String(
         format!(
-            "{} {} {} {} {} {} {} {} {} {} {}",
+            "{} {} {} {} {} {} {} {} {} {} {} {} {} {}",
             p.threshold(),
             p.cooldown_ms(),
             p.max_cooldown_ms(),
@@ -116,7 +116,10 @@ fn param_arg(p: &GateParams) -> Value {
             p.probe_ttl_ms(),
             u8::from(p.rate_channel()),
             u8::from(p.escalate_cooldown()),
-            key_ttl
+            key_ttl,
+            p.slow_rate().map_or_else(|| "-".to_owned(), |r| r.to_string()),
+            p.sla_cooldown_ms().map_or(0, |(floor, _)| floor),
+            p.sla_cooldown_ms().map_or(0, |(_, cap)| cap),
         )
         .into(),
     )
@@ -139,6 +142,7 @@ fn cause_from(key: &GateKey, s: &str) -> Result<Cause, GateError> {
         "forced_open" => Cause::ForcedOpen,
         "cooldown_elapsed" => Cause::CooldownElapsed,
         "probe_succeeded" => Cause::ProbeSucceeded,
+        "slow_channel" => Cause::SlowChannel,
         other => return Err(malformed(key, format!("unknown cause {other:?}"))),
     })
 }
@@ -190,6 +194,8 @@ fn gate_from_fields(key: &GateKey, fields: &HashMap<String, String>) -> Result<G
         f0: small("f0")?,
         a1: small("a1")?,
         f1: small("f1")?,
+        s0: small("s0")?,
+        s1: small("s1")?,
         streak: small("streak")?,
         closed_since: num("closed_since")?.map(Timestamp::from_millis),
         probe_ok: small("probe_ok")?,
@@ -205,6 +211,11 @@ impl BreakerGate for RedisGates {
 
     async fn record_success(&self, key: &GateKey, params: &GateParams, epoch: u64, real: bool) -> Result<Reply, GateError> {
         let extra = vec![Value::String(epoch.to_string().into()), Value::Integer(i64::from(real))];
+        self.record(&self.conn.scripts().record_success, key, params, extra).await
+    }
+
+    async fn record_slow_success(&self, key: &GateKey, params: &GateParams, epoch: u64) -> Result<Reply, GateError> {
+        let extra = vec![Value::String(epoch.to_string().into()), Value::Integer(2)];
         self.record(&self.conn.scripts().record_success, key, params, extra).await
     }
 

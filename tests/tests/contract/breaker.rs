@@ -410,3 +410,99 @@ pub async fn baseline_knobs_reproduce_the_old_breaker(b: Backend) {
         assert_eq!(b.gates.record_failure(&key, &p, probe.reply.epoch).await.unwrap().retry_after, MIN);
     }
 }
+
+/// A slow-call breaker: attempts over 10 s are slow, the gate opens at a 50 % slow rate.
+fn slow_breaker() -> BreakerConfig {
+    BreakerConfig { slow_call_s: Some(10.0), slow_rate: Some(0.5), ..seed_breaker() }
+}
+
+async fn slow_success(b: &Backend, key: &gateway_core::GateKey, p: &gateway_core::GateParams) -> gateway_core::breaker::Reply {
+    let entry = b.gates.try_enter(key, p).await.unwrap();
+    b.gates.record_slow_success(key, p, entry.reply.epoch).await.unwrap()
+}
+
+pub async fn slow_channel_opens_at_the_slow_rate_with_min_calls(b: Backend) {
+    let (key, p) = (b.key("s"), params(slow_breaker(), 16));
+    b.at(0.0);
+    b.attempts(&key, &p, Success, 5).await;
+    for i in 0..4 {
+        assert!(slow_success(&b, &key, &p).await.transition.is_none(), "slow call {i}: under min_calls");
+    }
+    let reply = slow_success(&b, &key, &p).await;
+    assert_eq!(reply.transition, Some(Transition { from: CircuitState::Closed, to: CircuitState::Open, cause: Cause::SlowChannel }));
+    assert_eq!((reply.epoch, reply.retry_after), (1, MIN));
+    let gate = b.snapshot(&key).await;
+    assert_eq!((gate.samples(), gate.s0, gate.streak, gate.failures), (10, 5, 1, 0));
+}
+
+pub async fn slow_calls_rotate_with_the_window_and_count_nothing_without_the_channel(b: Backend) {
+    let (key, p) = (b.key("s"), params(BreakerConfig { min_calls: Some(1000), ..slow_breaker() }, 16));
+    b.at(1.0);
+    for _ in 0..3 {
+        slow_success(&b, &key, &p).await;
+    }
+    b.at(31.0);
+    slow_success(&b, &key, &p).await;
+    let gate = b.snapshot(&key).await;
+    assert_eq!((gate.a0, gate.s0, gate.a1, gate.s1), (1, 1, 3, 3), "the previous bucket keeps its slow calls");
+    b.at(95.0);
+    slow_success(&b, &key, &p).await;
+    let gate = b.snapshot(&key).await;
+    assert_eq!((gate.s0, gate.s1), (1, 0), "two buckets later both were cleared");
+    // without slow_call_s a slow success is a plain real success
+    let (plain, q) = (b.key("plain"), params(seed_breaker(), 16));
+    for _ in 0..20 {
+        assert!(slow_success(&b, &plain, &q).await.transition.is_none());
+    }
+    let gate = b.snapshot(&plain).await;
+    assert_eq!((gate.state, gate.samples(), gate.s0), (CircuitState::Closed, 20, 0));
+}
+
+pub async fn a_slow_probe_success_counts_as_a_probe_success(b: Backend) {
+    let (key, p) = (b.key("s"), params(slow_breaker(), 16));
+    open_by_rate(&b, &key, &p).await;
+    b.at(60.0);
+    let probe = b.gates.try_enter(&key, &p).await.unwrap();
+    assert_eq!(probe.verdict, Verdict::Probe);
+    let reply = b.gates.record_slow_success(&key, &p, probe.reply.epoch).await.unwrap();
+    assert_eq!(reply.state, CircuitState::Closed);
+}
+
+pub async fn sla_adaptive_open_time_is_base_times_two_minus_the_success_rate_clamped(b: Backend) {
+    let p = params(sla_config(), 16);
+    // 1 success, 9 failures: R = 0.1, so 60 s × 1.9 = 114 s
+    let key = b.key("rate");
+    open_by_rate(&b, &key, &p).await;
+    assert_eq!(b.gates.retry_after(&[(key.clone(), p.clone())]).await.unwrap(), Duration::from_secs(114));
+    // the probe fails: streak 2, base 120 s × (2 − 0.1) = 228 s, capped at 200 s
+    b.at(114.0);
+    let probe = b.gates.try_enter(&key, &p).await.unwrap();
+    let reply = b.gates.record_failure(&key, &p, probe.reply.epoch).await.unwrap();
+    assert_eq!(reply.retry_after, Duration::from_secs(200));
+    // a dead key on an empty window: R = 1, so the base 60 s
+    let dead = b.key("dead");
+    b.at(0.0);
+    assert_eq!(b.attempt(&dead, &p, SourceDead).await.verdict, Verdict::Allowed);
+    assert_eq!(b.snapshot(&dead).await.open_until.saturating_since(b.clock.now()), MIN);
+    // 4 failures in 10 samples on a 30 s breaker: the floor lifts 30 × 1.4 = 42 s to 45 s
+    let short = params(BreakerConfig { cooldown_s: Some(30.0), min_calls: Some(10), fail_rate: Some(0.4), ..sla_config() }, 16);
+    let low = b.key("floor");
+    b.attempts(&low, &short, Success, 6).await;
+    b.attempts(&low, &short, Transient, 4).await;
+    assert_eq!(b.gates.retry_after(&[(low, short)]).await.unwrap(), Duration::from_secs(45));
+}
+
+fn sla_config() -> BreakerConfig {
+    BreakerConfig { sla_adaptive: Some(true), sla_min_cooldown_s: Some(45.0), sla_max_cooldown_s: Some(200.0), ..seed_breaker() }
+}
+
+pub async fn tenant_partitions_of_one_source_are_independent_gates(b: Backend) {
+    let p = params(seed_breaker(), 16);
+    let (gold, bronze) = (b.key("s1").with_tenant("gold"), b.key("s1").with_tenant("bronze"));
+    open_by_rate(&b, &bronze, &p).await;
+    assert_eq!(b.snapshot(&gold).await.state, CircuitState::Closed);
+    assert_eq!(b.snapshot(&b.key("s1")).await.state, CircuitState::Closed);
+    assert_eq!(b.attempt(&gold, &p, Success).await.verdict, Verdict::Allowed);
+    assert_eq!(b.gates.try_enter(&bronze, &p).await.unwrap().verdict, Verdict::Denied);
+    assert_eq!(b.gates.retry_after(&[(gold, p.clone())]).await.unwrap(), Duration::ZERO);
+}

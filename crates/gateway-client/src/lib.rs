@@ -198,6 +198,9 @@ impl GatewayClient {
             tenant: tenant.unwrap_or_default().to_owned(),
             why: match e {
                 TenantError::Malformed(why) => why,
+                TenantError::Unknown => {
+                    "the tenant has no tier and the scope rejects unknown tenants (unknown_tenant = \"reject\")".to_owned()
+                }
                 TenantError::Full(max) => {
                     format!("the scope already keeps {max} tenants with calls in the last tenant_idle_s (raise max_tenants)")
                 }

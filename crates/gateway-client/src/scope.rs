@@ -3,14 +3,15 @@
 //! of the partition shares (memo, health EWMA, AIMD pacers, progress) under one short,
 //! never-awaited lock. [`Partitions`] holds a scope's partitions: the shared one, and with
 //! `isolation = per_tenant` one per tenant, created lazily in a sharded map, bounded by
-//! `max_tenants`, and dropped after `tenant_idle` without calls (SPEC §11).
+//! `max_tenants`, and dropped after `tenant_idle` without calls (SPEC §11); a tenant with a tier
+//! gets the scope's policy with the tier's breaker.
 
 use crate::preset::Behaviour;
 use gateway_core::aimd::AimdPacer;
 use gateway_core::breaker::GateParams;
 use gateway_core::health::Ewma;
 use gateway_core::memo::Memo;
-use gateway_core::policy::{Isolation, ScopePolicy};
+use gateway_core::policy::{BreakerPolicy, Isolation, ScopePolicy, UnknownTenant};
 use gateway_core::ports::GateKey;
 use gateway_core::select::{Selector, SourceView};
 use gateway_core::stall::ScopeProgress;
@@ -89,6 +90,8 @@ type Shard = HashMap<Arc<str>, TenantEntry>;
 /// A scope's partitions.
 pub(crate) struct Partitions {
     shared: Arc<Scope>,
+    /// The scope's policy with each tier's breaker, by tier.
+    tiers: HashMap<String, Arc<ScopePolicy>>,
     per_tenant: bool,
     shards: Vec<Mutex<Shard>>,
     tenants: AtomicUsize,
@@ -101,12 +104,30 @@ pub(crate) enum TenantError {
     Malformed(String),
     /// `max_tenants` busy tenants already.
     Full(u32),
+    /// No tier, and the scope rejects tenants without one.
+    Unknown,
 }
 
 impl Partitions {
     pub(crate) fn new(policy: ScopePolicy, behaviour: Behaviour) -> Self {
         let per_tenant = policy.isolation == Isolation::PerTenant;
+        let tiers = policy
+            .tiers
+            .iter()
+            .map(|(tier, breaker)| {
+                let mut tiered = policy.clone();
+                // The preset's knobs (baseline) stay as the preset set them.
+                tiered.breaker = BreakerPolicy {
+                    rate_channel: policy.breaker.rate_channel,
+                    escalate_cooldown: policy.breaker.escalate_cooldown,
+                    threshold_basis: policy.breaker.threshold_basis,
+                    ..breaker.clone()
+                };
+                (tier.clone(), Arc::new(tiered))
+            })
+            .collect();
         Partitions {
+            tiers,
             shared: Arc::new(Scope::new(Arc::new(policy), behaviour, None)),
             per_tenant,
             shards: (0..if per_tenant { SHARDS } else { 0 }).map(|_| Mutex::default()).collect(),
@@ -138,6 +159,11 @@ impl Partitions {
                 "a tenant name is 1 to 64 characters of A-Z, a-z, 0-9, '_' and '-' (it becomes part of the gate keys)".to_owned(),
             ));
         }
+        let policy = match self.policy().tenant_tiers.get(&tenant.to_ascii_lowercase()).and_then(|tier| self.tiers.get(tier)) {
+            Some(tiered) => tiered.clone(),
+            None if self.policy().unknown_tenant == UnknownTenant::Reject => return Err(TenantError::Unknown),
+            None => self.shared.policy.clone(),
+        };
         for sweep in [false, true] {
             if sweep {
                 // At the cap: drop idle tenants everywhere (one shard at a time), then try again.
@@ -155,7 +181,7 @@ impl Partitions {
             let max = self.policy().max_tenants;
             if self.tenants.load(Ordering::Relaxed) < max as usize {
                 let name: Arc<str> = Arc::from(tenant);
-                let partition = Arc::new(Scope::new(self.shared.policy.clone(), self.shared.behaviour, Some(&name)));
+                let partition = Arc::new(Scope::new(policy.clone(), self.shared.behaviour, Some(&name)));
                 shard.insert(name, TenantEntry { partition: partition.clone(), last_used: now });
                 self.tenants.fetch_add(1, Ordering::Relaxed);
                 return Ok(partition);

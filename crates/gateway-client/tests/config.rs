@@ -160,3 +160,54 @@ fn slow_call_and_sla_keys_load_and_their_errors_are_named() {
     let e = load_err(BASE, &[("CHAT__BREAKER__SLOW_CALL_S", "-1")]);
     assert_eq!(e.key, "CHAT__BREAKER__SLOW_CALL_S");
 }
+
+const TIERED: &str = r#"
+[chat]
+isolation = "per_tenant"
+
+[chat.breaker]
+fail_threshold = 5
+cooldown_s = 60
+
+[chat.tiers.gold.breaker]
+fail_rate = 0.05
+cooldown_s = 30
+
+[chat.tiers.bronze.breaker]
+fail_rate = 0.15
+cooldown_s = 120
+
+[chat.tenants]
+acme = "gold"
+
+[chat.sources.s1]
+timeout_s = 30
+"#;
+
+#[test]
+fn tiers_overlay_the_scope_breaker_and_tenants_map_to_them_from_file_and_environment() {
+    let path = file(TIERED);
+    let vars =
+        env(&[("CHAT__TENANTS__INITECH", "bronze"), ("CHAT__TIERS__GOLD__BREAKER__MIN_CALLS", "20"), ("CHAT__UNKNOWN_TENANT", "reject")]);
+    let chat = Loader::new().file(&path).env_vars(vars).load().unwrap().remove(0);
+    let gold = &chat.tiers["gold"];
+    assert_eq!((gold.fail_rate, gold.cooldown, gold.min_calls, gold.fail_threshold), (0.05, Duration::from_secs(30), 20, 5));
+    assert_eq!((chat.tiers["bronze"].fail_rate, chat.tiers["bronze"].cooldown), (0.15, Duration::from_secs(120)));
+    assert_eq!(chat.tenant_tiers.get("initech").map(String::as_str), Some("bronze"));
+    assert_eq!(chat.unknown_tenant, gateway_core::policy::UnknownTenant::Reject);
+    assert_eq!(chat.breaker.fail_rate, 0.6, "the scope's own breaker is untouched");
+}
+
+#[test]
+fn tier_errors_name_the_key() {
+    let e = load_err(TIERED, &[("CHAT__TENANTS__INITECH", "platinum")]);
+    assert_eq!(e.to_string(), "CHAT__TENANTS__INITECH (environment): value \"platinum\" is invalid (no such tier (tiers: bronze, gold))");
+    let e = load_err(TIERED, &[("CHAT__TIERS__GOLD__BREAKER__FAIL_RATE", "2")]);
+    assert!(e.to_string().starts_with("CHAT__TIERS__GOLD__BREAKER__FAIL_RATE (environment): value 2 is out of range"), "{e}");
+    let e = load_err(&TIERED.replace("isolation = \"per_tenant\"", ""), &[]);
+    assert_eq!(e.key, "chat.tiers");
+    assert!(e.message.contains("set isolation = \"per_tenant\""), "{e}");
+    let e = load_err(&TIERED.replace("[chat.tiers.gold.breaker]", "[chat.tiers.gold.breakers]"), &[]);
+    assert!(e.to_string().starts_with("chat.tiers.gold.breakers (TOML file "), "{e}");
+    assert!(e.to_string().ends_with("unknown key \"breakers\""), "{e}");
+}

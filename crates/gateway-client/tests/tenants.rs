@@ -149,3 +149,29 @@ async fn a_tenant_name_that_cannot_be_a_key_is_refused_by_name() {
         assert_eq!(error.result(), None, "a refused call never started");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_tenants_tier_sets_its_gates_breaker_and_unknown_tenants_can_be_refused() {
+    let tiered = json!({
+        "isolation": "per_tenant",
+        "unknown_tenant": "reject",
+        "tiers": {"gold": {"breaker": {"cooldown_s": 30}}, "bronze": {"breaker": {"cooldown_s": 120}}},
+        "tenants": {"gold": "gold", "bronze": "bronze"}
+    });
+    let s = setup(tiered);
+    // bronze's prompts fail: its gate opens for the bronze tier's 120 s, not the scope's 60 s
+    for _ in 0..3 {
+        assert!(s.client.call_as("chat", "bronze", &said("bronze")).await.is_err());
+    }
+    let bronze = s.gates.snapshot(&GateKey::new("chat", "s1").with_tenant("bronze")).unwrap();
+    assert_eq!(bronze.state, CircuitState::Open);
+    let error = s.client.call_as("chat", "bronze", &said("bronze")).await.unwrap_err();
+    let CallError::CircuitOpen { retry_after, .. } = error else { panic!("{error}") };
+    assert!(retry_after > Duration::from_secs(110), "{retry_after:?}");
+    s.client.call_as("chat", "gold", &said("gold")).await.unwrap();
+    let error = s.client.call_as("chat", "initech", &said("x")).await.unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "scope \"chat\" refuses tenant \"initech\": the tenant has no tier and the scope rejects unknown tenants (unknown_tenant = \"reject\")"
+    );
+}

@@ -192,6 +192,28 @@ pub struct BreakerPolicy {
 }
 
 impl BreakerConfig {
+    /// `over`'s keys where it sets them, this section's elsewhere (a tier's overlay).
+    pub fn overlaid(&self, over: &BreakerConfig) -> BreakerConfig {
+        BreakerConfig {
+            fail_threshold: over.fail_threshold.or(self.fail_threshold),
+            cooldown_s: over.cooldown_s.or(self.cooldown_s),
+            min_calls: over.min_calls.or(self.min_calls),
+            fail_rate: over.fail_rate.or(self.fail_rate),
+            window_s: over.window_s.or(self.window_s),
+            max_cooldown_s: over.max_cooldown_s.or(self.max_cooldown_s),
+            half_open_successes: over.half_open_successes.or(self.half_open_successes),
+            probe_ttl_s: over.probe_ttl_s.or(self.probe_ttl_s),
+            slow_call_s: over.slow_call_s.or(self.slow_call_s),
+            slow_rate: over.slow_rate.or(self.slow_rate),
+            sla_adaptive: over.sla_adaptive.or(self.sla_adaptive),
+            sla_min_cooldown_s: over.sla_min_cooldown_s.or(self.sla_min_cooldown_s),
+            sla_max_cooldown_s: over.sla_max_cooldown_s.or(self.sla_max_cooldown_s),
+            rate_channel: over.rate_channel.or(self.rate_channel),
+            escalate_cooldown: over.escalate_cooldown.or(self.escalate_cooldown),
+            threshold_basis: over.threshold_basis.or(self.threshold_basis),
+        }
+    }
+
     /// Fills defaults and validates; `prefix` is the key of this section (e.g. `chat.breaker`).
     pub fn resolve(&self, prefix: &str) -> Result<BreakerPolicy, PolicyError> {
         let f = Fields { prefix };
@@ -398,9 +420,38 @@ pub struct ScopeConfig {
     /// With `per_tenant`: a tenant's process-local state (memo, health, AIMD) is dropped after
     /// this many idle seconds (default 600). Its gates live on in the backend.
     pub tenant_idle_s: Option<f64>,
+    /// With `per_tenant`: named policy overlays (`[chat.tiers.gold.breaker]`).
+    #[serde(default)]
+    pub tiers: BTreeMap<String, TierConfig>,
+    /// With `per_tenant`: each tenant's tier, by tenant name (lower-case).
+    #[serde(default)]
+    pub tenants: BTreeMap<String, String>,
+    /// With `per_tenant`: what a tenant absent from `tenants` gets: `default` (the scope's own
+    /// policy, the default) or `reject` (the call is refused, naming the tenant).
+    pub unknown_tenant: Option<UnknownTenant>,
     /// The sources, by name (at least one).
     #[serde(default)]
     pub sources: BTreeMap<String, SourceConfig>,
+}
+
+/// A tier: an overlay on the scope's policy for the tenants assigned to it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TierConfig {
+    /// Breaker keys that differ from the scope's.
+    #[serde(default)]
+    pub breaker: BreakerConfig,
+}
+
+/// What a `per_tenant` scope does with a tenant that has no tier.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnknownTenant {
+    /// The scope's own policy.
+    #[default]
+    Default,
+    /// Refuse the call, naming the tenant.
+    Reject,
 }
 
 /// Whether tenants share a scope's gates and local state (SPEC §11).
@@ -445,6 +496,12 @@ pub struct ScopePolicy {
     pub max_tenants: u32,
     /// Idle time after which a tenant's process-local state is dropped (`per_tenant`).
     pub tenant_idle: Duration,
+    /// Breaker policies of the tiers, by tier name (`per_tenant`).
+    pub tiers: BTreeMap<String, BreakerPolicy>,
+    /// Each tenant's tier (`per_tenant`).
+    pub tenant_tiers: BTreeMap<String, String>,
+    /// What a tenant without a tier gets (`per_tenant`).
+    pub unknown_tenant: UnknownTenant,
     /// The sources, ordered by name.
     pub sources: Vec<SourcePolicy>,
 }
@@ -466,12 +523,51 @@ impl ScopeConfig {
         // A probe lease shorter than an attempt may run would let a second probe start while
         // the first is still in flight.
         let slowest = sources.iter().map(|s| s.timeout).max().unwrap_or_default();
-        if let Some(ttl) = breaker.probe_ttl.filter(|ttl| *ttl < slowest) {
-            return Err(f.out_of_range(
-                "breaker.probe_ttl_s",
+        let check_ttl = |breaker: &BreakerPolicy, key: &str| match breaker.probe_ttl.filter(|ttl| *ttl < slowest) {
+            Some(ttl) => Err(f.out_of_range(
+                key,
                 ttl.as_secs_f64(),
                 format!("at least the slowest source timeout, {} seconds", slowest.as_secs_f64()),
-            ));
+            )),
+            None => Ok(()),
+        };
+        check_ttl(&breaker, "breaker.probe_ttl_s")?;
+        let isolation = self.isolation.unwrap_or_default();
+        let per_tenant_only = |key: &str, set: bool| {
+            if set && isolation != Isolation::PerTenant {
+                Err(PolicyError::new(
+                    f.key(key),
+                    Problem::Invalid {
+                        value: "set".into(),
+                        reason: "tiers apply to tenants' own gates: set isolation = \"per_tenant\"".into(),
+                    },
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        per_tenant_only("tiers", !self.tiers.is_empty())?;
+        per_tenant_only("tenants", !self.tenants.is_empty())?;
+        per_tenant_only("unknown_tenant", self.unknown_tenant == Some(UnknownTenant::Reject))?;
+        let mut tiers = BTreeMap::new();
+        for (tier, config) in &self.tiers {
+            check_name(tier, &f.key(&format!("tiers.{tier}")))?;
+            let tier_breaker = self.breaker.overlaid(&config.breaker).resolve(&f.key(&format!("tiers.{tier}.breaker")))?;
+            check_ttl(&tier_breaker, &format!("tiers.{tier}.breaker.probe_ttl_s"))?;
+            tiers.insert(tier.clone(), tier_breaker);
+        }
+        for (tenant, tier) in &self.tenants {
+            check_name(tenant, &f.key(&format!("tenants.{tenant}")))?;
+            if !tiers.contains_key(tier) {
+                let known = self.tiers.keys().cloned().collect::<Vec<_>>().join(", ");
+                return Err(PolicyError::new(
+                    f.key(&format!("tenants.{tenant}")),
+                    Problem::Invalid {
+                        value: tier.clone(),
+                        reason: format!("no such tier (tiers: {})", if known.is_empty() { "none" } else { &known }),
+                    },
+                ));
+            }
         }
         let stall_window = f.secs("stall_window_s", self.stall_window_s.unwrap_or(300.0), 0.001, DAY_S)?;
         let stall_window_s = stall_window.as_secs_f64();
@@ -493,9 +589,12 @@ impl ScopeConfig {
             poll_interval: f.secs("poll_interval_s", self.poll_interval_s.unwrap_or(stall_window_s.min(0.05)), 0.001, stall_window_s)?,
             concurrency: f.int("concurrency", self.concurrency.unwrap_or(64), 1, 1_000_000)?,
             backoff,
-            isolation: self.isolation.unwrap_or_default(),
+            isolation,
             max_tenants: f.int("max_tenants", self.max_tenants.unwrap_or(10_000), 1, 10_000_000)?,
             tenant_idle: f.secs("tenant_idle_s", self.tenant_idle_s.unwrap_or(600.0), 0.001, 30.0 * DAY_S)?,
+            tiers,
+            tenant_tiers: self.tenants.clone(),
+            unknown_tenant: self.unknown_tenant.unwrap_or_default(),
             sources,
         })
     }

@@ -159,6 +159,10 @@ impl CallLoop<'_> {
                 call.fails.record(source);
             }
             let latency = ended.saturating_since(started);
+            let (health, aimd_limit) = {
+                let local = scope.local();
+                (local.health[source].value(), Some(local.aimd[source].limit()).filter(|l| l.is_finite()))
+            };
             self.telemetry.attempt(&AttemptEvent {
                 key: scope.gates[source].0.clone(),
                 call_id: call.id,
@@ -170,6 +174,8 @@ impl CallLoop<'_> {
                 consumed_budget: consumed,
                 probe,
                 admitted_in,
+                health,
+                aimd_limit,
             });
             call.reasons.insert(name.clone(), SourceReason::Attempted { class, detail: outcome.detail.clone() });
             call.attempts.push(AttemptRecord { source: name.clone(), class, detail: outcome.detail.clone(), latency, probe });

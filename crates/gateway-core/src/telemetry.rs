@@ -32,6 +32,10 @@ pub struct AttemptEvent {
     pub probe: bool,
     /// The gate state the attempt was admitted in.
     pub admitted_in: CircuitState,
+    /// The source's health EWMA after this attempt (in its partition).
+    pub health: f64,
+    /// The source's AIMD limit after this attempt (in its partition; none when unpaced).
+    pub aimd_limit: Option<f64>,
 }
 
 /// Why a source did not serve a call, as reported in terminal errors and call events.

@@ -1,0 +1,213 @@
+//! `gateway-metrics`: the gateway's Prometheus metrics (SPEC §11), as a `Telemetry` adapter on
+//! `prometheus-client`. Give [`Metrics`] to the client as its telemetry and serve
+//! [`Metrics::render`] at `/metrics`:
+//!
+//! - `llm_circuit_state{scope,tenant_id,source,state}` gauge: 1 for the gate's state, 0 for the
+//!   other two;
+//! - `llm_circuit_failures_total{scope,tenant_id,source}`: attempts the breaker counted as
+//!   failures (transient failures and dead sources);
+//! - `llm_attempts_total{scope,tenant_id,source,outcome}`;
+//! - `llm_call_duration_seconds{scope,tenant_id,result}` histogram;
+//! - `llm_aimd_limit{scope,tenant_id,source}` and `llm_source_health{scope,tenant_id,source}`
+//!   gauges, as of each source's last attempt.
+//!
+//! `tenant_id` is empty for shared gates and untenanted calls. Label cardinality is bounded: past
+//! `max_tenants` distinct tenants, further ones are reported as `tenant_id="_other"` (the
+//! client's own `max_tenants` bounds the tenants it keeps; evicted tenants' series stay).
+
+use gateway_core::breaker::CircuitState;
+use gateway_core::outcome::OutcomeClass;
+use gateway_core::ports::{GateKey, Telemetry};
+use gateway_core::telemetry::{AttemptEvent, CallEvent, CallResult, GateEvent};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::collections::HashSet;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Mutex, PoisonError};
+
+/// The tenant label of series past the tenant cap.
+pub const OTHER_TENANTS: &str = "_other";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SourceLabels {
+    scope: String,
+    tenant_id: String,
+    source: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    scope: String,
+    tenant_id: String,
+    source: String,
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AttemptLabels {
+    scope: String,
+    tenant_id: String,
+    source: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    scope: String,
+    tenant_id: String,
+    result: &'static str,
+}
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// The metrics, registered in a registry of their own.
+pub struct Metrics {
+    registry: Registry,
+    circuit_state: Family<StateLabels, Gauge>,
+    circuit_failures: Family<SourceLabels, Counter>,
+    attempts: Family<AttemptLabels, Counter>,
+    call_duration: Family<CallLabels, Histogram>,
+    aimd_limit: Family<SourceLabels, FloatGauge>,
+    health: Family<SourceLabels, FloatGauge>,
+    tenants: Mutex<HashSet<String>>,
+    max_tenants: usize,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").field("max_tenants", &self.max_tenants).finish_non_exhaustive()
+    }
+}
+
+const STATES: [CircuitState; 3] = [CircuitState::Closed, CircuitState::Open, CircuitState::HalfOpen];
+
+fn result_name(result: CallResult) -> &'static str {
+    match result {
+        CallResult::Ok => "ok",
+        CallResult::RetryExhausted => "retry_exhausted",
+        CallResult::CircuitOpen => "circuit_open",
+        CallResult::QuotaExhausted => "quota_exhausted",
+        CallResult::Stalled => "stalled",
+        CallResult::RequestRejected => "request_rejected",
+        CallResult::StructuredExhausted => "structured_exhausted",
+        CallResult::BackendUnavailable => "backend_unavailable",
+        CallResult::Cancelled => "cancelled",
+    }
+}
+
+impl Metrics {
+    /// Metrics with tenant labels for at most `max_tenants` distinct tenants (use the scopes'
+    /// `max_tenants`).
+    pub fn new(max_tenants: usize) -> Self {
+        let mut registry = Registry::default();
+        let circuit_state = Family::<StateLabels, Gauge>::default();
+        registry.register("llm_circuit_state", "Gate state: 1 for the current state, 0 for the others", circuit_state.clone());
+        let circuit_failures = Family::<SourceLabels, Counter>::default();
+        registry.register("llm_circuit_failures", "Attempts the breaker counted as failures", circuit_failures.clone());
+        let attempts = Family::<AttemptLabels, Counter>::default();
+        registry.register("llm_attempts", "Attempts by outcome class", attempts.clone());
+        let call_duration = Family::<CallLabels, Histogram>::new_with_constructor(|| Histogram::new(exponential_buckets(0.05, 2.0, 14)));
+        registry.register("llm_call_duration_seconds", "Whole call time, by how the call ended", call_duration.clone());
+        let aimd_limit = Family::<SourceLabels, FloatGauge>::default();
+        registry.register("llm_aimd_limit", "AIMD limit of a source as of its last attempt", aimd_limit.clone());
+        let health = Family::<SourceLabels, FloatGauge>::default();
+        registry.register("llm_source_health", "Health EWMA of a source as of its last attempt", health.clone());
+        Metrics {
+            registry,
+            circuit_state,
+            circuit_failures,
+            attempts,
+            call_duration,
+            aimd_limit,
+            health,
+            tenants: Mutex::new(HashSet::new()),
+            max_tenants,
+        }
+    }
+
+    /// The OpenMetrics text exposition (what `/metrics` serves).
+    pub fn render(&self) -> String {
+        let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+
+    /// The registry, to register further metrics beside these.
+    pub fn registry(&mut self) -> &mut Registry {
+        &mut self.registry
+    }
+
+    fn tenant(&self, tenant: Option<&str>) -> String {
+        let Some(tenant) = tenant else { return String::new() };
+        let mut seen = self.tenants.lock().unwrap_or_else(PoisonError::into_inner);
+        if seen.contains(tenant) {
+            return tenant.to_owned();
+        }
+        if seen.len() < self.max_tenants {
+            seen.insert(tenant.to_owned());
+            return tenant.to_owned();
+        }
+        OTHER_TENANTS.to_owned()
+    }
+
+    fn source_labels(&self, key: &GateKey) -> SourceLabels {
+        SourceLabels { scope: key.scope.to_string(), tenant_id: self.tenant(key.tenant.as_deref()), source: key.source.to_string() }
+    }
+
+    fn set_state(&self, labels: &SourceLabels, state: CircuitState) {
+        for s in STATES {
+            let series = StateLabels {
+                scope: labels.scope.clone(),
+                tenant_id: labels.tenant_id.clone(),
+                source: labels.source.clone(),
+                state: s.as_str(),
+            };
+            self.circuit_state.get_or_create(&series).set(i64::from(s == state));
+        }
+    }
+}
+
+impl Telemetry for Metrics {
+    fn attempt(&self, event: &AttemptEvent) {
+        let labels = self.source_labels(&event.key);
+        let closed = StateLabels {
+            scope: labels.scope.clone(),
+            tenant_id: labels.tenant_id.clone(),
+            source: labels.source.clone(),
+            state: CircuitState::Closed.as_str(),
+        };
+        // A gate first seen through an attempt is in the state it admitted the attempt in.
+        if self.circuit_state.get(&closed).is_none() {
+            self.set_state(&labels, event.admitted_in);
+        }
+        let outcome = AttemptLabels {
+            scope: labels.scope.clone(),
+            tenant_id: labels.tenant_id.clone(),
+            source: labels.source.clone(),
+            outcome: event.class.as_str(),
+        };
+        self.attempts.get_or_create(&outcome).inc();
+        if matches!(event.class, OutcomeClass::Transient | OutcomeClass::SourceDead) {
+            self.circuit_failures.get_or_create(&labels).inc();
+        }
+        self.health.get_or_create(&labels).set(event.health);
+        if let Some(limit) = event.aimd_limit {
+            self.aimd_limit.get_or_create(&labels).set(limit);
+        }
+    }
+
+    fn call(&self, event: &CallEvent) {
+        let labels =
+            CallLabels { scope: event.scope.clone(), tenant_id: self.tenant(event.tenant.as_deref()), result: result_name(event.result) };
+        self.call_duration.get_or_create(&labels).observe(event.elapsed.as_secs_f64());
+    }
+
+    fn gate(&self, event: &GateEvent) {
+        self.set_state(&self.source_labels(&event.key), event.transition.to);
+    }
+}

@@ -126,6 +126,19 @@ pub enum CallError {
         /// The configured scopes.
         known: String,
     },
+    /// The call ended `CircuitOpen` or `AllSourcesExhausted` in its scope and failed again in
+    /// the scope's fallback: both chains.
+    #[error("{primary}; then in fallback scope {fallback_scope:?}: {fallback}")]
+    FallbackFailed {
+        /// The scope called.
+        scope: String,
+        /// How the call ended there.
+        primary: Box<CallError>,
+        /// The fallback scope.
+        fallback_scope: String,
+        /// How it ended there.
+        fallback: Box<CallError>,
+    },
     /// A `per_tenant` scope would not take the call's tenant: a malformed name, or the scope
     /// already keeps `max_tenants` busy tenants.
     #[error("scope {scope:?} refuses tenant {tenant:?}: {why}")]
@@ -140,7 +153,8 @@ pub enum CallError {
 }
 
 impl CallError {
-    /// The telemetry result of this error (`None` for a call that never started).
+    /// The telemetry result of this error (`None` for a call that never started; the
+    /// fallback's for a failed fallback).
     pub fn result(&self) -> Option<CallResult> {
         Some(match self {
             CallError::RetryExhausted { .. } => CallResult::RetryExhausted,
@@ -150,11 +164,13 @@ impl CallError {
             CallError::RequestRejected { .. } => CallResult::RequestRejected,
             CallError::StructuredExhausted { .. } => CallResult::StructuredExhausted,
             CallError::BackendUnavailable { .. } => CallResult::BackendUnavailable,
+            CallError::FallbackFailed { fallback, .. } => return fallback.result(),
             CallError::UnknownScope { .. } | CallError::TenantRefused { .. } => return None,
         })
     }
 
-    /// The report of what was tried (none for a call that never started).
+    /// The report of what was tried (none for a call that never started; the fallback's for a
+    /// failed fallback, whose primary error keeps its own).
     pub fn report(&self) -> Option<&CallReport> {
         match self {
             CallError::RetryExhausted { report }
@@ -163,6 +179,7 @@ impl CallError {
             | CallError::RequestRejected { report, .. }
             | CallError::StructuredExhausted { report }
             | CallError::BackendUnavailable { report, .. } => Some(report),
+            CallError::FallbackFailed { fallback, .. } => fallback.report(),
             CallError::UnknownScope { .. } | CallError::TenantRefused { .. } => None,
         }
     }

@@ -57,6 +57,16 @@ pub enum BuildError {
     /// No scope was given.
     #[error("no scope: add at least one with GatewayClientBuilder::scope")]
     NoScope,
+    /// A scope's `fallback` names a scope the client does not have.
+    #[error("{scope}.fallback: no scope {fallback:?} (configured: {known})")]
+    UnknownFallback {
+        /// The scope that falls back.
+        scope: String,
+        /// The scope it names.
+        fallback: String,
+        /// The configured scopes.
+        known: String,
+    },
 }
 
 /// Builds a [`GatewayClient`]. Unset adapters default to the in-memory gates and quota on
@@ -142,7 +152,7 @@ impl GatewayClientBuilder {
         let quota = self.quota.unwrap_or_else(|| Arc::new(MemoryQuota::new(clock.clone())));
         // A per-process seed (std's RandomState is seeded from the OS) keeps workers' jitter apart.
         let seed = self.seed.unwrap_or_else(|| std::collections::hash_map::RandomState::new().hash_one(0u8));
-        let scopes = self
+        let scopes: BTreeMap<String, Partitions> = self
             .scopes
             .into_iter()
             .map(|(mut policy, preset)| {
@@ -150,6 +160,15 @@ impl GatewayClientBuilder {
                 (policy.name.clone(), Partitions::new(policy, behaviour))
             })
             .collect();
+        for (name, partitions) in &scopes {
+            if let Some(fallback) = partitions.policy().fallback.as_ref().filter(|f| !scopes.contains_key(*f)) {
+                return Err(BuildError::UnknownFallback {
+                    scope: name.clone(),
+                    fallback: fallback.clone(),
+                    known: scopes.keys().cloned().collect::<Vec<_>>().join(", "),
+                });
+            }
+        }
         Ok(GatewayClient {
             scopes,
             admission: SourceAdmission {
@@ -186,7 +205,26 @@ impl GatewayClient {
         self.call_in(scope, Some(tenant), request).await
     }
 
+    /// The call in `scope`, then, if it ended `CircuitOpen` or `AllSourcesExhausted` and the
+    /// scope names a fallback, once in the fallback scope (which does not fall back again).
     async fn call_in(&self, scope: &str, tenant: Option<&str>, request: &Request) -> Result<Response, CallError> {
+        let primary = match self.run_in(scope, tenant, request).await {
+            Err(e @ (CallError::CircuitOpen { .. } | CallError::AllSourcesExhausted { .. })) => e,
+            done => return done,
+        };
+        let Some(fallback) = self.scopes.get(scope).and_then(|p| p.policy().fallback.clone()) else { return Err(primary) };
+        match self.run_in(&fallback, tenant, request).await {
+            Ok(response) => Ok(response),
+            Err(second) => Err(CallError::FallbackFailed {
+                scope: scope.to_owned(),
+                primary: Box::new(primary),
+                fallback_scope: fallback,
+                fallback: Box::new(second),
+            }),
+        }
+    }
+
+    async fn run_in(&self, scope: &str, tenant: Option<&str>, request: &Request) -> Result<Response, CallError> {
         let Some(partitions) = self.scopes.get(scope) else {
             return Err(CallError::UnknownScope {
                 scope: scope.to_owned(),

@@ -429,6 +429,8 @@ pub struct ScopeConfig {
     /// With `per_tenant`: what a tenant absent from `tenants` gets: `default` (the scope's own
     /// policy, the default) or `reject` (the call is refused, naming the tenant).
     pub unknown_tenant: Option<UnknownTenant>,
+    /// A scope to try once when a call here ends `CircuitOpen` or `AllSourcesExhausted`.
+    pub fallback: Option<String>,
     /// The sources, by name (at least one).
     #[serde(default)]
     pub sources: BTreeMap<String, SourceConfig>,
@@ -502,6 +504,8 @@ pub struct ScopePolicy {
     pub tenant_tiers: BTreeMap<String, String>,
     /// What a tenant without a tier gets (`per_tenant`).
     pub unknown_tenant: UnknownTenant,
+    /// The scope tried once when a call here ends `CircuitOpen` or `AllSourcesExhausted`.
+    pub fallback: Option<String>,
     /// The sources, ordered by name.
     pub sources: Vec<SourcePolicy>,
 }
@@ -595,6 +599,19 @@ impl ScopeConfig {
             tiers,
             tenant_tiers: self.tenants.clone(),
             unknown_tenant: self.unknown_tenant.unwrap_or_default(),
+            fallback: match &self.fallback {
+                Some(fallback) if fallback == name => {
+                    return Err(PolicyError::new(
+                        f.key("fallback"),
+                        Problem::Invalid { value: fallback.clone(), reason: "a scope cannot fall back to itself".into() },
+                    ));
+                }
+                Some(fallback) => {
+                    check_name(fallback, &f.key("fallback"))?;
+                    Some(fallback.clone())
+                }
+                None => None,
+            },
             sources,
         })
     }

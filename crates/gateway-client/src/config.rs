@@ -44,6 +44,7 @@ enum EnvSource {
 pub struct Loader {
     file: Option<PathBuf>,
     scopes: Vec<String>,
+    reserved: Vec<String>,
     env: EnvSource,
 }
 
@@ -67,6 +68,13 @@ impl Loader {
         self
     }
 
+    /// Leaves the file's top-level table `key` alone: it is not a scope but another part of the
+    /// file's owner (e.g. `[server]` for gateway-server).
+    pub fn reserve(mut self, key: impl Into<String>) -> Self {
+        self.reserved.push(key.into());
+        self
+    }
+
     /// Reads these variables instead of the process environment.
     pub fn env_vars(mut self, vars: impl IntoIterator<Item = (String, String)>) -> Self {
         self.env = EnvSource::Fixed(vars.into_iter().collect());
@@ -82,15 +90,18 @@ impl Loader {
                 return Err(ConfigError { key: path.display().to_string(), layer: "TOML file".into(), message: "file not found".into() });
             }
             let toml = Toml::file(path);
-            let data = toml.data().map_err(|e| ConfigError {
+            let mut data = toml.data().map_err(|e| ConfigError {
                 key: path.display().to_string(),
                 layer: "TOML file".into(),
                 message: format!("not valid TOML: {}", e.kind),
             })?;
+            for dict in data.values_mut() {
+                dict.retain(|key, _| !self.reserved.contains(key));
+            }
             if let Some(dict) = data.get(&Profile::Default) {
                 scopes.extend(dict.keys().map(|k| k.to_ascii_lowercase()));
             }
-            figment = figment.merge(toml);
+            figment = figment.merge(Filtered { metadata: toml.metadata(), data });
         }
         let vars = match &self.env {
             // Variables that are not UTF-8 belong to something else: skip them rather than panic.
@@ -110,6 +121,22 @@ pub fn load(file: Option<&Path>) -> Result<Vec<ScopePolicy>, ConfigError> {
         loader = loader.file(file);
     }
     loader.load()
+}
+
+/// The file's data without its reserved tables, under the file's own metadata.
+struct Filtered {
+    metadata: Metadata,
+    data: Map<Profile, Dict>,
+}
+
+impl Provider for Filtered {
+    fn metadata(&self) -> Metadata {
+        self.metadata.clone()
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        Ok(self.data.clone())
+    }
 }
 
 /// `{SCOPE}__A__B=value` as the nested key `scope.a.b`, for the variables of known scopes.

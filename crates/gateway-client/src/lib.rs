@@ -40,6 +40,31 @@ use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+/// One source of one scope partition, as [`GatewayClient::status`] sees it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct SourceStatus {
+    /// The scope.
+    pub scope: String,
+    /// The tenant partition (`None`: the shared one).
+    pub tenant: Option<String>,
+    /// The source.
+    pub source: String,
+    /// Its gate's state.
+    pub state: gateway_core::breaker::CircuitState,
+    /// Its gate's epoch.
+    pub epoch: u64,
+    /// Its gate's reopen streak.
+    pub streak: u32,
+    /// Seconds until a certain retry moment (0 unless OPEN).
+    pub retry_after_s: f64,
+    /// Health EWMA in this process.
+    pub health: f64,
+    /// AIMD limit in this process (none when unpaced).
+    pub aimd_limit: Option<f64>,
+    /// Attempts in flight from this process.
+    pub inflight: u32,
+}
+
 /// The gateway: scopes of sources behind shared gates, one upstream transport, telemetry.
 pub struct GatewayClient {
     scopes: BTreeMap<String, Partitions>,
@@ -272,6 +297,38 @@ impl GatewayClient {
             let local = p.shared().local();
             p.policy().sources.iter().zip(&local.health).map(|(src, h)| (src.name.clone(), h.value())).collect()
         })
+    }
+
+    /// Every source of every scope and live tenant partition now: its gate (state, epoch, reopen
+    /// streak, retry_after, from the gate backend) and this process's view of it (health, AIMD
+    /// limit, attempts in flight). For status pages (`/v1/gateway/sources`).
+    pub async fn status(&self) -> Result<Vec<SourceStatus>, gateway_core::ports::GateError> {
+        let mut all = Vec::new();
+        for partitions in self.scopes.values() {
+            for partition in partitions.all() {
+                for (i, (key, params)) in partition.gates.iter().enumerate() {
+                    let gate = self.admission.gates.read(key).await?;
+                    let retry_after = self.admission.gates.retry_after(std::slice::from_ref(&(key.clone(), params.clone()))).await?;
+                    let (health, aimd_limit, inflight) = {
+                        let local = partition.local();
+                        (local.health[i].value(), Some(local.aimd[i].limit()).filter(|l| l.is_finite()), local.aimd[i].inflight())
+                    };
+                    all.push(SourceStatus {
+                        scope: key.scope.to_string(),
+                        tenant: key.tenant.as_deref().map(str::to_owned),
+                        source: key.source.to_string(),
+                        state: gate.state,
+                        epoch: gate.epoch,
+                        streak: gate.streak,
+                        retry_after_s: retry_after.as_secs_f64(),
+                        health,
+                        aimd_limit,
+                        inflight,
+                    });
+                }
+            }
+        }
+        Ok(all)
     }
 
     /// The scopes, by name.

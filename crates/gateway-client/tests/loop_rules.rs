@@ -227,6 +227,9 @@ impl BreakerGate for DownGates {
     async fn record_success(&self, key: &GateKey, _: &GateParams, _: u64, _: bool) -> Result<Reply, GateError> {
         Err(GateError::BackendUnavailable { backend: "test", key: key.to_string(), detail: "down".into() })
     }
+    async fn read(&self, key: &GateKey) -> Result<gateway_core::Gate, GateError> {
+        Err(GateError::BackendUnavailable { backend: "test", key: key.to_string(), detail: "down".into() })
+    }
     async fn record_slow_success(&self, key: &GateKey, _: &GateParams, _: u64) -> Result<Reply, GateError> {
         Err(GateError::BackendUnavailable { backend: "test", key: key.to_string(), detail: "down".into() })
     }

@@ -89,6 +89,8 @@ pub trait BreakerGate: Send + Sync {
     async fn try_enter(&self, key: &GateKey, params: &GateParams) -> Result<Entry, GateError>;
     /// Records a success of an attempt admitted at `epoch`; a stale epoch changes nothing.
     async fn record_success(&self, key: &GateKey, params: &GateParams, epoch: u64, real: bool) -> Result<Reply, GateError>;
+    /// The stored gate (a never-written gate reads as a new, CLOSED one): for status pages.
+    async fn read(&self, key: &GateKey) -> Result<crate::breaker::Gate, GateError>;
     /// Records a real success slower than the scope's `slow_call_s` (the slow-call channel,
     /// SPEC §11); fenced likewise. Without the channel, the same as a real success.
     async fn record_slow_success(&self, key: &GateKey, params: &GateParams, epoch: u64) -> Result<Reply, GateError>;

@@ -48,6 +48,10 @@ impl BreakerGate for MemoryGates {
         self.with(key, |gate, now| gate.record_success(params, epoch, now, real))
     }
 
+    async fn read(&self, key: &GateKey) -> Result<Gate, GateError> {
+        Ok(self.snapshot(key).unwrap_or_default())
+    }
+
     async fn record_slow_success(&self, key: &GateKey, params: &GateParams, epoch: u64) -> Result<Reply, GateError> {
         self.with(key, |gate, now| gate.record_slow_success(params, epoch, now))
     }

@@ -214,6 +214,10 @@ impl BreakerGate for RedisGates {
         self.record(&self.conn.scripts().record_success, key, params, extra).await
     }
 
+    async fn read(&self, key: &GateKey) -> Result<Gate, GateError> {
+        self.snapshot(key).await
+    }
+
     async fn record_slow_success(&self, key: &GateKey, params: &GateParams, epoch: u64) -> Result<Reply, GateError> {
         let extra = vec![Value::String(epoch.to_string().into()), Value::Integer(2)];
         self.record(&self.conn.scripts().record_success, key, params, extra).await

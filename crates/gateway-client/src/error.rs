@@ -139,17 +139,33 @@ pub enum CallError {
         /// How it ended there.
         fallback: Box<CallError>,
     },
-    /// A `per_tenant` scope would not take the call's tenant: a malformed name, or the scope
-    /// already keeps `max_tenants` busy tenants.
-    #[error("scope {scope:?} refuses tenant {tenant:?}: {why}")]
+    /// The scope would not take the call's tenant.
+    #[error("scope {scope:?} refuses tenant {tenant:?}: {reason}")]
     TenantRefused {
         /// The scope.
         scope: String,
-        /// The tenant asked for.
+        /// The tenant asked for, as given.
         tenant: String,
         /// Why.
-        why: String,
+        reason: TenantRefusal,
     },
+}
+
+/// Why a scope refused a call's tenant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TenantRefusal {
+    /// The name cannot be a key.
+    #[error("a tenant name is 1 to 64 characters of A-Z, a-z, 0-9, '_' and '-' (it becomes part of the gate keys)")]
+    Malformed,
+    /// No tier names it and the scope rejects unknown tenants.
+    #[error("the tenant has no tier and the scope rejects unknown tenants (unknown_tenant = \"reject\")")]
+    Unknown,
+    /// The call names no tenant and the scope rejects unknown tenants.
+    #[error("the scope rejects unknown tenants (unknown_tenant = \"reject\"), so a call must name its tenant")]
+    Missing,
+    /// The scope keeps `max_tenants` tenants with calls within `tenant_idle_s` already.
+    #[error("the scope already keeps max_tenants tenants with calls in the last tenant_idle_s (raise max_tenants)")]
+    Full,
 }
 
 impl CallError {

@@ -20,7 +20,7 @@ mod slot;
 mod telemetry;
 
 pub use clock::TokioClock;
-pub use error::{AttemptRecord, CallError, CallReport, Exhausted};
+pub use error::{AttemptRecord, CallError, CallReport, Exhausted, TenantRefusal};
 pub use preset::{Behaviour, Preset};
 pub use retry_pool::{RetryPool, RetryRefused};
 pub use telemetry::{Collector, TracingTelemetry};
@@ -34,7 +34,7 @@ use gateway_core::time::Clock;
 use gateway_memory::{MemoryGates, MemoryQuota};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
-use scope::{Partitions, TenantError};
+use scope::{Partitions, tenant_name};
 use std::collections::BTreeMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -256,23 +256,15 @@ impl GatewayClient {
                 known: self.scopes.keys().cloned().collect::<Vec<_>>().join(", "),
             });
         };
-        let scope = partitions.partition(tenant, self.admission.clock.now()).map_err(|e| CallError::TenantRefused {
-            scope: scope.to_owned(),
-            tenant: tenant.unwrap_or_default().to_owned(),
-            why: match e {
-                TenantError::Malformed(why) => why,
-                TenantError::Unknown => {
-                    "the tenant has no tier and the scope rejects unknown tenants (unknown_tenant = \"reject\")".to_owned()
-                }
-                TenantError::Full(max) => {
-                    format!("the scope already keeps {max} tenants with calls in the last tenant_idle_s (raise max_tenants)")
-                }
-            },
-        })?;
+        let refused = |reason| CallError::TenantRefused { scope: scope.to_owned(), tenant: tenant.unwrap_or_default().to_owned(), reason };
+        // Every tenant name is checked and normalised, whatever the isolation: it reaches
+        // telemetry (metric labels) even from a shared scope.
+        let tenant = tenant.map(tenant_name).transpose().map_err(refused)?;
+        let scope = partitions.partition(tenant.as_deref(), self.admission.clock.now()).map_err(refused)?;
         let id = self.next_call.fetch_add(1, Ordering::Relaxed);
         let telemetry = &*self.admission.telemetry;
         let mut state = CallState::new(id, self.admission.clock.clone(), scope.policy.sources.len());
-        state.tenant = tenant.map(str::to_owned);
+        state.tenant = tenant;
         let mut guard = CallGuard::new(state, &scope.policy.name, telemetry);
         let run = CallLoop { admission: &self.admission, upstream: &*self.upstream, telemetry };
         let result = run.run(&scope, request, &mut guard.state).await;
@@ -299,13 +291,19 @@ impl GatewayClient {
         })
     }
 
-    /// Every source of every scope and live tenant partition now: its gate (state, epoch, reopen
-    /// streak, retry_after, from the gate backend) and this process's view of it (health, AIMD
-    /// limit, attempts in flight). For status pages (`/v1/gateway/sources`).
-    pub async fn status(&self) -> Result<Vec<SourceStatus>, gateway_core::ports::GateError> {
+    /// Every source of every scope and live tenant partition now (with `only_tenant`, the shared
+    /// partitions and that tenant's): its gate (state, epoch, reopen streak, retry_after, from the
+    /// gate backend) and this process's view of it (health, AIMD limit, attempts in flight). For
+    /// status pages (`/v1/gateway/sources`).
+    pub async fn status(&self, only_tenant: Option<&str>) -> Result<Vec<SourceStatus>, gateway_core::ports::GateError> {
+        let only = only_tenant.map(str::to_ascii_lowercase);
         let mut all = Vec::new();
         for partitions in self.scopes.values() {
             for partition in partitions.all() {
+                let tenant = partition.gates.first().and_then(|(key, _)| key.tenant.as_deref());
+                if only.is_some() && tenant.is_some() && tenant != only.as_deref() {
+                    continue;
+                }
                 for (i, (key, params)) in partition.gates.iter().enumerate() {
                     let gate = self.admission.gates.read(key).await?;
                     let retry_after = self.admission.gates.retry_after(std::slice::from_ref(&(key.clone(), params.clone()))).await?;

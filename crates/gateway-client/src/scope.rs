@@ -6,6 +6,7 @@
 //! `max_tenants`, and dropped after `tenant_idle` without calls (SPEC §11); a tenant with a tier
 //! gets the scope's policy with the tier's breaker.
 
+use crate::error::TenantRefusal;
 use crate::preset::Behaviour;
 use gateway_core::aimd::AimdPacer;
 use gateway_core::breaker::GateParams;
@@ -98,14 +99,13 @@ pub(crate) struct Partitions {
     hasher: std::collections::hash_map::RandomState,
 }
 
-/// Why a tenant has no partition.
-pub(crate) enum TenantError {
-    /// The name cannot be a key.
-    Malformed(String),
-    /// `max_tenants` busy tenants already.
-    Full(u32),
-    /// No tier, and the scope rejects tenants without one.
-    Unknown,
+/// A tenant name as the gateway keys it: 1 to 64 characters of `[A-Za-z0-9_-]`, lower-cased
+/// (so `Acme` and `acme` are one tenant everywhere: gates, quota, tiers, telemetry).
+pub(crate) fn tenant_name(raw: &str) -> Result<String, TenantRefusal> {
+    if raw.is_empty() || raw.len() > 64 || !raw.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+        return Err(TenantRefusal::Malformed);
+    }
+    Ok(raw.to_ascii_lowercase())
 }
 
 impl Partitions {
@@ -150,18 +150,17 @@ impl Partitions {
         self.shards[index].lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The partition a call of `tenant` runs in: the shared one unless the scope isolates
-    /// tenants and the call names one.
-    pub(crate) fn partition(&self, tenant: Option<&str>, now: Timestamp) -> Result<Arc<Scope>, TenantError> {
-        let Some(tenant) = tenant.filter(|_| self.per_tenant) else { return Ok(self.shared.clone()) };
-        if tenant.is_empty() || tenant.len() > 64 || !tenant.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
-            return Err(TenantError::Malformed(
-                "a tenant name is 1 to 64 characters of A-Z, a-z, 0-9, '_' and '-' (it becomes part of the gate keys)".to_owned(),
-            ));
-        }
-        let policy = match self.policy().tenant_tiers.get(&tenant.to_ascii_lowercase()).and_then(|tier| self.tiers.get(tier)) {
+    /// The partition a call of `tenant` (a [`tenant_name`]) runs in: the shared one unless the
+    /// scope isolates tenants and the call names one. A scope that rejects unknown tenants
+    /// also refuses calls that name none.
+    pub(crate) fn partition(&self, tenant: Option<&str>, now: Timestamp) -> Result<Arc<Scope>, TenantRefusal> {
+        let rejects = self.per_tenant && self.policy().unknown_tenant == UnknownTenant::Reject;
+        let Some(tenant) = tenant.filter(|_| self.per_tenant) else {
+            return if rejects { Err(TenantRefusal::Missing) } else { Ok(self.shared.clone()) };
+        };
+        let policy = match self.policy().tenant_tiers.get(tenant).and_then(|tier| self.tiers.get(tier)) {
             Some(tiered) => tiered.clone(),
-            None if self.policy().unknown_tenant == UnknownTenant::Reject => return Err(TenantError::Unknown),
+            None if rejects => return Err(TenantRefusal::Unknown),
             None => self.shared.policy.clone(),
         };
         for sweep in [false, true] {
@@ -187,7 +186,7 @@ impl Partitions {
                 return Ok(partition);
             }
         }
-        Err(TenantError::Full(self.policy().max_tenants))
+        Err(TenantRefusal::Full)
     }
 
     /// Drops the partitions of tenants idle for `tenant_idle` with no call running.

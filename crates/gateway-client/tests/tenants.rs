@@ -8,7 +8,7 @@
 mod support;
 
 use async_trait::async_trait;
-use gateway_client::{CallError, Collector, GatewayClient, TokioClock};
+use gateway_client::{CallError, Collector, GatewayClient, TenantRefusal, TokioClock};
 use gateway_core::breaker::CircuitState;
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::ports::{GateKey, Upstream};
@@ -124,7 +124,7 @@ async fn tenants_are_capped_and_idle_ones_are_dropped() {
     let error = s.client.call_as("chat", "c", &said("c")).await.unwrap_err();
     assert_eq!(
         error.to_string(),
-        "scope \"chat\" refuses tenant \"c\": the scope already keeps 2 tenants with calls in the last tenant_idle_s (raise max_tenants)"
+        "scope \"chat\" refuses tenant \"c\": the scope already keeps max_tenants tenants with calls in the last tenant_idle_s (raise max_tenants)"
     );
     for call in running {
         call.await.unwrap().unwrap();
@@ -140,14 +140,37 @@ async fn tenants_are_capped_and_idle_ones_are_dropped() {
 
 #[tokio::test(start_paused = true)]
 async fn a_tenant_name_that_cannot_be_a_key_is_refused_by_name() {
-    let s = setup(json!({"isolation": "per_tenant"}));
-    for bad in ["", "a:b", "gold tier", &"x".repeat(65)] {
-        let error = s.client.call_as("chat", bad, &said("x")).await.unwrap_err();
-        let CallError::TenantRefused { tenant, why, .. } = &error else { panic!("{error}") };
-        assert_eq!(tenant, bad);
-        assert!(why.contains("1 to 64 characters"), "{why}");
-        assert_eq!(error.result(), None, "a refused call never started");
+    // checked in shared scopes too: the name reaches telemetry and metric labels
+    for isolation in ["per_tenant", "shared"] {
+        let s = setup(json!({"isolation": isolation}));
+        for bad in ["", "a:b", "gold tier", &"x".repeat(65)] {
+            let error = s.client.call_as("chat", bad, &said("x")).await.unwrap_err();
+            let CallError::TenantRefused { tenant, reason, .. } = &error else { panic!("{error}") };
+            assert_eq!((tenant.as_str(), *reason), (bad, TenantRefusal::Malformed));
+            assert!(error.to_string().contains("1 to 64 characters"), "{error}");
+            assert_eq!(error.result(), None, "a refused call never started");
+        }
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn tenant_names_are_one_tenant_whatever_their_case() {
+    let s = setup(json!({"isolation": "per_tenant"}));
+    for _ in 0..3 {
+        assert!(s.client.call_as("chat", "Bronze", &said("bronze")).await.is_err());
+    }
+    let error = s.client.call_as("chat", "BRONZE", &said("bronze")).await.unwrap_err();
+    assert!(matches!(error, CallError::CircuitOpen { .. }), "{error}");
+    assert_eq!(s.client.tenants("chat"), 1);
+    assert_eq!(state(&s.gates, &GateKey::new("chat", "s1").with_tenant("bronze")), CircuitState::Open);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_scope_that_rejects_unknown_tenants_needs_every_call_to_name_one() {
+    let s = setup(json!({"isolation": "per_tenant", "unknown_tenant": "reject", "tiers": {"gold": {}}, "tenants": {"acme": "gold"}}));
+    s.client.call_as("chat", "ACME", &said("acme")).await.unwrap();
+    let error = s.client.call("chat", &said("nobody")).await.unwrap_err();
+    assert!(matches!(error, CallError::TenantRefused { reason: TenantRefusal::Missing, .. }), "{error}");
 }
 
 #[tokio::test(start_paused = true)]

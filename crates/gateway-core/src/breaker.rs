@@ -338,6 +338,10 @@ impl Gate {
                     self.state = CircuitState::Closed;
                     self.failures = 0;
                     self.closed_since = Some(now);
+                    // The window starts afresh: the failures (or slow calls) that opened the gate
+                    // must not reopen a recovered source at its first failure when the cooldown
+                    // is shorter than the window.
+                    (self.a0, self.f0, self.s0, self.a1, self.f1, self.s1) = (0, 0, 0, 0, 0, 0);
                     transition = Some(Transition { from: CircuitState::HalfOpen, to: CircuitState::Closed, cause: Cause::ProbeSucceeded });
                 }
             }
@@ -425,8 +429,17 @@ impl Gate {
         // base + base × failed / samples, in integers so that the Lua script computes the same.
         let open_ms = match p.sla_cooldown_ms {
             Some((floor, cap)) => {
-                let samples = u64::from(self.a0.saturating_add(self.a1));
-                let failed = u64::from(self.f0.saturating_add(self.f1)).min(samples);
+                // The window as it reads now: a bucket that has rotated out no longer counts.
+                let id = now.as_millis() / p.bucket_ms;
+                let (a, f) = if id <= self.win_id {
+                    (self.a0.saturating_add(self.a1), self.f0.saturating_add(self.f1))
+                } else if id == self.win_id.saturating_add(1) {
+                    (self.a0, self.f0)
+                } else {
+                    (0, 0)
+                };
+                let samples = u64::from(a);
+                let failed = u64::from(f).min(samples);
                 let adapted = base_ms.saturating_add(base_ms.saturating_mul(failed).checked_div(samples).unwrap_or(0));
                 adapted.clamp(floor, cap.max(floor))
             }

@@ -8,7 +8,7 @@
 
 pub mod classify;
 mod openai;
-mod structured;
+pub mod structured;
 
 use async_trait::async_trait;
 use gateway_core::outcome::OutcomeClass;

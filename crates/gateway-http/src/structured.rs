@@ -18,6 +18,12 @@ pub fn check(structured: &Structured, content: &str) -> Result<(), String> {
     }
 }
 
+/// `Err(why)` when `schema` is not a usable JSON Schema (check it before sending a request that
+/// would otherwise spend its re-asks on it).
+pub fn check_schema(schema: &serde_json::Value) -> Result<(), String> {
+    jsonschema::validator_for(schema).map(drop).map_err(|e| e.to_string())
+}
+
 /// Models often wrap JSON in a Markdown code fence; the JSON inside is what counts.
 fn strip_fences(content: &str) -> &str {
     let trimmed = content.trim();
@@ -44,5 +50,14 @@ mod tests {
         assert_eq!(check(&parse, "nope").unwrap_err(), "parse: no ok");
         let broken = Structured::JsonSchema(serde_json::json!({"type": 12}));
         assert!(check(&broken, "{}").unwrap_err().starts_with("invalid schema"));
+    }
+}
+
+#[cfg(test)]
+mod schema_tests {
+    #[test]
+    fn an_unusable_schema_is_named() {
+        assert!(super::check_schema(&serde_json::json!({"type": 12})).is_err());
+        assert!(super::check_schema(&serde_json::json!({"type": "object"})).is_ok());
     }
 }

@@ -99,8 +99,16 @@ local function open(escalating, cause)
   if sla_cap > 0 then
     -- SLA-adaptive: base × (2 − R), R the window's success rate: base + base × failed / samples
     if g.a0 == nil then load('a0', 'f0', 'a1', 'f1') end
-    local samples = g.a0 + g.a1
-    local failed = math.min(g.f0 + g.f1, samples)
+    if g.win_id == nil then load('win_id') end
+    -- the window as it reads now: a bucket that has rotated out no longer counts
+    local id = math.floor(clock() / bucket)
+    local samples, failed = 0, 0
+    if id <= g.win_id then
+      samples, failed = g.a0 + g.a1, g.f0 + g.f1
+    elseif id == g.win_id + 1 then
+      samples, failed = g.a0, g.f0
+    end
+    failed = math.min(failed, samples)
     if samples > 0 then ms = ms + math.floor(ms * failed / samples) end
     ms = math.max(math.min(ms, math.max(sla_cap, sla_floor)), sla_floor)
   end

@@ -26,6 +26,8 @@ elseif g.state == 'HALF_OPEN' then
     set('state', 'CLOSED')
     set('failures', 0)
     set('closed_since', clock())
+    -- the window starts afresh (see breaker.rs)
+    for _, name in ipairs({ 'a0', 'f0', 's0', 'a1', 'f1', 's1' }) do set(name, 0) end
     transition = { 'HALF_OPEN', 'CLOSED', 'probe_succeeded' }
   end
 end

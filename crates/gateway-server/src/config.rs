@@ -101,6 +101,13 @@ impl ServerConfig {
         if let Some((name, _)) = self.api_keys.iter().find(|(_, k)| k.key.len() < 16) {
             return Err(ConfigError(format!("server.api_keys.{name}.key: a gateway key has at least 16 characters")));
         }
+        let bad_tenant = |t: &str| t.is_empty() || t.len() > 64 || !t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if let Some((name, k)) = self.api_keys.iter().find(|(_, k)| k.tenant.as_deref().is_some_and(bad_tenant)) {
+            return Err(ConfigError(format!(
+                "server.api_keys.{name}.tenant: value {:?} is invalid (1 to 64 characters of A-Z, a-z, 0-9, '_' and '-')",
+                k.tenant.as_deref().unwrap_or_default()
+            )));
+        }
         Ok(())
     }
 }
@@ -116,6 +123,11 @@ pub fn load(path: &Path) -> Result<(ServerConfig, Vec<ScopePolicy>), ConfigError
             let key = std::iter::once("server").chain(inner).collect::<Vec<_>>().join(".");
             let message = match &e.kind {
                 figment::error::Kind::UnknownField(field, _) => format!("unknown key {field:?}"),
+                figment::error::Kind::MissingField(field) => format!("required key {field:?} is missing"),
+                // A value under api_keys may be a key: never print it.
+                figment::error::Kind::InvalidType(_, expected) if key.contains("api_keys") => {
+                    format!("invalid type (the value is not shown), expected {expected}")
+                }
                 other => other.to_string(),
             };
             ConfigError(format!("{key}: {message}"))

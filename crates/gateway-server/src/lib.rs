@@ -30,6 +30,7 @@ use gateway_core::telemetry::{AttemptEvent, CallEvent, GateEvent};
 use gateway_metrics::Metrics;
 use openai::ApiError;
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -100,8 +101,16 @@ fn unix_now() -> u64 {
     now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-/// The caller's tenant, after authentication: `Err` answers the request.
-fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+/// Who is calling, after authentication.
+struct Caller {
+    /// The tenant its calls are made for.
+    tenant: Option<String>,
+    /// Whether its key is bound to that tenant (it then sees only its own tenant's state).
+    bound: bool,
+}
+
+/// The caller, after authentication: `Err` answers the request.
+fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Caller, ApiError> {
     let header_tenant = headers.get("x-tenant-id").map(|v| v.to_str().map(str::to_owned));
     let header_tenant = match header_tenant {
         None => None,
@@ -109,7 +118,7 @@ fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Option<String>,
         Some(Err(_)) => return Err(ApiError::invalid("x-tenant-id", "the tenant header is not visible ASCII")),
     };
     if state.config.api_keys.is_empty() {
-        return Ok(header_tenant);
+        return Ok(Caller { tenant: header_tenant, bound: false });
     }
     let unauthorized = |why: &str| ApiError::new(StatusCode::UNAUTHORIZED, "authentication_error", "invalid_api_key", why);
     let given = headers
@@ -117,23 +126,25 @@ fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Option<String>,
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .ok_or_else(|| unauthorized("missing gateway API key (Authorization: Bearer <key>)"))?;
-    // Compare with every key, in constant time each, without stopping at a match.
+    // Compare digests (equal length whatever the key's) with every key, in constant time each,
+    // without stopping at a match: neither a key's bytes nor its length show in the timing.
+    let given = Sha256::digest(given.as_bytes());
     let mut found = None;
     for key in state.config.api_keys.values() {
-        if bool::from(key.key.as_bytes().ct_eq(given.as_bytes())) {
+        if bool::from(Sha256::digest(key.key.as_bytes()).ct_eq(&given)) {
             found = Some(key);
         }
     }
     let key = found.ok_or_else(|| unauthorized("invalid gateway API key"))?;
     match (&key.tenant, header_tenant) {
-        (Some(bound), Some(asked)) if *bound != asked => Err(ApiError::new(
+        (Some(bound), Some(asked)) if !bound.eq_ignore_ascii_case(&asked) => Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "permission_error",
             "tenant_mismatch",
             format!("this key is bound to tenant {bound:?}; x-tenant-id may not name another"),
         )),
-        (Some(bound), _) => Ok(Some(bound.clone())),
-        (None, asked) => Ok(asked),
+        (Some(bound), _) => Ok(Caller { tenant: Some(bound.clone()), bound: true }),
+        (None, asked) => Ok(Caller { tenant: asked, bound: false }),
     }
 }
 
@@ -188,7 +199,7 @@ async fn chat(State(state): State<Arc<AppState>>, request: HttpRequest) -> Respo
 }
 
 async fn chat_inner(state: Arc<AppState>, request: HttpRequest) -> Result<Response, ApiError> {
-    let tenant = authenticate(&state, request.headers())?;
+    let tenant = authenticate(&state, request.headers())?.tenant;
     let (_, body) = json_body(&state, request).await?;
     let model = openai::model(&body)?;
     known_model(&state, &model)?;
@@ -258,7 +269,7 @@ fn sse(
 
 async fn embeddings(State(state): State<Arc<AppState>>, request: HttpRequest) -> Response {
     let result: Result<Response, ApiError> = async {
-        let tenant = authenticate(&state, request.headers())?;
+        let tenant = authenticate(&state, request.headers())?.tenant;
         let (_, body) = json_body(&state, request).await?;
         let model = openai::model(&body)?;
         known_model(&state, &model)?;
@@ -292,10 +303,12 @@ async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Respo
 }
 
 async fn sources(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    if let Err(error) = authenticate(&state, &headers) {
-        return error.into_response();
-    }
-    match state.client.status().await {
+    // A key bound to a tenant sees the shared gates and its own, never other tenants'.
+    let only = match authenticate(&state, &headers) {
+        Ok(caller) => caller.tenant.filter(|_| caller.bound),
+        Err(error) => return error.into_response(),
+    };
+    match state.client.status(only.as_deref()).await {
         Ok(all) => ([("content-type", "application/json")], json!({"sources": all}).to_string()).into_response(),
         Err(e) => {
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", "gate_backend_unavailable", e.to_string()).into_response()

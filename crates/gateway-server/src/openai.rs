@@ -5,7 +5,7 @@
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
-use gateway_client::{CallError, Exhausted};
+use gateway_client::{CallError, Exhausted, TenantRefusal};
 use gateway_core::request::{Message, Payload, Request, Role, Structured, Usage};
 use serde_json::{Value, json};
 
@@ -95,6 +95,10 @@ pub fn call_error(error: &CallError) -> ApiError {
             param: Some("model".into()),
             ..ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", "model_not_found", message)
         },
+        CallError::TenantRefused { reason: TenantRefusal::Malformed, .. } => ApiError::invalid("x-tenant-id", message),
+        CallError::TenantRefused { reason: TenantRefusal::Full, .. } => {
+            ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "tenant_capacity", message)
+        }
         CallError::TenantRefused { .. } => ApiError::new(StatusCode::FORBIDDEN, "permission_error", "tenant_refused", message),
         CallError::FallbackFailed { fallback, .. } => ApiError { message, ..call_error(fallback) },
         // CallError is non-exhaustive for the future; an unknown ending is the gateway's fault.
@@ -191,7 +195,12 @@ pub fn chat_request(body: &Value) -> Result<(Request, bool, bool), ApiError> {
             Some("text") => None,
             Some("json_object") => Some(Structured::JsonSchema(json!({"type": "object"}))),
             Some("json_schema") => match format.pointer("/json_schema/schema") {
-                Some(schema) => Some(Structured::JsonSchema(schema.clone())),
+                Some(schema) => {
+                    gateway_http::structured::check_schema(schema).map_err(|why| {
+                        ApiError::invalid("response_format.json_schema.schema", format!("not a usable JSON Schema: {why}"))
+                    })?;
+                    Some(Structured::JsonSchema(schema.clone()))
+                }
                 None => {
                     return Err(ApiError::invalid("response_format.json_schema.schema", "a json_schema response format needs its schema"));
                 }

@@ -88,6 +88,15 @@ async fn errors_have_the_openai_shape_the_right_status_and_name_the_field() {
     assert_eq!((status, body["error"]["code"].as_str()), (503, Some("circuit_open")), "{body}");
     assert_eq!(headers["retry-after"], "60");
     assert!(!body.to_string().contains("sk-upstream"), "upstream keys never leave: {body}");
+    let schema = json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 12}}});
+    let (status, _, body) = post(
+        &r,
+        "/v1/chat/completions",
+        KEY,
+        json!({"model": "chat", "messages": [{"role": "user", "content": "x"}], "response_format": schema}),
+    )
+    .await;
+    assert_eq!((status, body["error"]["param"].as_str()), (400, Some("response_format.json_schema.schema")), "{body}");
     let (status, _, body) = post(&r, "/v1/chat/completions", KEY, chat(&"x".repeat(5000))).await;
     assert_eq!((status, body["error"]["code"].as_str()), (413, Some("body_too_large")));
 }
@@ -123,6 +132,20 @@ async fn keys_are_checked_and_a_bound_key_fixes_the_tenant() {
     let tenants: Vec<Option<&str>> =
         sources["sources"].as_array().unwrap().iter().filter(|s| s["scope"] == "chat").map(|s| s["tenant"].as_str()).collect();
     assert!(tenants.contains(&Some("acme")) && tenants.contains(&Some("globex")), "{sources}");
+    let acme_view: Value =
+        http().get(format!("{}/v1/gateway/sources", r.url)).bearer_auth(ACME_KEY).send().await.unwrap().json().await.unwrap();
+    let seen: Vec<Option<&str>> = acme_view["sources"].as_array().unwrap().iter().map(|s| s["tenant"].as_str()).collect();
+    assert!(seen.contains(&Some("acme")) && !seen.contains(&Some("globex")), "a bound key sees only its tenant: {acme_view}");
+    let bad = http()
+        .post(format!("{}/v1/chat/completions", r.url))
+        .bearer_auth(KEY)
+        .header("x-tenant-id", "a b")
+        .json(&chat("hi"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+    assert_eq!(bad.json::<Value>().await.unwrap()["error"]["param"], "x-tenant-id");
     let one = &sources["sources"][0];
     for field in ["state", "epoch", "streak", "retry_after_s", "health", "aimd_limit", "inflight"] {
         assert!(one.get(field).is_some(), "{field} missing: {one}");
@@ -177,6 +200,12 @@ fn the_server_table_is_validated_and_named() {
     assert!(e.starts_with("server.max_body_bytes: invalid type"), "{e}");
     write(&format!("[server.api_keys.ops]\nkey = \"short\"\n{scope}"));
     assert_eq!(load(&path).unwrap_err().to_string(), "server.api_keys.ops.key: a gateway key has at least 16 characters");
+    write(&format!("[server.api_keys]\nops = \"gw-secret-value-0123456789\"\n{scope}"));
+    let e = load(&path).unwrap_err().to_string();
+    assert!(e.starts_with("server.api_keys.ops: invalid type (the value is not shown)"), "{e}");
+    assert!(!e.contains("gw-secret"), "{e}");
+    write(&format!("[server.api_keys.ops]\nkey = \"gw-secret-value-0123456789\"\ntenant = \"a b\"\n{scope}"));
+    assert!(load(&path).unwrap_err().to_string().starts_with("server.api_keys.ops.tenant: value \"a b\" is invalid"));
     write(scope);
     let (server, scopes) = load(&path).unwrap();
     assert_eq!((server, scopes.len()), (ServerConfig::default(), 1));

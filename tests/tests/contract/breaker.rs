@@ -474,8 +474,13 @@ pub async fn sla_adaptive_open_time_is_base_times_two_minus_the_success_rate_cla
     let key = b.key("rate");
     open_by_rate(&b, &key, &p).await;
     assert_eq!(b.gates.retry_after(&[(key.clone(), p.clone())]).await.unwrap(), Duration::from_secs(114));
-    // the probe fails: streak 2, base 120 s × (2 − 0.1) = 228 s, capped at 200 s
+    // the probe fails at 114 s, when the window of the open has rotated out (R = 1): streak 2,
+    // the base 120 s; the next probe fails too: streak 3, 240 s, capped at 200 s
     b.at(114.0);
+    let probe = b.gates.try_enter(&key, &p).await.unwrap();
+    let reply = b.gates.record_failure(&key, &p, probe.reply.epoch).await.unwrap();
+    assert_eq!(reply.retry_after, Duration::from_secs(120));
+    b.at(234.0);
     let probe = b.gates.try_enter(&key, &p).await.unwrap();
     let reply = b.gates.record_failure(&key, &p, probe.reply.epoch).await.unwrap();
     assert_eq!(reply.retry_after, Duration::from_secs(200));
@@ -505,4 +510,34 @@ pub async fn tenant_partitions_of_one_source_are_independent_gates(b: Backend) {
     assert_eq!(b.attempt(&gold, &p, Success).await.verdict, Verdict::Allowed);
     assert_eq!(b.gates.try_enter(&bronze, &p).await.unwrap().verdict, Verdict::Denied);
     assert_eq!(b.gates.retry_after(&[(gold, p.clone())]).await.unwrap(), Duration::ZERO);
+}
+
+pub async fn a_probe_close_starts_the_window_afresh(b: Backend) {
+    // cooldown 30 s inside a 60 s window: the failures that opened the gate are still in the
+    // window when the probe closes it
+    let (key, p) = (b.key("s"), params(BreakerConfig { cooldown_s: Some(30.0), fail_rate: Some(0.05), ..seed_breaker() }, 16));
+    open_by_rate(&b, &key, &p).await;
+    b.at(30.0);
+    let probe = b.gates.try_enter(&key, &p).await.unwrap();
+    b.record(&key, &p, probe, Success).await;
+    let gate = b.snapshot(&key).await;
+    assert_eq!((gate.state, gate.samples(), gate.f0 + gate.f1), (CircuitState::Closed, 0, 0));
+    b.at(31.0);
+    b.attempt(&key, &p, Transient).await;
+    assert_eq!(b.snapshot(&key).await.state, CircuitState::Closed, "one failure after recovery is not 9 in 10");
+}
+
+pub async fn sla_adaptive_reads_the_window_as_of_now(b: Backend) {
+    let p = params(sla_config(), 16);
+    let key = b.key("stale");
+    b.at(0.0);
+    b.attempt(&key, &p, Success).await;
+    b.attempts(&key, &p, ResultInvalid, 2).await;
+    // 9 failures would have opened it; put them in by a rate-neutral path: min_calls unmet
+    let quiet = params(BreakerConfig { min_calls: Some(1000), fail_threshold: Some(1000), ..sla_config() }, 16);
+    b.attempts(&key, &quiet, Transient, 9).await;
+    // two hours later the 90 % failure window has rotated out: a dead key opens for the base
+    b.at(7200.0);
+    assert_eq!(b.attempt(&key, &p, SourceDead).await.verdict, Verdict::Allowed);
+    assert_eq!(b.gates.retry_after(&[(key, p)]).await.unwrap(), MIN);
 }

@@ -54,6 +54,8 @@ on_every_backend!(
     breaker::a_slow_probe_success_counts_as_a_probe_success,
     breaker::sla_adaptive_open_time_is_base_times_two_minus_the_success_rate_clamped,
     breaker::tenant_partitions_of_one_source_are_independent_gates,
+    breaker::a_probe_close_starts_the_window_afresh,
+    breaker::sla_adaptive_reads_the_window_as_of_now,
     quota::quota_concurrency_frees_on_release,
     quota::quota_leases_of_a_crashed_worker_expire,
     quota::quota_rpm_hints_when_the_oldest_start_leaves,

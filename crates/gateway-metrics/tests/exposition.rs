@@ -125,22 +125,17 @@ async fn a_scrape_of_a_running_client_parses_and_has_every_metric() {
     }
     let histogram = scrape.samples.iter().find(|s| s.metric == "llm_call_duration_seconds").unwrap();
     assert!(matches!(&histogram.value, prometheus_parse::Value::Histogram(buckets) if buckets.len() > 10), "{histogram:?}");
-    let open_for_bad = scrape.samples.iter().any(|s| {
-        s.metric == "llm_circuit_state"
-            && s.labels.get("tenant_id") == Some("bad")
-            && s.labels.get("source") == Some("s1")
-            && s.labels.get("state") == Some("OPEN")
-            && matches!(s.value, prometheus_parse::Value::Gauge(v) if v == 1.0)
-    });
-    assert!(open_for_bad, "s1 opened for tenant bad:\n{text}");
-    let good_s1_closed = scrape.samples.iter().any(|s| {
-        s.metric == "llm_circuit_state"
-            && s.labels.get("tenant_id") == Some("good")
-            && s.labels.get("source") == Some("s1")
-            && s.labels.get("state") == Some("CLOSED")
-            && matches!(s.value, prometheus_parse::Value::Gauge(v) if v == 1.0)
-    });
-    assert!(good_s1_closed, "s1 stays closed for tenant good:\n{text}");
+    let gauge_is_one = |tenant: &str, source: &str, state: &str| {
+        scrape.samples.iter().any(|s| {
+            s.metric == "llm_circuit_state"
+                && s.labels.get("tenant_id") == Some(tenant)
+                && s.labels.get("source") == Some(source)
+                && s.labels.get("state") == Some(state)
+                && matches!(s.value, prometheus_parse::Value::Gauge(v) if v == 1.0)
+        })
+    };
+    assert!(gauge_is_one("bad", "s1", "OPEN"), "s1 opened for tenant bad:\n{text}");
+    assert!(gauge_is_one("good", "s1", "CLOSED"), "s1 stays closed for tenant good:\n{text}");
 }
 
 #[test]

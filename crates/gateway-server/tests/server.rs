@@ -220,3 +220,45 @@ fn the_example_server_configuration_loads() {
     assert_eq!(names, ["backup", "chat"]);
     assert_eq!(format!("{:?}", server.api_keys["acme"]), "ApiKey { key: \"<redacted>\", tenant: Some(\"acme\") }");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_gone_before_a_plain_answer_cancels_its_call() {
+    let r = start().await;
+    let url = format!("{}/v1/chat/completions", r.url);
+    let request = tokio::spawn(async move { http().post(url).bearer_auth(KEY).json(&chat("slow")).send().await });
+    let key = GateKey::new("chat", "mock");
+    let began = Instant::now();
+    while r.quota.in_flight(&key) == 0 && began.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(r.quota.in_flight(&key), 1, "the call is running");
+    request.abort();
+    while (r.quota.in_flight(&key) > 0 || r.state.client.inflight("chat") > 0) && began.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!((r.quota.in_flight(&key), r.state.client.inflight("chat")), (0, 0), "released when the client left");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_stops_accepting_and_gives_in_flight_calls_the_grace() {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (r, served) = support::start_until(async move {
+        let _ = stopped.await;
+    })
+    .await;
+    let url = format!("{}/v1/chat/completions", r.url);
+    let in_flight = tokio::spawn(async move { http().post(url).bearer_auth(KEY).json(&chat("slow")).send().await });
+    let key = GateKey::new("chat", "mock");
+    let began = Instant::now();
+    while r.quota.in_flight(&key) == 0 && began.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    stop.send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(http().get(format!("{}/healthz", r.url)).send().await.is_err(), "no new connections after the signal");
+    let shutdown_began = Instant::now();
+    served.await.unwrap().unwrap();
+    let waited = shutdown_began.elapsed();
+    assert!(waited < Duration::from_secs(3), "the 0.5 s grace bounds the wait for a 10 s call: {waited:?}");
+    in_flight.abort();
+}

@@ -69,6 +69,7 @@ pub fn config_text(root: &str) -> String {
         r#"
 [server]
 keepalive_s = 0.05
+shutdown_grace_s = 0.5
 max_body_bytes = 4096
 
 [server.api_keys.ops]
@@ -111,6 +112,11 @@ pub struct Running {
 }
 
 pub async fn start() -> Running {
+    start_until(std::future::pending()).await.0
+}
+
+/// The proxy until `shutdown` resolves; the handle ends when `serve` returns.
+pub async fn start_until(shutdown: impl Future<Output = ()> + Send + 'static) -> (Running, tokio::task::JoinHandle<std::io::Result<()>>) {
     let root = provider().await;
     let path = std::env::temp_dir().join(format!("gateway-server-{}-{}.toml", std::process::id(), root.rsplit(':').next().unwrap()));
     std::fs::write(&path, config_text(&root)).unwrap();
@@ -132,6 +138,6 @@ pub async fn start() -> Running {
     let state = Arc::new(AppState::new(Arc::new(client), gates.clone(), metrics, server));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(gateway_server::serve(listener, state.clone(), std::future::pending()));
-    Running { url, state, quota, gates }
+    let served = tokio::spawn(gateway_server::serve(listener, state.clone(), shutdown));
+    (Running { url, state, quota, gates }, served)
 }

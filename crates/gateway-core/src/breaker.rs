@@ -84,6 +84,13 @@ impl GateParams {
         }
     }
 
+    /// How long an untouched gate is worth keeping: it outlives every open period, the window
+    /// and the probe lease, then some (an idle gate is dropped only long after its streak would
+    /// have decayed anyway). The Redis key TTL; the memory gates' idle bound.
+    pub fn key_ttl_ms(&self) -> u64 {
+        2 * (self.max_cooldown_ms + 2 * self.bucket_ms + self.probe_ttl_ms) + 3_600_000
+    }
+
     /// Slow-call rate that opens the gate (`None`: no slow-call channel).
     pub fn slow_rate(&self) -> Option<f64> {
         self.slow_rate

@@ -32,20 +32,37 @@ impl MemoryGates {
         self.gates.get(key)
     }
 
-    fn with<R>(&self, key: &GateKey, op: impl FnOnce(&mut Gate, gateway_core::Timestamp) -> R) -> Result<R, GateError> {
+    fn with<R>(
+        &self,
+        key: &GateKey,
+        params: &GateParams,
+        op: impl FnOnce(&mut Gate, gateway_core::Timestamp) -> R,
+    ) -> Result<R, GateError> {
         let now = self.clock.now();
-        Ok(self.gates.with(key, |gate| op(gate, now)))
+        let keep_until = now.saturating_add(Duration::from_millis(params.key_ttl_ms()));
+        // An idle gate past its TTL is dropped as Redis drops the key (only in large maps).
+        Ok(self.gates.with(key, now, keep_until, |_| true, |gate| op(gate, now)))
+    }
+
+    /// Gates held in memory now (including idle ones not yet swept).
+    pub fn len(&self) -> usize {
+        self.gates.len()
+    }
+
+    /// Whether no gate is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
 #[async_trait]
 impl BreakerGate for MemoryGates {
     async fn try_enter(&self, key: &GateKey, params: &GateParams) -> Result<Entry, GateError> {
-        self.with(key, |gate, now| gate.try_enter(params, now))
+        self.with(key, params, |gate, now| gate.try_enter(params, now))
     }
 
     async fn record_success(&self, key: &GateKey, params: &GateParams, epoch: u64, real: bool) -> Result<Reply, GateError> {
-        self.with(key, |gate, now| gate.record_success(params, epoch, now, real))
+        self.with(key, params, |gate, now| gate.record_success(params, epoch, now, real))
     }
 
     async fn read(&self, key: &GateKey) -> Result<Gate, GateError> {
@@ -53,19 +70,19 @@ impl BreakerGate for MemoryGates {
     }
 
     async fn record_slow_success(&self, key: &GateKey, params: &GateParams, epoch: u64) -> Result<Reply, GateError> {
-        self.with(key, |gate, now| gate.record_slow_success(params, epoch, now))
+        self.with(key, params, |gate, now| gate.record_slow_success(params, epoch, now))
     }
 
     async fn record_failure(&self, key: &GateKey, params: &GateParams, epoch: u64) -> Result<Reply, GateError> {
-        self.with(key, |gate, now| gate.record_failure(params, epoch, now))
+        self.with(key, params, |gate, now| gate.record_failure(params, epoch, now))
     }
 
     async fn force_open(&self, key: &GateKey, params: &GateParams) -> Result<Reply, GateError> {
-        self.with(key, |gate, now| gate.force_open(params, now))
+        self.with(key, params, |gate, now| gate.force_open(params, now))
     }
 
     async fn release_probe(&self, key: &GateKey, params: &GateParams, epoch: u64) -> Result<Reply, GateError> {
-        self.with(key, |gate, now| gate.release_probe(params, epoch, now))
+        self.with(key, params, |gate, now| gate.release_probe(params, epoch, now))
     }
 
     async fn retry_after(&self, gates: &[(GateKey, GateParams)]) -> Result<Duration, GateError> {
@@ -98,7 +115,16 @@ impl MemoryQuota {
 impl QuotaGate for MemoryQuota {
     async fn acquire(&self, key: &GateKey, limits: &QuotaLimits, estimated_tokens: u32) -> Result<QuotaDecision, GateError> {
         let now = self.clock.now();
-        let granted = self.accounts.with(key, |account| account.acquire(limits, estimated_tokens, now));
+        // An account is kept an hour past its last permit's lease, and never dropped while it
+        // holds a permit or starts of the rolling minute.
+        let keep_until = now.saturating_add(limits.permit_ttl.saturating_mul(2)).saturating_add(Duration::from_secs(3600));
+        let granted = self.accounts.with(
+            key,
+            now,
+            keep_until,
+            |account| account.in_flight(now) == 0,
+            |account| account.acquire(limits, estimated_tokens, now),
+        );
         Ok(match granted {
             Ok(id) => QuotaDecision::Granted(Permit { key: key.clone(), id, estimated_tokens }),
             Err(refusal) => QuotaDecision::Refused { limit: refusal.limit, retry_after: refusal.retry_after },
@@ -106,12 +132,20 @@ impl QuotaGate for MemoryQuota {
     }
 
     async fn settle(&self, permit: &Permit, actual_tokens: u32) -> Result<(), GateError> {
-        self.accounts.with(&permit.key, |account| account.settle(permit.id, actual_tokens));
+        let now = self.clock.now();
+        self.accounts.with(
+            &permit.key,
+            now,
+            now,
+            |account| account.in_flight(now) == 0,
+            |account| account.settle(permit.id, actual_tokens),
+        );
         Ok(())
     }
 
     async fn release(&self, permit: &Permit) -> Result<(), GateError> {
-        self.accounts.with(&permit.key, |account| account.release(permit.id));
+        let now = self.clock.now();
+        self.accounts.with(&permit.key, now, now, |account| account.in_flight(now) == 0, |account| account.release(permit.id));
         Ok(())
     }
 }

@@ -1,8 +1,15 @@
 //! A map from `GateKey` to state, split over independently locked shards so that operations on
 //! different gates do not contend. Each operation holds one shard's lock for a few hundred
 //! nanoseconds of pure state-machine work and never across an `.await`.
+//!
+//! Bounded: every entry carries the moment it may be dropped (its last use plus an idle time, the
+//! Redis key TTL for gates). A shard that has doubled since its last sweep (and holds at least
+//! `SWEEP_MIN` entries) drops its expired entries, so churning keys (tenants that come and go)
+//! cannot grow memory without bound, at an amortised O(1) per operation. Small maps are never
+//! swept, so expiry is never observable where the Redis gates would still hold the key.
 
 use gateway_core::ports::GateKey;
+use gateway_core::time::Timestamp;
 use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -11,31 +18,69 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 /// Shards per map: a power of two comfortably above the core count of a worker.
 const SHARDS: usize = 64;
 
+/// Entries a shard holds before it is ever swept.
+pub(crate) const SWEEP_MIN: usize = 1024;
+
+struct Entry<T> {
+    state: T,
+    /// When the entry may be dropped if nothing touches it again.
+    expires: Timestamp,
+}
+
+struct Shard<T> {
+    map: HashMap<GateKey, Entry<T>>,
+    sweep_at: usize,
+}
+
 pub(crate) struct Sharded<T> {
-    shards: Box<[Mutex<HashMap<GateKey, T>>]>,
+    shards: Box<[Mutex<Shard<T>>]>,
     hasher: RandomState,
 }
 
 impl<T: Default + Clone> Sharded<T> {
     pub(crate) fn new() -> Self {
-        Sharded { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(), hasher: RandomState::new() }
+        Sharded {
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard { map: HashMap::new(), sweep_at: SWEEP_MIN })).collect(),
+            hasher: RandomState::new(),
+        }
     }
 
-    /// Runs `op` on the state of `key` (created on first use) under its shard's lock.
-    pub(crate) fn with<R>(&self, key: &GateKey, op: impl FnOnce(&mut T) -> R) -> R {
+    /// Runs `op` on the state of `key` (created on first use) under its shard's lock; the entry
+    /// is kept at least until `keep_until`, and `droppable` says whether an expired one may go.
+    pub(crate) fn with<R>(
+        &self,
+        key: &GateKey,
+        now: Timestamp,
+        keep_until: Timestamp,
+        droppable: impl Fn(&T) -> bool,
+        op: impl FnOnce(&mut T) -> R,
+    ) -> R {
         let mut shard = self.shard(key);
-        match shard.get_mut(key) {
-            Some(state) => op(state),
-            None => op(shard.entry(key.clone()).or_default()),
+        let result = match shard.map.get_mut(key) {
+            Some(entry) => {
+                entry.expires = entry.expires.max(keep_until);
+                op(&mut entry.state)
+            }
+            None => op(&mut shard.map.entry(key.clone()).or_insert(Entry { state: T::default(), expires: keep_until }).state),
+        };
+        if shard.map.len() >= shard.sweep_at {
+            shard.map.retain(|_, entry| entry.expires > now || !droppable(&entry.state));
+            shard.sweep_at = (shard.map.len() * 2).max(SWEEP_MIN);
         }
+        result
     }
 
     /// A copy of the state of `key`, if any.
     pub(crate) fn get(&self, key: &GateKey) -> Option<T> {
-        self.shard(key).get(key).cloned()
+        self.shard(key).map.get(key).map(|entry| entry.state.clone())
     }
 
-    fn shard(&self, key: &GateKey) -> MutexGuard<'_, HashMap<GateKey, T>> {
+    /// Entries held now (tests of the bound).
+    pub(crate) fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).map.len()).sum()
+    }
+
+    fn shard(&self, key: &GateKey) -> MutexGuard<'_, Shard<T>> {
         let index = (self.hasher.hash_one(key) as usize) % self.shards.len();
         // The state machines never panic while a lock is held; if something else did, the
         // state is still consistent (every operation writes it whole), so recover it.

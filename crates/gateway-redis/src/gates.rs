@@ -98,9 +98,7 @@ fn malformed(key: &GateKey, detail: String) -> GateError {
 /// ARGV[2] of the gate scripts: the parameters in one string, in the order `gate.lua` reads
 /// them.
 fn param_arg(p: &GateParams) -> Value {
-    // A key outlives every open period, the window and the probe lease, then some: an idle gate
-    // expires only long after its streak would have decayed anyway.
-    let key_ttl = 2 * (p.max_cooldown_ms() + 2 * p.bucket_ms() + p.probe_ttl_ms()) + 3_600_000;
+    let key_ttl = p.key_ttl_ms();
     // `{}` on an f64 prints the shortest string that reads back as the same f64, as Lua's
     // tonumber does, so both sides compare against the same fail_rate.
     Value::String(

@@ -1,0 +1,55 @@
+//! The memory gates stay bounded when keys churn (tenants that come and go): idle gates past
+//! their TTL are swept from large maps, live ones stay, and a small map is never swept.
+
+#![allow(clippy::unwrap_used)]
+
+use gateway_core::breaker::{CircuitState, GateParams};
+use gateway_core::policy::BreakerConfig;
+use gateway_core::ports::{BreakerGate, GateKey};
+use gateway_core::time::{ManualClock, Timestamp};
+use gateway_memory::MemoryGates;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn params() -> GateParams {
+    let policy =
+        BreakerConfig { fail_threshold: Some(5), cooldown_s: Some(60.0), ..BreakerConfig::default() }.resolve("t.breaker").unwrap();
+    GateParams::new(&policy, 0, Duration::from_secs(30), Duration::from_secs(30))
+}
+
+#[tokio::test]
+async fn churning_tenants_do_not_grow_the_gates_without_bound() {
+    let clock = Arc::new(ManualClock::new(Timestamp::from_millis(1_000_000)));
+    let gates = MemoryGates::new(clock.clone());
+    let p = params();
+    let live = GateKey::new("chat", "s1").with_tenant("steady");
+    gates.force_open(&live, &p).await.unwrap();
+    for i in 0..70_000 {
+        gates.try_enter(&GateKey::new("chat", "s1").with_tenant(format!("t{i}")), &p).await.unwrap();
+    }
+    assert!(gates.len() > 70_000, "nothing expired yet: {}", gates.len());
+    // past every idle gate's TTL, but the steady tenant keeps being used
+    clock.set(Timestamp::from_millis(1_000_000 + p.key_ttl_ms() - 1000));
+    gates.try_enter(&live, &p).await.unwrap();
+    clock.set(Timestamp::from_millis(1_000_000 + p.key_ttl_ms() + 1));
+    for i in 0..70_000 {
+        gates.try_enter(&GateKey::new("chat", "s1").with_tenant(format!("u{i}")), &p).await.unwrap();
+    }
+    assert!(gates.len() < 100_000, "idle gates were swept: {} held", gates.len());
+    assert_eq!(gates.snapshot(&live).unwrap().epoch, 1, "a gate in use is never dropped");
+}
+
+#[tokio::test]
+async fn a_small_map_is_never_swept() {
+    let clock = Arc::new(ManualClock::new(Timestamp::from_millis(0)));
+    let gates = MemoryGates::new(clock.clone());
+    let p = params();
+    let key = GateKey::new("chat", "s1");
+    gates.force_open(&key, &p).await.unwrap();
+    clock.set(Timestamp::from_millis(10 * p.key_ttl_ms()));
+    for i in 0..500 {
+        gates.try_enter(&GateKey::new("chat", format!("x{i}")), &p).await.unwrap();
+    }
+    // the old gate is still there (OPEN as left), as a Redis key within its TTL would be
+    assert_eq!(gates.snapshot(&key).unwrap().state, CircuitState::Open);
+}

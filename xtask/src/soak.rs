@@ -180,11 +180,7 @@ pub fn run_soak(args: &[String]) -> Result<(), String> {
     };
     for &(name, preset) in &o.policies {
         for &isolation in &isolations {
-            let label = match isolation {
-                Some(Isolation::Shared) => format!("{name}/shared"),
-                Some(Isolation::PerTenant) => format!("{name}/per_tenant"),
-                None => name.to_owned(),
-            };
+            let label = isolation.map_or_else(|| name.to_owned(), |i| format!("{name}/{}", i.as_str()));
             for &seed in &o.seeds {
                 let summary = run_one(&o, &scenario, real.as_ref(), (name, preset), isolation, seed, &label)?;
                 for v in summary.invariants.iter().filter(|v| !v.held) {

@@ -144,8 +144,10 @@ impl CallLoop<'_> {
             let (outcome, response) = attempt.into_parts();
             let class = outcome.class;
             let tokens = response.as_ref().and_then(Response::usage).map(|u| u.total());
-            if let Some(reply) = slot.finish(class, ended.saturating_since(started), tokens, ended).await {
-                self.admission.gate_event(scope, source, &reply);
+            let latency = ended.saturating_since(started);
+            let finished = slot.finish(class, latency, tokens, ended).await;
+            if let Some(reply) = &finished.reply {
+                self.admission.gate_event(scope, source, reply);
             }
 
             let effects = class.effects();
@@ -158,11 +160,6 @@ impl CallLoop<'_> {
             if effects.counts_as_call_failure {
                 call.fails.record(source);
             }
-            let latency = ended.saturating_since(started);
-            let (health, aimd_limit) = {
-                let local = scope.local();
-                (local.health[source].value(), Some(local.aimd[source].limit()).filter(|l| l.is_finite()))
-            };
             self.telemetry.attempt(&AttemptEvent {
                 key: scope.gates[source].0.clone(),
                 call_id: call.id,
@@ -174,8 +171,8 @@ impl CallLoop<'_> {
                 consumed_budget: consumed,
                 probe,
                 admitted_in,
-                health,
-                aimd_limit,
+                health: finished.health,
+                aimd_limit: finished.aimd_limit,
             });
             call.reasons.insert(name.clone(), SourceReason::Attempted { class, detail: outcome.detail.clone() });
             call.attempts.push(AttemptRecord { source: name.clone(), class, detail: outcome.detail.clone(), latency, probe });

@@ -34,7 +34,8 @@ use gateway_core::time::Clock;
 use gateway_memory::{MemoryGates, MemoryQuota};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
-use scope::{Partitions, tenant_name};
+use scope::Partitions;
+pub use scope::tenant_name;
 use std::collections::BTreeMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -177,14 +178,8 @@ impl GatewayClientBuilder {
         let quota = self.quota.unwrap_or_else(|| Arc::new(MemoryQuota::new(clock.clone())));
         // A per-process seed (std's RandomState is seeded from the OS) keeps workers' jitter apart.
         let seed = self.seed.unwrap_or_else(|| std::collections::hash_map::RandomState::new().hash_one(0u8));
-        let scopes: BTreeMap<String, Partitions> = self
-            .scopes
-            .into_iter()
-            .map(|(mut policy, preset)| {
-                let behaviour = preset.apply(&mut policy);
-                (policy.name.clone(), Partitions::new(policy, behaviour))
-            })
-            .collect();
+        let scopes: BTreeMap<String, Partitions> =
+            self.scopes.into_iter().map(|(policy, preset)| (policy.name.clone(), Partitions::new(policy, preset))).collect();
         for (name, partitions) in &scopes {
             if let Some(fallback) = partitions.policy().fallback.as_ref().filter(|f| !scopes.contains_key(*f)) {
                 return Err(BuildError::UnknownFallback {
@@ -327,6 +322,11 @@ impl GatewayClient {
             }
         }
         Ok(all)
+    }
+
+    /// Whether the client has a scope of this name.
+    pub fn has_scope(&self, scope: &str) -> bool {
+        self.scopes.contains_key(scope)
     }
 
     /// The scopes, by name.

@@ -7,13 +7,13 @@
 //! gets the scope's policy with the tier's breaker.
 
 use crate::error::TenantRefusal;
-use crate::preset::Behaviour;
+use crate::preset::{Behaviour, Preset};
 use gateway_core::aimd::AimdPacer;
 use gateway_core::breaker::GateParams;
 use gateway_core::health::Ewma;
 use gateway_core::memo::Memo;
-use gateway_core::policy::{BreakerPolicy, Isolation, ScopePolicy, UnknownTenant};
-use gateway_core::ports::GateKey;
+use gateway_core::policy::{Isolation, ScopePolicy, UnknownTenant};
+use gateway_core::ports::{GateKey, is_key_part};
 use gateway_core::select::{Selector, SourceView};
 use gateway_core::stall::ScopeProgress;
 use gateway_core::time::Timestamp;
@@ -101,31 +101,28 @@ pub(crate) struct Partitions {
 
 /// A tenant name as the gateway keys it: 1 to 64 characters of `[A-Za-z0-9_-]`, lower-cased
 /// (so `Acme` and `acme` are one tenant everywhere: gates, quota, tiers, telemetry).
-pub(crate) fn tenant_name(raw: &str) -> Result<String, TenantRefusal> {
-    if raw.is_empty() || raw.len() > 64 || !raw.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+pub fn tenant_name(raw: &str) -> Result<String, TenantRefusal> {
+    if raw.len() > 64 || !is_key_part(raw) {
         return Err(TenantRefusal::Malformed);
     }
     Ok(raw.to_ascii_lowercase())
 }
 
 impl Partitions {
-    pub(crate) fn new(policy: ScopePolicy, behaviour: Behaviour) -> Self {
+    /// The partitions of `policy` as configured, each (the shared one and every tier's)
+    /// with `preset` applied on top.
+    pub(crate) fn new(mut policy: ScopePolicy, preset: Preset) -> Self {
         let per_tenant = policy.isolation == Isolation::PerTenant;
         let tiers = policy
             .tiers
             .iter()
             .map(|(tier, breaker)| {
-                let mut tiered = policy.clone();
-                // The preset's knobs (baseline) stay as the preset set them.
-                tiered.breaker = BreakerPolicy {
-                    rate_channel: policy.breaker.rate_channel,
-                    escalate_cooldown: policy.breaker.escalate_cooldown,
-                    threshold_basis: policy.breaker.threshold_basis,
-                    ..breaker.clone()
-                };
+                let mut tiered = ScopePolicy { breaker: breaker.clone(), ..policy.clone() };
+                preset.apply(&mut tiered);
                 (tier.clone(), Arc::new(tiered))
             })
             .collect();
+        let behaviour = preset.apply(&mut policy);
         Partitions {
             tiers,
             shared: Arc::new(Scope::new(Arc::new(policy), behaviour, None)),

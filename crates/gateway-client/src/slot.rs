@@ -68,16 +68,9 @@ impl Slot {
 
     /// Settles the attempt that ended with `class` at `now`: local health, AIMD and progress,
     /// then the breaker effect of the outcome table (or the probe release), then the quota
-    /// permit with the actual token count. Returns the gate's reply, if the gate was told.
-    /// `latency` decides, for a real success, whether the slow-call channel hears of it.
-    pub(crate) async fn finish(
-        mut self,
-        class: OutcomeClass,
-        latency: Duration,
-        actual_tokens: Option<u32>,
-        now: Timestamp,
-    ) -> Option<Reply> {
-        {
+    /// permit with the actual token count. `latency` decides, for a real success, whether the slow-call channel hears of it.
+    pub(crate) async fn finish(mut self, class: OutcomeClass, latency: Duration, actual_tokens: Option<u32>, now: Timestamp) -> Finished {
+        let (health, aimd_limit) = {
             let mut local = self.scope.local();
             local.health[self.source].observe_class(class);
             local.aimd[self.source].observe_class(class);
@@ -85,7 +78,8 @@ impl Slot {
             if class == OutcomeClass::Success {
                 local.progress.record(now);
             }
-        }
+            (local.health[self.source].value(), Some(local.aimd[self.source].limit()).filter(|l| l.is_finite()))
+        };
         self.inflight = false;
         let (key, params) = &self.scope.gates[self.source];
         let epoch = self.epoch();
@@ -110,8 +104,16 @@ impl Slot {
             let _ = self.quota.release(permit).await;
         }
         self.permit = None;
-        reply
+        Finished { reply, health, aimd_limit }
     }
+}
+
+/// What settling an attempt left: the gate's reply (if the gate was told) and the source's
+/// health and AIMD limit after the outcome (none when unpaced), read under the same lock.
+pub(crate) struct Finished {
+    pub(crate) reply: Option<Reply>,
+    pub(crate) health: f64,
+    pub(crate) aimd_limit: Option<f64>,
 }
 
 impl Drop for Slot {

@@ -467,6 +467,16 @@ pub enum Isolation {
     PerTenant,
 }
 
+impl Isolation {
+    /// The config value: `shared` or `per_tenant`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Isolation::Shared => "shared",
+            Isolation::PerTenant => "per_tenant",
+        }
+    }
+}
+
 /// Validated policy of one scope.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ScopePolicy {

@@ -24,6 +24,12 @@ pub struct GateKey {
     pub source: Arc<str>,
 }
 
+/// Whether `part` can be one part of a gate key (scope, tenant or source): one or more ASCII
+/// letters, digits, '_' and '-', so no part can break a backend's separators or hash tag.
+pub fn is_key_part(part: &str) -> bool {
+    !part.is_empty() && part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
 impl GateKey {
     /// A key without tenant partition.
     pub fn new(scope: impl Into<Arc<str>>, source: impl Into<Arc<str>>) -> Self {

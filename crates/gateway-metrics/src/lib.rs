@@ -27,7 +27,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::collections::HashSet;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{PoisonError, RwLock};
 
 /// The tenant label of series past the tenant cap.
 pub const OTHER_TENANTS: &str = "_other";
@@ -73,7 +73,7 @@ pub struct Metrics {
     call_duration: Family<CallLabels, Histogram>,
     aimd_limit: Family<SourceLabels, FloatGauge>,
     health: Family<SourceLabels, FloatGauge>,
-    tenants: Mutex<HashSet<String>>,
+    tenants: RwLock<HashSet<String>>,
     max_tenants: usize,
 }
 
@@ -124,7 +124,7 @@ impl Metrics {
             call_duration,
             aimd_limit,
             health,
-            tenants: Mutex::new(HashSet::new()),
+            tenants: RwLock::new(HashSet::new()),
             max_tenants,
         }
     }
@@ -144,7 +144,11 @@ impl Metrics {
 
     fn tenant(&self, tenant: Option<&str>) -> String {
         let Some(tenant) = tenant else { return String::new() };
-        let mut seen = self.tenants.lock().unwrap_or_else(PoisonError::into_inner);
+        // Known tenants (every event but a tenant's first) take the shared read lock only.
+        if self.tenants.read().unwrap_or_else(PoisonError::into_inner).contains(tenant) {
+            return tenant.to_owned();
+        }
+        let mut seen = self.tenants.write().unwrap_or_else(PoisonError::into_inner);
         if seen.contains(tenant) {
             return tenant.to_owned();
         }

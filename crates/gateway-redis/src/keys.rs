@@ -3,10 +3,10 @@
 //! touch several of a scope's keys on Redis Cluster. Key parts are restricted to the alphabet
 //! config names use, so no part can break the tag or the separators.
 
-use gateway_core::ports::{GateError, GateKey};
+use gateway_core::ports::{GateError, GateKey, is_key_part};
 
 fn check(part: &str, what: &str, key: &GateKey) -> Result<(), GateError> {
-    if !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+    if is_key_part(part) {
         Ok(())
     } else {
         Err(GateError::InvalidKey { key: key.to_string(), detail: format!("{what} {part:?} must use only letters, digits, '_' and '-'") })

@@ -101,12 +101,13 @@ impl ServerConfig {
         if let Some((name, _)) = self.api_keys.iter().find(|(_, k)| k.key.len() < 16) {
             return Err(ConfigError(format!("server.api_keys.{name}.key: a gateway key has at least 16 characters")));
         }
-        let bad_tenant = |t: &str| t.is_empty() || t.len() > 64 || !t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-        if let Some((name, k)) = self.api_keys.iter().find(|(_, k)| k.tenant.as_deref().is_some_and(bad_tenant)) {
-            return Err(ConfigError(format!(
-                "server.api_keys.{name}.tenant: value {:?} is invalid (1 to 64 characters of A-Z, a-z, 0-9, '_' and '-')",
-                k.tenant.as_deref().unwrap_or_default()
-            )));
+        for (name, key) in &self.api_keys {
+            if let Some(Err(why)) = key.tenant.as_deref().map(gateway_client::tenant_name) {
+                return Err(ConfigError(format!(
+                    "server.api_keys.{name}.tenant: value {:?} is invalid ({why})",
+                    key.tenant.as_deref().unwrap_or_default()
+                )));
+            }
         }
         Ok(())
     }

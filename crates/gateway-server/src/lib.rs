@@ -48,6 +48,8 @@ pub struct AppState {
     pub config: ServerConfig,
     /// A gate key to probe the backend with for readiness.
     pub probe_key: GateKey,
+    /// SHA-256 of each gateway key, with the tenant it binds: hashed once, compared per request.
+    key_digests: Vec<([u8; 32], Option<String>)>,
     next_id: AtomicU64,
 }
 
@@ -55,7 +57,16 @@ impl AppState {
     /// State around a built client.
     pub fn new(client: Arc<GatewayClient>, gates: Arc<dyn BreakerGate>, metrics: Arc<Metrics>, config: ServerConfig) -> Self {
         let scope = client.scope_names().into_iter().next().unwrap_or_default();
-        AppState { client, gates, metrics, config, probe_key: GateKey::new(scope.as_str(), "readyz"), next_id: AtomicU64::new(1) }
+        let key_digests = config.api_keys.values().map(|k| (Sha256::digest(k.key.as_bytes()).into(), k.tenant.clone())).collect();
+        AppState {
+            client,
+            gates,
+            metrics,
+            config,
+            probe_key: GateKey::new(scope.as_str(), "readyz"),
+            key_digests,
+            next_id: AtomicU64::new(1),
+        }
     }
 }
 
@@ -128,15 +139,15 @@ fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Caller, ApiErro
         .ok_or_else(|| unauthorized("missing gateway API key (Authorization: Bearer <key>)"))?;
     // Compare digests (equal length whatever the key's) with every key, in constant time each,
     // without stopping at a match: neither a key's bytes nor its length show in the timing.
-    let given = Sha256::digest(given.as_bytes());
+    let given: [u8; 32] = Sha256::digest(given.as_bytes()).into();
     let mut found = None;
-    for key in state.config.api_keys.values() {
-        if bool::from(Sha256::digest(key.key.as_bytes()).ct_eq(&given)) {
-            found = Some(key);
+    for (digest, tenant) in &state.key_digests {
+        if bool::from(digest.ct_eq(&given)) {
+            found = Some(tenant);
         }
     }
-    let key = found.ok_or_else(|| unauthorized("invalid gateway API key"))?;
-    match (&key.tenant, header_tenant) {
+    let bound_tenant = found.ok_or_else(|| unauthorized("invalid gateway API key"))?;
+    match (bound_tenant, header_tenant) {
         (Some(bound), Some(asked)) if !bound.eq_ignore_ascii_case(&asked) => Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "permission_error",
@@ -163,20 +174,14 @@ async fn json_body(state: &AppState, request: HttpRequest) -> Result<(HeaderMap,
     Ok((parts.headers, value))
 }
 
+/// Checked before the call so that a streamed request fails with a status, not after its
+/// headers; the error is the client's own `UnknownScope`, answered like any other.
 fn known_model(state: &AppState, model: &str) -> Result<(), ApiError> {
-    let scopes = state.client.scope_names();
-    if scopes.iter().any(|s| s == model) {
+    if state.client.has_scope(model) {
         return Ok(());
     }
-    Err(ApiError {
-        param: Some("model".into()),
-        ..ApiError::new(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            "model_not_found",
-            format!("model {model:?} is not a scope of this gateway (scopes: {})", scopes.join(", ")),
-        )
-    })
+    let unknown = gateway_client::CallError::UnknownScope { scope: model.to_owned(), known: state.client.scope_names().join(", ") };
+    Err(openai::call_error(&unknown))
 }
 
 async fn call(

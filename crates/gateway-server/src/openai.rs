@@ -101,9 +101,6 @@ pub fn call_error(error: &CallError) -> ApiError {
         }
         CallError::TenantRefused { .. } => ApiError::new(StatusCode::FORBIDDEN, "permission_error", "tenant_refused", message),
         CallError::FallbackFailed { fallback, .. } => ApiError { message, ..call_error(fallback) },
-        // CallError is non-exhaustive for the future; an unknown ending is the gateway's fault.
-        #[allow(unreachable_patterns)]
-        _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "internal", message),
     }
 }
 

@@ -80,7 +80,7 @@ async fn errors_have_the_openai_shape_the_right_status_and_name_the_field() {
     let (status, _, body) =
         post(&r, "/v1/chat/completions", KEY, json!({"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]})).await;
     assert_eq!((status, body["error"]["code"].as_str(), body["error"]["param"].as_str()), (404, Some("model_not_found"), Some("model")));
-    assert!(body["error"]["message"].as_str().unwrap().contains("scopes: chat, dead"));
+    assert!(body["error"]["message"].as_str().unwrap().contains("(configured: chat, dead)"), "{body}");
     let (status, _, body) = post(&r, "/v1/chat/completions", KEY, chat("POISON")).await;
     assert_eq!((status, body["error"]["code"].as_str()), (400, Some("context_length_exceeded")));
     let (status, headers, body) =

@@ -150,10 +150,7 @@ impl Summary {
             scenario_time_s: round(run.duration.as_secs_f64(), 3),
             circuit_open_errors: run.circuit_open.len() as u32,
             circuit_open_with_remaining_cooldown: run.circuit_open.iter().filter(|(_, given, left)| given == left).count() as u32,
-            isolation: match run.policy.isolation {
-                gateway_core::policy::Isolation::Shared => "shared".to_owned(),
-                gateway_core::policy::Isolation::PerTenant => "per_tenant".to_owned(),
-            },
+            isolation: run.policy.isolation.as_str().to_owned(),
             tenants,
             invariants,
         }

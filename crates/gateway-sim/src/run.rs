@@ -186,20 +186,20 @@ fn scope_name(backend: &Backend, seed: u64) -> String {
 }
 
 /// The scenario's scope under `name`, with the run's overrides.
-fn scope_policy(
-    scenario: &Scenario,
-    name: &str,
-    circuit_open: Option<WaitMode>,
-    isolation: Option<Isolation>,
-) -> Result<ScopePolicy, String> {
+fn scope_policy(scenario: &Scenario, name: &str, config: &RunConfig) -> Result<ScopePolicy, String> {
     let mut policy = scenario.gateway.resolve(name).map_err(|e| e.to_string())?;
-    if let Some(mode) = circuit_open {
+    apply_overrides(&mut policy, config);
+    Ok(policy)
+}
+
+/// The run's `circuit_open` and isolation overrides, on any scope it runs.
+fn apply_overrides(policy: &mut ScopePolicy, config: &RunConfig) {
+    if let Some(mode) = config.circuit_open {
         policy.circuit_open = mode;
     }
-    if let Some(isolation) = isolation {
+    if let Some(isolation) = config.isolation {
         policy.isolation = isolation;
     }
-    Ok(policy)
 }
 
 /// The gate keys of a run: every source, and with per-tenant isolation every (tenant, source).
@@ -431,12 +431,12 @@ async fn run_target(scenario: &Scenario, config: &RunConfig, progress: Progress,
     // The server lives until the run ends.
     let (policy, upstream, stream, _server): (ScopePolicy, Arc<dyn Upstream>, bool, _) = match (target, config.transport) {
         (Target::Scenario, Transport::Sim) => {
-            let policy = scope_policy(scenario, &scope, config.circuit_open, config.isolation)?;
+            let policy = scope_policy(scenario, &scope, config)?;
             let upstream = Arc::new(SimUpstream::new(scenario, &policy, clock.clone(), config.seed));
             (policy, upstream, false, None)
         }
         (Target::Scenario, Transport::Http) => {
-            let mut policy = scope_policy(scenario, &scope, config.circuit_open, config.isolation)?;
+            let mut policy = scope_policy(scenario, &scope, config)?;
             let providers = Arc::new(Providers::new(scenario, clock.clone(), config.seed));
             let server = ProviderServer::start(providers).await.map_err(|e| format!("cannot serve the simulated providers: {e}"))?;
             point_at(&mut policy, &server.root());
@@ -446,12 +446,7 @@ async fn run_target(scenario: &Scenario, config: &RunConfig, progress: Progress,
             let mut policy = *policy;
             // The run's own scope: a soak never shares gates with the deployment it measures.
             policy.name.clone_from(&scope);
-            if let Some(mode) = config.circuit_open {
-                policy.circuit_open = mode;
-            }
-            if let Some(isolation) = config.isolation {
-                policy.isolation = isolation;
-            }
+            apply_overrides(&mut policy, config);
             // Streamed when a source has a watchdog, so that the watchdog applies.
             let stream = policy.sources.iter().any(|s| s.watchdog.is_some());
             (policy.clone(), http(&policy)?, stream, None)
@@ -559,8 +554,8 @@ pub struct WorkerSpec {
     pub index: u32,
     /// The run's seed.
     pub seed: u64,
-    /// `default` or `baseline`.
-    pub preset: String,
+    /// The policy preset.
+    pub preset: Preset,
     /// How many processes share the run.
     pub processes: u32,
     /// All calls of the run.
@@ -596,21 +591,6 @@ pub struct WorkerResult {
     pub leftover_inflight: u32,
 }
 
-fn preset_named(name: &str) -> Result<Preset, String> {
-    match name {
-        "default" => Ok(Preset::Default),
-        "baseline" => Ok(Preset::Baseline),
-        other => Err(format!("preset {other:?} is not default or baseline")),
-    }
-}
-
-fn preset_name(preset: Preset) -> &'static str {
-    match preset {
-        Preset::Default => "default",
-        Preset::Baseline => "baseline",
-    }
-}
-
 /// The body of a worker process: runs its share of the calls through the Redis gates and the
 /// provider server, on the shared time line.
 pub fn run_worker(spec: &WorkerSpec, progress: Progress) -> Result<WorkerResult, String> {
@@ -620,13 +600,13 @@ pub fn run_worker(spec: &WorkerSpec, progress: Progress) -> Result<WorkerResult,
         transport: Transport::Http,
         time_scale: Some(spec.time_scale),
         seed: spec.seed,
-        preset: preset_named(&spec.preset)?,
+        preset: spec.preset,
         calls: Some(spec.total_calls),
         workers: Some(spec.total_workers),
         circuit_open: spec.circuit_open,
         isolation: spec.isolation,
     };
-    let mut policy = scope_policy(&scenario, &spec.scope, spec.circuit_open, spec.isolation)?;
+    let mut policy = scope_policy(&scenario, &spec.scope, &config)?;
     point_at(&mut policy, &spec.providers);
     real_time_runtime()?.block_on(async {
         let clock: Arc<dyn Clock> = Arc::new(SharedClock::at(spec.origin_unix_ms));
@@ -698,7 +678,7 @@ pub fn run_processes(
     let scale = check(config)?.ok_or("several processes run in real time: give --time-scale")?;
     let scaled = scenario.scaled(scale);
     let scope = scope_name(&config.backend, config.seed);
-    let mut policy = scope_policy(&scaled, &scope, config.circuit_open, config.isolation)?;
+    let mut policy = scope_policy(&scaled, &scope, config)?;
     let calls = config.calls.unwrap_or(scenario.calls);
     let workers = config.workers.unwrap_or(scenario.workers).max(processes);
     real_time_runtime()?.block_on(async {
@@ -713,7 +693,7 @@ pub fn run_processes(
                 scenario: scenario_ref.to_owned(),
                 index,
                 seed: config.seed,
-                preset: preset_name(config.preset).to_owned(),
+                preset: config.preset,
                 processes,
                 total_calls: calls,
                 total_workers: workers,

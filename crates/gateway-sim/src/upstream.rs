@@ -248,15 +248,12 @@ impl Upstream for SimUpstream {
                 tokio::time::sleep(src.timeout).await;
                 return fail(OutcomeClass::Transient, "timeout");
             }
-            Answer::Status(status, _) => {
+            Answer::Status(status, code) => {
                 tokio::time::sleep(reply.after.min(src.timeout)).await;
-                let class = match status {
-                    429 => OutcomeClass::RateLimited,
-                    401 | 403 => OutcomeClass::SourceDead,
-                    400..=499 => OutcomeClass::RequestRejected,
-                    _ => OutcomeClass::Transient,
-                };
-                return fail(class, &format!("http_{status}"));
+                // The HTTP adapter's own table, so both transports classify a reply alike.
+                let status = axum::http::StatusCode::from_u16(status).unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
+                let (class, detail) = gateway_http::classify::classify_status(status, Some(code));
+                return fail(class, &detail);
             }
             Answer::Content(content) => content,
         };

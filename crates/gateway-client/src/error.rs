@@ -126,6 +126,17 @@ pub enum CallError {
         /// The configured scopes.
         known: String,
     },
+    /// The scope does not serve the request's kind (its `kinds`): refused before any attempt,
+    /// so a request a provider would answer 404 never reaches one.
+    #[error("scope {scope:?} does not serve {kind} requests (kinds: {served})")]
+    KindNotServed {
+        /// The scope.
+        scope: String,
+        /// The request's kind.
+        kind: gateway_core::request::Kind,
+        /// The kinds the scope serves.
+        served: String,
+    },
     /// The call ended `CircuitOpen` or `AllSourcesExhausted` in its scope and failed again in
     /// the scope's fallback: both chains.
     #[error("{primary}; then in fallback scope {fallback_scope:?}: {fallback}")]
@@ -181,7 +192,7 @@ impl CallError {
             CallError::StructuredExhausted { .. } => CallResult::StructuredExhausted,
             CallError::BackendUnavailable { .. } => CallResult::BackendUnavailable,
             CallError::FallbackFailed { fallback, .. } => return fallback.result(),
-            CallError::UnknownScope { .. } | CallError::TenantRefused { .. } => return None,
+            CallError::UnknownScope { .. } | CallError::KindNotServed { .. } | CallError::TenantRefused { .. } => return None,
         })
     }
 
@@ -196,7 +207,7 @@ impl CallError {
             | CallError::StructuredExhausted { report }
             | CallError::BackendUnavailable { report, .. } => Some(report),
             CallError::FallbackFailed { fallback, .. } => fallback.report(),
-            CallError::UnknownScope { .. } | CallError::TenantRefused { .. } => None,
+            CallError::UnknownScope { .. } | CallError::KindNotServed { .. } | CallError::TenantRefused { .. } => None,
         }
     }
 }

@@ -251,6 +251,11 @@ impl GatewayClient {
                 known: self.scopes.keys().cloned().collect::<Vec<_>>().join(", "),
             });
         };
+        let kind = request.payload.kind();
+        if !partitions.policy().kinds.contains(&kind) {
+            let served = partitions.policy().kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ");
+            return Err(CallError::KindNotServed { scope: scope.to_owned(), kind, served });
+        }
         let refused = |reason| CallError::TenantRefused { scope: scope.to_owned(), tenant: tenant.unwrap_or_default().to_owned(), reason };
         // Every tenant name is checked and normalised, whatever the isolation: it reaches
         // telemetry (metric labels) even from a shared scope.

@@ -183,6 +183,26 @@ async fn embeddings_run_through_the_same_loop() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_request_of_a_kind_the_scope_does_not_serve_is_refused_before_any_attempt() {
+    let h = Harness::new(sources(1, json!({"kinds": "chat"})), Preset::Default);
+    let request = Request { payload: Payload::Embedding { input: vec!["a".into()] }, structured: None, estimated_tokens: 1 };
+    let error = h.client.call("chat", &request).await.unwrap_err();
+    assert_eq!(error.to_string(), "scope \"chat\" does not serve embeddings requests (kinds: chat)");
+    assert!(h.upstream.sent().is_empty(), "no attempt");
+    assert!(h.telemetry.calls().is_empty(), "a refused request is not a call");
+    assert!(h.call().await.is_ok(), "the chat call afterwards is served");
+    // Both kinds by default, and an empty list is a config error naming the key.
+    assert_eq!(sources(1, json!({})).kinds, gateway_core::request::Kind::ALL);
+    let empty = serde_json::from_value::<gateway_core::policy::ScopeConfig>(
+        json!({"kinds": [], "breaker": {"fail_threshold": 1, "cooldown_s": 1}, "sources": {"s1": {}}}),
+    )
+    .unwrap()
+    .resolve("chat")
+    .unwrap_err();
+    assert!(empty.to_string().starts_with("chat.kinds: value \"[]\" is invalid"), "{empty}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn every_call_ends_exactly_once_in_telemetry_and_attempts_are_reported() {
     let h = Harness::new(sources(2, json!({})), Preset::Default);
     h.upstream.script("s1", vec![Step::Fail(Transient)]);

@@ -6,6 +6,7 @@
 //! The loader adds the layer (default, file, environment) the value came from.
 
 use crate::breaker::GateParams;
+use crate::request::Kind;
 use crate::select::SelectorKind;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -431,9 +432,33 @@ pub struct ScopeConfig {
     pub unknown_tenant: Option<UnknownTenant>,
     /// A scope to try once when a call here ends `CircuitOpen` or `AllSourcesExhausted`.
     pub fallback: Option<String>,
+    /// The kinds of call the scope serves (default both, `["chat", "embeddings"]`); a request of
+    /// another kind is refused before any attempt. A scope that serves one kind lets a 404 for
+    /// it say the source's model is gone (`SourceDead`); otherwise a 404 is the request's.
+    pub kinds: Option<OneOrMany<Kind>>,
     /// The sources, by name (at least one).
     #[serde(default)]
     pub sources: BTreeMap<String, SourceConfig>,
+}
+
+/// A list that may also be written as its single item (`kinds = "chat"`, `CHAT__KINDS=chat`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany<T> {
+    /// One item.
+    One(T),
+    /// Several.
+    Many(Vec<T>),
+}
+
+impl<T: Clone> OneOrMany<T> {
+    /// The items.
+    pub fn to_vec(&self) -> Vec<T> {
+        match self {
+            OneOrMany::One(item) => vec![item.clone()],
+            OneOrMany::Many(items) => items.clone(),
+        }
+    }
 }
 
 /// A tier: an overlay on the scope's policy for the tenants assigned to it.
@@ -516,6 +541,8 @@ pub struct ScopePolicy {
     pub unknown_tenant: UnknownTenant,
     /// The scope tried once when a call here ends `CircuitOpen` or `AllSourcesExhausted`.
     pub fallback: Option<String>,
+    /// The kinds of call the scope serves, sorted, without repeats (at least one).
+    pub kinds: Vec<Kind>,
     /// The sources, ordered by name.
     pub sources: Vec<SourcePolicy>,
 }
@@ -621,6 +648,20 @@ impl ScopeConfig {
                     Some(fallback.clone())
                 }
                 None => None,
+            },
+            kinds: match self.kinds.as_ref().map(OneOrMany::to_vec) {
+                None => Kind::ALL.to_vec(),
+                Some(mut kinds) => {
+                    kinds.sort();
+                    kinds.dedup();
+                    if kinds.is_empty() {
+                        return Err(PolicyError::new(
+                            f.key("kinds"),
+                            Problem::Invalid { value: "[]".into(), reason: "a scope serves at least one kind (chat, embeddings)".into() },
+                        ));
+                    }
+                    kinds
+                }
             },
             sources,
         })

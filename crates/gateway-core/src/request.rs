@@ -50,6 +50,46 @@ pub enum Payload {
     },
 }
 
+/// The kind of a call: which provider endpoint it goes to. A scope declares the kinds it serves
+/// (`kinds`), so a request of another kind is refused before it reaches a provider.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// Chat completions.
+    Chat,
+    /// Embeddings.
+    Embeddings,
+}
+
+impl Kind {
+    /// Every kind.
+    pub const ALL: [Kind; 2] = [Kind::Chat, Kind::Embeddings];
+
+    /// The config and telemetry name: `chat`, `embeddings`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Kind::Chat => "chat",
+            Kind::Embeddings => "embeddings",
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Payload {
+    /// The kind of call this payload makes.
+    pub const fn kind(&self) -> Kind {
+        match self {
+            Payload::Chat { .. } => Kind::Chat,
+            Payload::Embedding { .. } => Kind::Embeddings,
+        }
+    }
+}
+
 /// A check of structured output: `Err` carries why the content was refused.
 pub type ParseCheck = Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
 

@@ -9,38 +9,79 @@
 //! | stream without `[DONE]`, malformed chunk, watchdog | Transient | `truncated_stream`, `malformed_sse`, `watchdog` |
 //! | 429 with code `insufficient_quota` | SourceDead | `insufficient_quota` |
 //! | 429 | RateLimited (+ Retry-After) | `http_429` |
-//! | 401, 403, 402 | SourceDead | `http_401` … |
-//! | error code `insufficient_quota`, `model_not_found`, `invalid_api_key`; 404 | SourceDead | the code, or `http_404` |
-//! | error code `context_length_exceeded` (any 4xx) | RequestRejected | `context_length_exceeded` |
+//! | 401, 403, 402; error code `insufficient_quota`, `invalid_api_key`, `account_deactivated`, `billing_hard_limit_reached` (any status) | SourceDead | `http_401` …, or the code |
+//! | 404 or error code `model_not_found`, at a source that serves one kind of call | SourceDead (its own model is gone) | `http_404`, `model_not_found` |
+//! | 404 or error code `model_not_found`, at a source that serves several kinds | RequestRejected (the request chose an endpoint its model lacks) | `http_404`, `model_not_found` |
+//! | error code `context_length_exceeded` (any status but 5xx, an error inside a 2xx or a stream too) | RequestRejected | `context_length_exceeded` |
 //! | 400, 413, 422 | RequestRejected | `http_400` … |
 //! | 408, 5xx, any other status | Transient | `http_503` … |
 //! | timeout (header or total), connect refused, reset | Transient | `timeout`, `header_timeout`, `connect`, `reset` |
+//!
+//! Nothing a request causes reaches the breaker (SPEC §2): a rejected payload, an overlong
+//! context, or a 404 for an endpoint the request chose is `RequestRejected`. A 404 blames the
+//! source only where the request could not have chosen otherwise: the source serves a single
+//! kind (its scopes' `kinds`), so every request it gets is one its model must serve.
 
 use gateway_core::outcome::OutcomeClass;
+use gateway_core::request::Kind;
 use gateway_core::time::WallClock;
 use reqwest::StatusCode;
 use reqwest::header::HeaderMap;
 use std::time::Duration;
 
 /// Error codes (OpenAI's `error.code` / `error.type`) that say the source cannot serve anyone.
-const DEAD_CODES: &[&str] =
-    &["insufficient_quota", "model_not_found", "invalid_api_key", "account_deactivated", "billing_hard_limit_reached"];
+const DEAD_CODES: &[&str] = &["insufficient_quota", "invalid_api_key", "account_deactivated", "billing_hard_limit_reached"];
+
+/// Whom a 404 (or the error code `model_not_found`) blames, from the kinds the source serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotFound {
+    /// The source serves one kind of call: its model is gone (`SourceDead`).
+    Source,
+    /// The source serves several kinds: the request may have chosen one its model lacks
+    /// (`RequestRejected`, which never reaches the breaker).
+    Request,
+}
+
+impl NotFound {
+    /// The blame at a source serving `kinds`.
+    pub fn for_kinds(kinds: &[Kind]) -> Self {
+        if kinds.len() == 1 { NotFound::Source } else { NotFound::Request }
+    }
+
+    const fn class(self) -> OutcomeClass {
+        match self {
+            NotFound::Source => OutcomeClass::SourceDead,
+            NotFound::Request => OutcomeClass::RequestRejected,
+        }
+    }
+}
+
+/// The class an error code decides whatever the status, if it decides one.
+pub fn classify_code(error_code: &str, not_found: NotFound) -> Option<OutcomeClass> {
+    match error_code {
+        code if DEAD_CODES.contains(&code) => Some(OutcomeClass::SourceDead),
+        "model_not_found" => Some(not_found.class()),
+        "context_length_exceeded" => Some(OutcomeClass::RequestRejected),
+        _ => None,
+    }
+}
 
 /// The class and detail of a non-success HTTP status, given the error code of its body (if the
-/// body carried one).
-pub fn classify_status(status: StatusCode, error_code: Option<&str>) -> (OutcomeClass, String) {
+/// body carried one) and whom a 404 blames at this source.
+pub fn classify_status(status: StatusCode, error_code: Option<&str>, not_found: NotFound) -> (OutcomeClass, String) {
     let code = status.as_u16();
     if let Some(error_code) = error_code {
-        if DEAD_CODES.contains(&error_code) {
-            return (OutcomeClass::SourceDead, error_code.to_owned());
-        }
-        if error_code == "context_length_exceeded" && status.is_client_error() {
-            return (OutcomeClass::RequestRejected, error_code.to_owned());
+        match classify_code(error_code, not_found) {
+            // A server that failed says so with its 5xx, whatever the code it added.
+            Some(OutcomeClass::RequestRejected) if status.is_server_error() => {}
+            Some(class) => return (class, error_code.to_owned()),
+            None => {}
         }
     }
     let class = match code {
         429 => OutcomeClass::RateLimited,
-        401..=404 => OutcomeClass::SourceDead,
+        401..=403 => OutcomeClass::SourceDead,
+        404 => not_found.class(),
         400 | 413 | 422 => OutcomeClass::RequestRejected,
         _ => OutcomeClass::Transient,
     };
@@ -98,7 +139,9 @@ mod tests {
             (401, None, OutcomeClass::SourceDead, "http_401"),
             (402, None, OutcomeClass::SourceDead, "http_402"),
             (403, None, OutcomeClass::SourceDead, "http_403"),
-            (404, Some("model_not_found"), OutcomeClass::SourceDead, "model_not_found"),
+            (404, Some("model_not_found"), OutcomeClass::RequestRejected, "model_not_found"),
+            (404, None, OutcomeClass::RequestRejected, "http_404"),
+            (400, Some("model_not_found"), OutcomeClass::RequestRejected, "model_not_found"),
             (400, Some("context_length_exceeded"), OutcomeClass::RequestRejected, "context_length_exceeded"),
             (400, None, OutcomeClass::RequestRejected, "http_400"),
             (413, None, OutcomeClass::RequestRejected, "http_413"),
@@ -110,8 +153,22 @@ mod tests {
         ];
         for &(code, error, class, detail) in rows {
             let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            assert_eq!(classify_status(status, error), (class, detail.to_owned()), "{code} {error:?}");
+            assert_eq!(classify_status(status, error, NotFound::Request), (class, detail.to_owned()), "{code} {error:?}");
         }
+    }
+
+    #[test]
+    fn a_404_blames_the_source_only_when_it_serves_one_kind() {
+        assert_eq!(NotFound::for_kinds(&[Kind::Chat]), NotFound::Source);
+        assert_eq!(NotFound::for_kinds(&Kind::ALL), NotFound::Request);
+        for (status, code) in [(404, None), (404, Some("model_not_found")), (400, Some("model_not_found"))] {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::NOT_FOUND);
+            assert_eq!(classify_status(status, code, NotFound::Source).0, OutcomeClass::SourceDead, "{status} {code:?}");
+            assert_eq!(classify_status(status, code, NotFound::Request).0, OutcomeClass::RequestRejected, "{status} {code:?}");
+        }
+        assert_eq!(classify_code("context_length_exceeded", NotFound::Source), Some(OutcomeClass::RequestRejected));
+        assert_eq!(classify_code("invalid_api_key", NotFound::Request), Some(OutcomeClass::SourceDead));
+        assert_eq!(classify_code("server_error", NotFound::Request), None);
     }
 
     #[test]

@@ -8,13 +8,14 @@
 
 pub mod classify;
 mod openai;
+mod schema_bounds;
 pub mod structured;
 
 use async_trait::async_trait;
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::policy::{ScopePolicy, Secret, SourcePolicy};
 use gateway_core::ports::Upstream;
-use gateway_core::request::{Attempt, Request};
+use gateway_core::request::{Attempt, Kind, Request};
 use gateway_core::time::WallClock;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use std::collections::HashMap;
@@ -69,6 +70,8 @@ pub(crate) struct Source {
     pub(crate) timeout: Duration,
     pub(crate) watchdog: Option<Duration>,
     pub(crate) headers: HeaderMap,
+    /// Whom a 404 blames here, from the kinds of the scopes the source serves.
+    pub(crate) not_found: classify::NotFound,
 }
 
 impl fmt::Debug for Source {
@@ -89,6 +92,7 @@ pub struct HttpUpstream {
     sources: HashMap<String, Arc<Source>>,
     wall: Arc<dyn WallClock>,
     limits: HttpLimits,
+    schemas: Arc<structured::Schemas>,
 }
 
 impl fmt::Debug for HttpUpstream {
@@ -101,6 +105,15 @@ impl HttpUpstream {
     /// The sources of `scopes`. A source name used by two scopes must have the same settings
     /// in both (the `Upstream` port names sources, not scopes).
     pub fn new(scopes: &[ScopePolicy]) -> Result<Self, HttpConfigError> {
+        let mut kinds: HashMap<&str, Vec<Kind>> = HashMap::new();
+        for scope in scopes {
+            for policy in &scope.sources {
+                let served = kinds.entry(policy.name.as_str()).or_default();
+                served.extend(&scope.kinds);
+                served.sort();
+                served.dedup();
+            }
+        }
         let mut sources: HashMap<String, (String, Arc<Source>, &SourcePolicy)> = HashMap::new();
         for scope in scopes {
             for policy in &scope.sources {
@@ -114,17 +127,25 @@ impl HttpUpstream {
                     }
                     continue;
                 }
-                let source = Arc::new(build_source(policy, &key)?);
+                let not_found = classify::NotFound::for_kinds(kinds.get(policy.name.as_str()).map_or(&[][..], Vec::as_slice));
+                let source = Arc::new(build_source(policy, &key, not_found)?);
                 sources.insert(policy.name.clone(), (key, source, policy));
             }
         }
         let sources = sources.into_iter().map(|(name, (_, source, _))| (name, source)).collect();
-        Ok(HttpUpstream { sources, wall: Arc::new(SystemWallClock), limits: HttpLimits::default() })
+        Ok(HttpUpstream { sources, wall: Arc::new(SystemWallClock), limits: HttpLimits::default(), schemas: Arc::default() })
     }
 
     /// Replaces the attempt limits.
     pub fn with_limits(mut self, limits: HttpLimits) -> Self {
         self.limits = limits;
+        self
+    }
+
+    /// Checks structured output with these compiled schemas (shared with whoever else compiles
+    /// the same callers' schemas, such as a proxy that refuses unusable ones up front).
+    pub fn with_schemas(mut self, schemas: Arc<structured::Schemas>) -> Self {
+        self.schemas = schemas;
         self
     }
 
@@ -135,7 +156,7 @@ impl HttpUpstream {
     }
 }
 
-fn build_source(policy: &SourcePolicy, key: &str) -> Result<Source, HttpConfigError> {
+fn build_source(policy: &SourcePolicy, key: &str, not_found: classify::NotFound) -> Result<Source, HttpConfigError> {
     let invalid = |field: &str, problem: String| HttpConfigError { key: format!("{key}.{field}"), problem };
     let base_url = policy.base_url.clone().ok_or_else(|| invalid("base_url", "required key is missing".into()))?;
     let parsed = reqwest::Url::parse(&base_url).map_err(|e| invalid("base_url", format!("value {base_url:?} is not a URL ({e})")))?;
@@ -166,6 +187,7 @@ fn build_source(policy: &SourcePolicy, key: &str) -> Result<Source, HttpConfigEr
         timeout: policy.timeout,
         watchdog: policy.watchdog,
         headers,
+        not_found,
     })
 }
 
@@ -175,7 +197,7 @@ impl Upstream for HttpUpstream {
         let Some(src) = self.sources.get(source) else {
             return Attempt::failure(OutcomeClass::SourceDead, "unknown_source", None);
         };
-        match tokio::time::timeout(src.timeout, openai::exchange(src, request, &self.limits, &*self.wall)).await {
+        match tokio::time::timeout(src.timeout, openai::exchange(src, request, &self.limits, &*self.wall, &self.schemas)).await {
             Ok(attempt) => attempt,
             Err(_) => Attempt::failure(OutcomeClass::Transient, "timeout", None),
         }

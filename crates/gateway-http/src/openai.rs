@@ -1,13 +1,12 @@
 //! The OpenAI chat-completions and embeddings dialect: request bodies, and reading the answer
 //! (plain JSON, or an SSE stream of `chat.completion.chunk` under the watchdog) into an attempt.
 
-use crate::classify::{classify_status, classify_transport, retry_after};
-use crate::structured;
+use crate::classify::{classify_code, classify_status, classify_transport, retry_after};
+use crate::structured::Schemas;
 use crate::{HttpLimits, Source};
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::request::{Attempt, Payload, Request, Response, Usage};
 use gateway_core::time::WallClock;
-use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 type Failure = (OutcomeClass, String);
@@ -17,14 +16,14 @@ fn transient(detail: &str) -> Failure {
 }
 
 /// One attempt of `request` on `src`, without the total timeout (the caller applies it).
-pub(crate) async fn exchange(src: &Source, request: &Request, limits: &HttpLimits, wall: &dyn WallClock) -> Attempt {
-    match run(src, request, limits, wall).await {
+pub(crate) async fn exchange(src: &Source, request: &Request, limits: &HttpLimits, wall: &dyn WallClock, schemas: &Schemas) -> Attempt {
+    match run(src, request, limits, wall, schemas).await {
         Ok(attempt) => attempt,
         Err((class, detail)) => Attempt::failure(class, detail, None),
     }
 }
 
-async fn run(src: &Source, request: &Request, limits: &HttpLimits, wall: &dyn WallClock) -> Result<Attempt, Failure> {
+async fn run(src: &Source, request: &Request, limits: &HttpLimits, wall: &dyn WallClock, schemas: &Schemas) -> Result<Attempt, Failure> {
     let (path, body, stream) = match &request.payload {
         Payload::Chat { messages, max_tokens, temperature, stream } => {
             let mut body = json!({"model": src.model, "messages": messages, "stream": stream});
@@ -59,7 +58,7 @@ async fn run(src: &Source, request: &Request, limits: &HttpLimits, wall: &dyn Wa
         let headers = response.headers().clone();
         let body = read_body(&mut response, limits.max_response_bytes).await.unwrap_or_default();
         let code = error_code(&body);
-        let (class, detail) = classify_status(status, code.as_deref());
+        let (class, detail) = classify_status(status, code.as_deref(), src.not_found);
         let wait = if class == OutcomeClass::RateLimited { retry_after(&headers, wall) } else { None };
         return Ok(Attempt::failure(class, detail, wait));
     }
@@ -69,10 +68,9 @@ async fn run(src: &Source, request: &Request, limits: &HttpLimits, wall: &dyn Wa
     } else {
         let body = read_body(&mut response, limits.max_response_bytes).await?;
         let value: Value = serde_json::from_slice(&body).map_err(|_| transient("malformed_json"))?;
-        if let Some(code) = value.get("error").map(|e| error_code_of(e).unwrap_or_default()) {
+        if let Some(error) = value.get("error") {
             // Some relays answer an error with a 2xx status.
-            let (class, detail) = classify_status(StatusCode::BAD_GATEWAY, Some(code.as_str()));
-            return Err((class, if class == OutcomeClass::Transient { "error_in_2xx".to_owned() } else { detail }));
+            return Err(error_in_answer(src, error, "error_in_2xx"));
         }
         if let Payload::Embedding { .. } = request.payload {
             return Ok(Attempt::success(embeddings(&value)?, detail));
@@ -83,7 +81,7 @@ async fn run(src: &Source, request: &Request, limits: &HttpLimits, wall: &dyn Wa
     if content.trim().is_empty() {
         return Err(transient("empty"));
     }
-    if let Some(Err(why)) = request.structured.as_ref().map(|check| structured::check(check, &content)) {
+    if let Some(Err(why)) = request.structured.as_ref().map(|check| schemas.check(check, &content)) {
         return Err((OutcomeClass::ResultInvalid, why));
     }
     Ok(Attempt::success(Response::Chat { content, usage }, detail))
@@ -137,9 +135,7 @@ async fn read_stream(src: &Source, response: &mut reqwest::Response, cap: usize)
             }
             let event: Value = serde_json::from_str(data).map_err(|_| transient("malformed_sse"))?;
             if let Some(error) = event.get("error") {
-                let code = error_code_of(error).unwrap_or_default();
-                let (class, detail) = classify_status(StatusCode::BAD_GATEWAY, Some(code.as_str()));
-                return Err((class, if class == OutcomeClass::Transient { "error_in_stream".to_owned() } else { detail }));
+                return Err(error_in_answer(src, error, "error_in_stream"));
             }
             if let Some(piece) = event.pointer("/choices/0/delta/content").and_then(Value::as_str) {
                 content.push_str(piece);
@@ -148,6 +144,16 @@ async fn read_stream(src: &Source, response: &mut reqwest::Response, cap: usize)
                 usage = Some(u);
             }
         }
+    }
+}
+
+/// An error object inside a 2xx answer or a stream: the class its code decides, else
+/// `Transient(otherwise)`.
+fn error_in_answer(src: &Source, error: &Value, otherwise: &str) -> Failure {
+    let code = error_code_of(error);
+    match code.as_deref().and_then(|code| classify_code(code, src.not_found)) {
+        Some(class) => (class, code.unwrap_or_default()),
+        None => transient(otherwise),
     }
 }
 

@@ -129,9 +129,28 @@ async fn row_401_and_403_are_source_dead() {
 }
 
 #[tokio::test]
-async fn row_unknown_model_is_source_dead() {
-    assert_eq!(class_of(|| status(404, error_body("model_not_found"))).await, (SourceDead, "model_not_found".into()));
-    assert_eq!(class_of(|| status(404, json!({}))).await, (SourceDead, "http_404".into()));
+async fn row_404_at_a_source_of_several_kinds_is_the_request_s() {
+    // The default scope serves chat and embeddings: a 404 may be the endpoint the request chose.
+    assert_eq!(class_of(|| status(404, error_body("model_not_found"))).await, (RequestRejected, "model_not_found".into()));
+    assert_eq!(class_of(|| status(404, json!({}))).await, (RequestRejected, "http_404".into()));
+    let in_2xx = || ok_json(json!({"error": {"code": "model_not_found"}}));
+    assert_eq!(class_of(in_2xx).await, (RequestRejected, "model_not_found".into()));
+}
+
+#[tokio::test]
+async fn row_404_at_a_source_of_one_kind_is_its_model_gone() {
+    let mock = Mock::start(|_| status(404, error_body("model_not_found"))).await;
+    let mut chat_only = scope(&mock.url, json!({}));
+    chat_only.kinds = vec![gateway_core::request::Kind::Chat];
+    let upstream = HttpUpstream::new(&[chat_only]).unwrap();
+    let attempt = upstream.send("s1", &chat(false)).await;
+    assert_eq!((attempt.outcome().class, attempt.outcome().detail.as_str()), (SourceDead, "model_not_found"));
+}
+
+#[tokio::test]
+async fn row_context_length_in_a_2xx_or_a_stream_is_the_request_s() {
+    let in_2xx = || ok_json(error_body("context_length_exceeded"));
+    assert_eq!(class_of(in_2xx).await, (RequestRejected, "context_length_exceeded".into()));
 }
 
 #[tokio::test]

@@ -48,6 +48,8 @@ pub struct AppState {
     pub config: ServerConfig,
     /// A gate key to probe the backend with for readiness.
     pub probe_key: GateKey,
+    /// Callers' structured-output schemas, bounded and compiled once (shared with the upstream).
+    pub schemas: Arc<gateway_http::structured::Schemas>,
     /// SHA-256 of each gateway key, with the tenant it binds: hashed once, compared per request.
     key_digests: Vec<([u8; 32], Option<String>)>,
     next_id: AtomicU64,
@@ -55,7 +57,13 @@ pub struct AppState {
 
 impl AppState {
     /// State around a built client.
-    pub fn new(client: Arc<GatewayClient>, gates: Arc<dyn BreakerGate>, metrics: Arc<Metrics>, config: ServerConfig) -> Self {
+    pub fn new(
+        client: Arc<GatewayClient>,
+        gates: Arc<dyn BreakerGate>,
+        metrics: Arc<Metrics>,
+        config: ServerConfig,
+        schemas: Arc<gateway_http::structured::Schemas>,
+    ) -> Self {
         let scope = client.scope_names().into_iter().next().unwrap_or_default();
         let key_digests = config.api_keys.values().map(|k| (Sha256::digest(k.key.as_bytes()).into(), k.tenant.clone())).collect();
         AppState {
@@ -64,6 +72,7 @@ impl AppState {
             metrics,
             config,
             probe_key: GateKey::new(scope.as_str(), "readyz"),
+            schemas,
             key_digests,
             next_id: AtomicU64::new(1),
         }
@@ -208,7 +217,7 @@ async fn chat_inner(state: Arc<AppState>, request: HttpRequest) -> Result<Respon
     let (_, body) = json_body(&state, request).await?;
     let model = openai::model(&body)?;
     known_model(&state, &model)?;
-    let (request, stream, include_usage) = openai::chat_request(&body)?;
+    let (request, stream, include_usage) = openai::chat_request(&body, &state.schemas)?;
     let id = format!("chatcmpl-{}", state.next_id.fetch_add(1, Ordering::Relaxed));
     let created = unix_now();
     if !stream {
@@ -336,7 +345,8 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
 /// in-process ones; the HTTP upstream of the scopes' sources; metrics sized to the scopes'
 /// tenant caps.
 pub async fn build(config: ServerConfig, scopes: Vec<gateway_core::policy::ScopePolicy>) -> Result<Arc<AppState>, String> {
-    let upstream = Arc::new(gateway_http::HttpUpstream::new(&scopes).map_err(|e| e.to_string())?);
+    let schemas = Arc::new(gateway_http::structured::Schemas::default());
+    let upstream = Arc::new(gateway_http::HttpUpstream::new(&scopes).map_err(|e| e.to_string())?.with_schemas(schemas.clone()));
     let max_tenants = scopes.iter().map(|s| s.max_tenants as usize).sum::<usize>().max(1);
     let metrics = Arc::new(Metrics::new(max_tenants));
     let clock: Arc<dyn gateway_core::time::Clock> = Arc::new(gateway_client::TokioClock::new());
@@ -358,7 +368,7 @@ pub async fn build(config: ServerConfig, scopes: Vec<gateway_core::policy::Scope
         .clock(clock)
         .build()
         .map_err(|e| e.to_string())?;
-    Ok(Arc::new(AppState::new(Arc::new(client), gates, metrics, config)))
+    Ok(Arc::new(AppState::new(Arc::new(client), gates, metrics, config, schemas)))
 }
 
 /// Serves `state` on `listener` until `shutdown` resolves, then gives in-flight requests up to

@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use gateway_client::{CallError, Exhausted, TenantRefusal};
 use gateway_core::request::{Message, Payload, Request, Role, Structured, Usage};
+use gateway_http::structured::Schemas;
 use serde_json::{Value, json};
 
 /// An error answered in the OpenAI shape.
@@ -91,6 +92,7 @@ pub fn call_error(error: &CallError) -> ApiError {
         CallError::BackendUnavailable { .. } => {
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", "gate_backend_unavailable", message)
         }
+        CallError::KindNotServed { .. } => ApiError::invalid("model", message),
         CallError::UnknownScope { .. } => ApiError {
             param: Some("model".into()),
             ..ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", "model_not_found", message)
@@ -146,7 +148,7 @@ fn text_of(content: &Value, at: &str) -> Result<String, ApiError> {
 
 /// A chat-completions body: the gateway request and whether the client wants SSE (and usage in
 /// the stream).
-pub fn chat_request(body: &Value) -> Result<(Request, bool, bool), ApiError> {
+pub fn chat_request(body: &Value, schemas: &Schemas) -> Result<(Request, bool, bool), ApiError> {
     let Some(Value::Array(list)) = field(body, "messages") else {
         return Err(ApiError::invalid("messages", "messages is required: an array of {role, content}"));
     };
@@ -193,9 +195,7 @@ pub fn chat_request(body: &Value) -> Result<(Request, bool, bool), ApiError> {
             Some("json_object") => Some(Structured::JsonSchema(json!({"type": "object"}))),
             Some("json_schema") => match format.pointer("/json_schema/schema") {
                 Some(schema) => {
-                    gateway_http::structured::check_schema(schema).map_err(|why| {
-                        ApiError::invalid("response_format.json_schema.schema", format!("not a usable JSON Schema: {why}"))
-                    })?;
+                    schemas.compile(schema).map_err(|why| ApiError::invalid("response_format.json_schema.schema", why.to_string()))?;
                     Some(Structured::JsonSchema(schema.clone()))
                 }
                 None => {

@@ -219,13 +219,19 @@ struct SimSource {
 pub struct SimUpstream {
     providers: Providers,
     sources: BTreeMap<String, SimSource>,
+    /// Whom a 404 blames, as the HTTP adapter decides it from the scope's kinds.
+    not_found: gateway_http::classify::NotFound,
 }
 
 impl SimUpstream {
     /// The providers of `scenario` behind the sources of `scope`, on `clock`, seeded.
     pub fn new(scenario: &Scenario, scope: &ScopePolicy, clock: Arc<dyn Clock>, seed: u64) -> Self {
         let sources = scope.sources.iter().map(|s| (s.name.clone(), SimSource { timeout: s.timeout, watchdog: s.watchdog })).collect();
-        SimUpstream { providers: Providers::new(scenario, clock, seed), sources }
+        SimUpstream {
+            providers: Providers::new(scenario, clock, seed),
+            sources,
+            not_found: gateway_http::classify::NotFound::for_kinds(&scope.kinds),
+        }
     }
 }
 
@@ -252,7 +258,7 @@ impl Upstream for SimUpstream {
                 tokio::time::sleep(reply.after.min(src.timeout)).await;
                 // The HTTP adapter's own table, so both transports classify a reply alike.
                 let status = axum::http::StatusCode::from_u16(status).unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
-                let (class, detail) = gateway_http::classify::classify_status(status, Some(code));
+                let (class, detail) = gateway_http::classify::classify_status(status, Some(code), self.not_found);
                 return fail(class, &detail);
             }
             Answer::Content(content) => content,

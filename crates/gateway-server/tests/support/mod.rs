@@ -126,16 +126,17 @@ pub async fn start_until(shutdown: impl Future<Output = ()> + Send + 'static) ->
     let gates = Arc::new(MemoryGates::new(clock.clone()));
     let quota = Arc::new(MemoryQuota::new(clock.clone()));
     let metrics = Arc::new(Metrics::new(100));
+    let schemas = Arc::new(gateway_http::structured::Schemas::default());
     let client = GatewayClient::builder()
         .scopes(scopes.clone())
         .gates(gates.clone())
         .quota(quota.clone())
-        .upstream(Arc::new(gateway_http::HttpUpstream::new(&scopes).unwrap()))
+        .upstream(Arc::new(gateway_http::HttpUpstream::new(&scopes).unwrap().with_schemas(schemas.clone())))
         .telemetry(Arc::new(ServerTelemetry { metrics: metrics.clone() }))
         .clock(clock)
         .build()
         .unwrap();
-    let state = Arc::new(AppState::new(Arc::new(client), gates.clone(), metrics, server));
+    let state = Arc::new(AppState::new(Arc::new(client), gates.clone(), metrics, server, schemas));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let served = tokio::spawn(gateway_server::serve(listener, state.clone(), shutdown));

@@ -1,0 +1,523 @@
+//! The bounds a caller's JSON Schema must stay within before it is compiled: its nesting and
+//! size, references the gateway resolves without fetching, no reference cycle that never
+//! descends into the instance, and a bounded number of subschemas applied to any one instance
+//! value, found by a static walk of the schema graph.
+//!
+//! Why a static walk: a validator follows `$ref`s, so a 100-byte schema can ask for endless or
+//! exponential work (`{"allOf": [{"$ref": "#"}]}`; a chain of definitions each referring to the
+//! next twice). A compile or a validation cannot be interrupted, so the cost is bounded before
+//! either runs. The walk is linear in the schema per instance level.
+//!
+//! The graph has a node per subschema and edges of two kinds: *in place* (`allOf`, `anyOf`,
+//! `oneOf`, `not`, `if`/`then`/`else`, `dependentSchemas`, `$ref` and its dynamic forms: the
+//! target applies to the same instance value) and *descending* (`properties`, `items`, …: the
+//! target applies to a member or an element). A cycle of in-place edges is an endless validation
+//! and is refused. A cycle through a descending edge is a recursive schema (a tree of nodes),
+//! which OpenAI's structured outputs support: it is accepted when the subschemas applied to one
+//! instance value stay within the budget at every depth down to the JSON parser's limit.
+//!
+//! The bound, per subschema `s` and depth `d` (how many subschemas `s` applies, itself included,
+//! to one value `d` levels below the value it is applied to):
+//! `A₀(s) = 1 + Σ A₀(in-place children)` and `A_d(s) = Σ A_d(in-place children) + the worst
+//! single member, element or member name of s's descending edges, each counting A_{d−1}` of its
+//! targets. A maximum of sums is at most the sum of maxima, so `A_d(root)` bounds every real
+//! instance path. It is exact for trees of distinct members (a binary tree stays at one
+//! subschema per value) and grows only where one value really meets a subschema several times
+//! (`{"properties": {"a": {"allOf": [{"$ref": "#"}, {"$ref": "#"}]}}}` doubles per level).
+
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+
+/// The limits a schema is checked against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SchemaLimits {
+    /// Largest schema, as compact JSON (default 64 KiB).
+    pub max_bytes: usize,
+    /// Most subschemas applied to one instance value (default 10 000).
+    pub max_per_value: u64,
+    /// Most subschemas applied over all instance depths: the size of the schema with every
+    /// reference written out, down to [`MAX_DEPTH`] (default 100 000).
+    pub max_expanded: u64,
+}
+
+impl Default for SchemaLimits {
+    fn default() -> Self {
+        SchemaLimits { max_bytes: 64 << 10, max_per_value: 10_000, max_expanded: 100_000 }
+    }
+}
+
+/// Deepest JSON a schema may be, and the deepest instance `serde_json` parses (its recursion
+/// limit), so the deepest the expansion is followed.
+pub const MAX_DEPTH: usize = 128;
+
+/// Why a schema is refused before compilation.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SchemaRefusal {
+    /// Larger than [`SchemaLimits::max_bytes`].
+    #[error("the schema is larger than {limit} bytes")]
+    TooLarge {
+        /// The limit.
+        limit: usize,
+    },
+    /// Nested deeper than [`MAX_DEPTH`].
+    #[error("the schema nests deeper than {MAX_DEPTH} levels")]
+    TooDeep,
+    /// A reference the gateway does not resolve.
+    #[error("{at}: reference {reference:?} cannot be used ({why})")]
+    Reference {
+        /// JSON pointer of the subschema holding it.
+        at: String,
+        /// The reference (or nested `$id`).
+        reference: String,
+        /// Why.
+        why: &'static str,
+    },
+    /// In-place references that lead back to where they started.
+    #[error("{at}: its references lead back to it without descending into the instance (an endless validation)")]
+    Cycle {
+        /// JSON pointer of a subschema on the cycle.
+        at: String,
+    },
+    /// Too many subschemas applied to one instance value, or over all depths.
+    #[error("its references expand to more than {limit} subschemas {per}")]
+    Expansion {
+        /// The limit exceeded.
+        limit: u64,
+        /// `for one instance value` or `in all`.
+        per: &'static str,
+    },
+}
+
+/// How a subschema applies a child subschema.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Edge {
+    /// To the same instance value.
+    InPlace,
+    /// To the member of one name (`properties`: distinct names within one subschema).
+    Member,
+    /// To any member (`patternProperties`, `additionalProperties`, `unevaluatedProperties`).
+    AnyMember,
+    /// To the member names themselves (`propertyNames`).
+    Names,
+    /// To the element at this index (`prefixItems`, array-form `items`).
+    Element(usize),
+    /// To any element (`items`, `additionalItems`, `contains`, `unevaluatedItems`), or to
+    /// decoded content (`contentSchema`).
+    AnyElement,
+    /// Not applied: a `$defs` entry, reached only through references.
+    Defined,
+}
+
+/// The depth of `value` (1 for a scalar), without recursion; stops counting past [`MAX_DEPTH`].
+pub fn depth(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 1usize)];
+    while let Some((v, d)) = stack.pop() {
+        deepest = deepest.max(d);
+        if d > MAX_DEPTH {
+            break;
+        }
+        match v {
+            Value::Array(items) => stack.extend(items.iter().map(|i| (i, d + 1))),
+            Value::Object(map) => stack.extend(map.values().map(|i| (i, d + 1))),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// Checks the references and the expansion of `schema` (its depth and size are checked by the
+/// caller, which serializes it anyway): `Ok` when a validator can compile it and apply it to any
+/// parsed instance within `limits`.
+pub fn check(schema: &Value, limits: &SchemaLimits) -> Result<(), SchemaRefusal> {
+    let mut graph = Graph { root: schema, ids: HashMap::new(), nodes: Vec::new(), edges: Vec::new() };
+    graph.index(schema, String::new());
+    graph.link_references()?;
+    let order = graph.in_place_order()?;
+    graph.expansion(&order, limits)
+}
+
+struct Node<'a> {
+    value: &'a Value,
+    pointer: String,
+}
+
+struct Graph<'a> {
+    root: &'a Value,
+    /// Node id by the address of its value in the schema (a position in the document).
+    ids: HashMap<*const Value, usize>,
+    nodes: Vec<Node<'a>>,
+    edges: Vec<Vec<(Edge, usize)>>,
+}
+
+fn escape(token: &str) -> String {
+    token.replace('~', "~0").replace('/', "~1")
+}
+
+fn shown(pointer: &str) -> String {
+    format!("#{pointer}")
+}
+
+impl<'a> Graph<'a> {
+    /// Indexes `schema` (at `pointer`) and every subschema under it, without recursion.
+    fn index(&mut self, schema: &'a Value, pointer: String) -> usize {
+        if let Some(&id) = self.ids.get(&std::ptr::from_ref(schema)) {
+            return id;
+        }
+        let first = self.nodes.len();
+        let mut pending = vec![(schema, pointer)];
+        let mut children: Vec<Vec<(Edge, &'a Value)>> = Vec::new();
+        while let Some((value, pointer)) = pending.pop() {
+            if self.ids.contains_key(&std::ptr::from_ref(value)) {
+                continue;
+            }
+            self.ids.insert(std::ptr::from_ref(value), self.nodes.len());
+            let mine = match value {
+                Value::Object(map) => Self::children(map, &pointer),
+                _ => Vec::new(), // `true`, `false`: nothing further applies
+            };
+            pending
+                .extend(mine.iter().filter(|(_, _, v)| !self.ids.contains_key(&std::ptr::from_ref(*v))).map(|(_, at, v)| (*v, at.clone())));
+            children.push(mine.into_iter().map(|(edge, _, v)| (edge, v)).collect());
+            self.nodes.push(Node { value, pointer });
+            self.edges.push(Vec::new());
+        }
+        for (offset, list) in children.into_iter().enumerate() {
+            self.edges[first + offset] =
+                list.into_iter().filter_map(|(edge, v)| self.ids.get(&std::ptr::from_ref(v)).map(|&c| (edge, c))).collect();
+        }
+        first
+    }
+
+    /// The subschemas `map` names, each with how it applies and its pointer.
+    fn children(map: &'a Map<String, Value>, pointer: &str) -> Vec<(Edge, String, &'a Value)> {
+        let mut out = Vec::new();
+        for (key, value) in map {
+            let at = format!("{pointer}/{}", escape(key));
+            let listed = || value.as_array().into_iter().flatten().enumerate().map(|(i, v)| (i, format!("{at}/{i}"), v));
+            let entries = || value.as_object().into_iter().flatten().map(|(name, v)| (name.as_str(), format!("{at}/{}", escape(name)), v));
+            match key.as_str() {
+                "not" | "if" | "then" | "else" => out.push((Edge::InPlace, at, value)),
+                "allOf" | "anyOf" | "oneOf" => out.extend(listed().map(|(_, at, v)| (Edge::InPlace, at, v))),
+                "dependentSchemas" => out.extend(entries().map(|(_, at, v)| (Edge::InPlace, at, v))),
+                // Draft 7: a schema applies in place; a list of names is `dependentRequired`.
+                "dependencies" => out.extend(entries().filter(|(_, _, v)| !v.is_array()).map(|(_, at, v)| (Edge::InPlace, at, v))),
+                "properties" => out.extend(entries().map(|(_, at, v)| (Edge::Member, at, v))),
+                "patternProperties" => out.extend(entries().map(|(_, at, v)| (Edge::AnyMember, at, v))),
+                "additionalProperties" | "unevaluatedProperties" => out.push((Edge::AnyMember, at, value)),
+                "propertyNames" => out.push((Edge::Names, at, value)),
+                "prefixItems" => out.extend(listed().map(|(i, at, v)| (Edge::Element(i), at, v))),
+                "items" if value.is_array() => out.extend(listed().map(|(i, at, v)| (Edge::Element(i), at, v))),
+                "items" | "additionalItems" | "contains" | "unevaluatedItems" | "contentSchema" => out.push((Edge::AnyElement, at, value)),
+                "$defs" | "definitions" => out.extend(entries().map(|(_, at, v)| (Edge::Defined, at, v))),
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// Adds an in-place edge for every reference, indexing targets that are not yet subschemas
+    /// (a pointer may name any position of the document).
+    fn link_references(&mut self) -> Result<(), SchemaRefusal> {
+        let base = self.root.get("$id").and_then(Value::as_str).map(|id| id.trim_end_matches('#').to_owned());
+        let mut id = 0;
+        while id < self.nodes.len() {
+            let (value, pointer) = (self.nodes[id].value, self.nodes[id].pointer.clone());
+            if let Value::Object(map) = value {
+                if let Some(Value::String(nested)) = map.get("$id").filter(|_| !pointer.is_empty())
+                    && !nested.starts_with('#')
+                {
+                    return Err(SchemaRefusal::Reference {
+                        at: shown(&pointer),
+                        reference: nested.clone(),
+                        why: "a nested $id starts a resource of its own; move it under $defs without the $id",
+                    });
+                }
+                for keyword in ["$ref", "$dynamicRef", "$recursiveRef"] {
+                    let Some(reference) = map.get(keyword) else { continue };
+                    let refuse = |why| SchemaRefusal::Reference { at: shown(&pointer), reference: reference.to_string(), why };
+                    let reference = reference.as_str().ok_or_else(|| refuse("a reference is a string"))?;
+                    let local = match &base {
+                        Some(base) if !base.is_empty() => reference.strip_prefix(base.as_str()).unwrap_or(reference),
+                        _ => reference,
+                    };
+                    let Some(fragment) = local.strip_prefix('#') else {
+                        return Err(refuse(
+                            "only local references (#, #/pointer, #anchor) are resolved; the gateway never fetches a schema",
+                        ));
+                    };
+                    for target in self.targets(keyword, fragment).map_err(refuse)? {
+                        self.edges[id].push((Edge::InPlace, target));
+                    }
+                }
+            }
+            id += 1;
+        }
+        Ok(())
+    }
+
+    /// The subschemas a reference's `fragment` names.
+    fn targets(&mut self, keyword: &str, fragment: &str) -> Result<Vec<usize>, &'static str> {
+        if fragment.is_empty() || fragment.starts_with('/') {
+            let mut value = self.root;
+            for token in fragment.split('/').skip(1) {
+                let token = percent_decode(token).replace("~1", "/").replace("~0", "~");
+                value = match value {
+                    Value::Object(map) => map.get(&token),
+                    Value::Array(list) => token.parse::<usize>().ok().and_then(|i| list.get(i)),
+                    _ => None,
+                }
+                .ok_or("the pointer names nothing in the schema")?;
+            }
+            let mut targets = vec![self.index(value, fragment.to_owned())];
+            if keyword == "$recursiveRef" {
+                // Resolves at run time to the outermost `$recursiveAnchor`: any of them.
+                targets.extend(self.with_keyword("$recursiveAnchor", |v| v == &Value::Bool(true)));
+            }
+            return Ok(targets);
+        }
+        // A plain-name fragment: an `$anchor` (or, for `$dynamicRef`, any `$dynamicAnchor`),
+        // or a draft-7 fragment `$id`.
+        let anchored = |v: &Value| v.as_str() == Some(fragment);
+        let hash_id = |v: &Value| v.as_str().and_then(|s| s.strip_prefix('#')) == Some(fragment);
+        let mut targets: Vec<usize> = self.with_keyword("$anchor", anchored);
+        targets.extend(self.with_keyword("$dynamicAnchor", anchored));
+        targets.extend(self.with_keyword("$id", hash_id));
+        if targets.is_empty() { Err("no subschema has this anchor") } else { Ok(targets) }
+    }
+
+    /// Subschemas (anywhere in the document) whose `keyword` satisfies `test`.
+    fn with_keyword(&mut self, keyword: &str, test: impl Fn(&Value) -> bool) -> Vec<usize> {
+        let found: Vec<usize> = (0..self.nodes.len()).filter(|&i| self.nodes[i].value.get(keyword).is_some_and(&test)).collect();
+        found
+    }
+
+    /// The subschemas in an order where every in-place edge goes forward, or the cycle.
+    fn in_place_order(&self) -> Result<Vec<usize>, SchemaRefusal> {
+        let n = self.nodes.len();
+        let mut incoming = vec![0usize; n];
+        for list in &self.edges {
+            for &(edge, to) in list {
+                incoming[to] += usize::from(edge == Edge::InPlace);
+            }
+        }
+        let mut ready: Vec<usize> = (0..n).filter(|&i| incoming[i] == 0).collect();
+        let mut order = Vec::with_capacity(n);
+        while let Some(node) = ready.pop() {
+            order.push(node);
+            for &(edge, to) in &self.edges[node] {
+                if edge == Edge::InPlace {
+                    incoming[to] -= 1;
+                    if incoming[to] == 0 {
+                        ready.push(to);
+                    }
+                }
+            }
+        }
+        match (0..n).find(|&i| incoming[i] > 0) {
+            Some(on_cycle) => Err(SchemaRefusal::Cycle { at: shown(&self.nodes[on_cycle].pointer) }),
+            None => Ok(order),
+        }
+    }
+
+    /// Bounds the subschemas applied to one instance value, depth by depth (see the module
+    /// doc): `applied[s]` is at most what subschema `s` applies, itself included, to any one
+    /// value `depth` levels below the value it is applied to.
+    fn expansion(&self, order: &[usize], limits: &SchemaLimits) -> Result<(), SchemaRefusal> {
+        let n = self.nodes.len();
+        let mut above = vec![0u64; n];
+        let mut total = 0u64;
+        for depth in 0..=MAX_DEPTH {
+            let mut applied = vec![0u64; n];
+            // Children before parents: an in-place child's count is final when its parent adds it.
+            for &node in order.iter().rev() {
+                let mut count = if depth == 0 { 1 } else { self.descended(node, &above) };
+                for &(edge, to) in &self.edges[node] {
+                    if edge == Edge::InPlace {
+                        count = count.saturating_add(applied[to]);
+                    }
+                }
+                applied[node] = count;
+            }
+            let at_root = applied[0];
+            if at_root == 0 {
+                return Ok(());
+            }
+            if at_root > limits.max_per_value {
+                return Err(SchemaRefusal::Expansion { limit: limits.max_per_value, per: "for one instance value" });
+            }
+            total = total.saturating_add(at_root);
+            if total > limits.max_expanded {
+                return Err(SchemaRefusal::Expansion { limit: limits.max_expanded, per: "in all" });
+            }
+            above = applied;
+        }
+        Ok(())
+    }
+
+    /// What `node`'s own descending edges apply to one value a level down, given what each
+    /// target applies one level less deep (`above`): the worst of a member (every any-member
+    /// target plus the most one name adds), an element (likewise by index) and a member name.
+    fn descended(&self, node: usize, above: &[u64]) -> u64 {
+        let (mut any_member, mut any_element, mut names, mut one_member) = (0u64, 0u64, 0u64, 0u64);
+        // Names within one `properties` are distinct; indices may repeat (`prefixItems` beside a
+        // draft-7 array `items`), so they are summed per index.
+        let mut indexed: HashMap<usize, u64> = HashMap::new();
+        for &(edge, to) in &self.edges[node] {
+            let count = above[to];
+            match edge {
+                Edge::AnyMember => any_member = any_member.saturating_add(count),
+                Edge::AnyElement => any_element = any_element.saturating_add(count),
+                Edge::Names => names = names.saturating_add(count),
+                Edge::Member => one_member = one_member.max(count),
+                Edge::Element(index) => {
+                    let sum = indexed.entry(index).or_default();
+                    *sum = sum.saturating_add(count);
+                }
+                Edge::InPlace | Edge::Defined => {}
+            }
+        }
+        let one_element = indexed.values().copied().max().unwrap_or(0);
+        any_member.saturating_add(one_member).max(any_element.saturating_add(one_element)).max(names)
+    }
+}
+
+/// `%xx` escapes of a URI fragment decoded (invalid ones kept as written).
+fn percent_decode(token: &str) -> String {
+    if !token.contains('%') {
+        return token.to_owned();
+    }
+    let bytes = token.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        match (bytes[i], bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
+            (b'%', Some(hi), Some(lo)) => {
+                out.push(u8::try_from(hi * 16 + lo).unwrap_or(b'?'));
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn refused(schema: Value) -> SchemaRefusal {
+        check(&schema, &SchemaLimits::default()).unwrap_err()
+    }
+
+    fn accepted(schema: Value) {
+        if let Err(e) = check(&schema, &SchemaLimits::default()) {
+            panic!("{schema} refused: {e}");
+        }
+    }
+
+    /// `$defs` d0..dn, each applying the next twice by `form`.
+    fn chain(n: usize, form: impl Fn(Value) -> Value) -> Value {
+        let mut defs = Map::new();
+        for i in 0..n {
+            defs.insert(format!("d{i}"), form(json!({"$ref": format!("#/$defs/d{}", i + 1)})));
+        }
+        defs.insert(format!("d{n}"), json!({"type": "string"}));
+        json!({"$defs": defs, "$ref": "#/$defs/d0"})
+    }
+
+    #[test]
+    fn in_place_cycles_are_refused_with_where_they_are() {
+        assert_eq!(refused(json!({"allOf": [{"$ref": "#"}]})), SchemaRefusal::Cycle { at: "#".into() });
+        let defs = json!({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"anyOf": [{"$ref": "#/$defs/a"}]}}, "$ref": "#/$defs/a"});
+        assert!(matches!(refused(defs), SchemaRefusal::Cycle { .. }));
+        assert!(matches!(refused(json!({"$ref": "#"})), SchemaRefusal::Cycle { .. }));
+        let anchored = json!({"$defs": {"x": {"$anchor": "x", "not": {"$ref": "#x"}}}, "$ref": "#x"});
+        assert!(matches!(refused(anchored), SchemaRefusal::Cycle { .. }));
+    }
+
+    #[test]
+    fn exponential_chains_are_refused_in_place_and_through_members() {
+        assert!(matches!(refused(chain(20, |r| json!({"allOf": [r, r]}))), SchemaRefusal::Expansion { .. }));
+        // Under one member name twice over: each depth doubles on the same instance path.
+        let same_member = chain(20, |r| json!({"properties": {"a": {"allOf": [r, r]}}}));
+        assert!(matches!(refused(same_member), SchemaRefusal::Expansion { .. }));
+        accepted(chain(10, |r| json!({"allOf": [r, r]})));
+    }
+
+    #[test]
+    fn recursive_and_branching_schemas_are_accepted() {
+        // OpenAI's recursive UI example, and a binary tree: one subschema per instance value.
+        accepted(
+            json!({"type": "object", "properties": {"label": {"type": "string"}, "children": {"type": "array", "items": {"$ref": "#"}}}}),
+        );
+        accepted(
+            json!({"$defs": {"node": {"type": "object", "properties": {"left": {"$ref": "#/$defs/node"}, "right": {"$ref": "#/$defs/node"}}}}, "$ref": "#/$defs/node"}),
+        );
+        // Two different members each referring on: a tree of distinct paths, not a blow-up.
+        accepted(chain(40, |r| json!({"type": "object", "properties": {"a": r, "b": r}})));
+        let mut nested = json!({"type": "string"});
+        for _ in 0..60 {
+            nested = json!({"type": "object", "properties": {"a": nested}});
+        }
+        accepted(nested);
+    }
+
+    #[test]
+    fn references_the_gateway_cannot_resolve_are_refused() {
+        let cases = [
+            (json!({"$ref": "https://example.com/schema.json"}), "only local references"),
+            (json!({"$ref": "other.json#/x"}), "only local references"),
+            (json!({"$ref": "#/$defs/missing"}), "names nothing"),
+            (json!({"$ref": "#nowhere"}), "no subschema has this anchor"),
+            (json!({"$ref": 12}), "a reference is a string"),
+            (json!({"properties": {"a": {"$id": "https://example.com/a", "type": "string"}}}), "nested $id"),
+        ];
+        for (schema, why) in cases {
+            let e = refused(schema.clone()).to_string();
+            assert!(e.contains(why), "{schema}: {e}");
+        }
+        // The root's own $id is a base the local form may repeat; escapes and anchors resolve.
+        accepted(
+            json!({"$id": "https://example.com/s", "$defs": {"a/b": {"type": "string"}}, "properties": {"x": {"$ref": "https://example.com/s#/$defs/a~1b"}}}),
+        );
+        accepted(
+            json!({"$defs": {"a b": {"$anchor": "ab", "type": "string"}}, "properties": {"x": {"$ref": "#/$defs/a%20b"}, "y": {"$ref": "#ab"}}}),
+        );
+        // A pointer into a position that is not a subschema keyword is still followed.
+        assert!(matches!(refused(json!({"x-data": {"allOf": [{"$ref": "#/x-data"}]}, "$ref": "#/x-data"})), SchemaRefusal::Cycle { .. }));
+    }
+
+    #[test]
+    fn data_is_not_taken_for_subschemas() {
+        accepted(json!({"enum": [{"$ref": "#"}], "const": {"allOf": [{"$ref": "#"}]}, "default": {"$ref": "#"}}));
+        accepted(json!({"properties": {"$ref": {"type": "string"}, "allOf": {"type": "string"}}}));
+    }
+
+    #[test]
+    fn the_budgets_are_the_limits_given() {
+        let wide = json!({"allOf": (0..50).map(|_| json!({"type": "string"})).collect::<Vec<_>>()});
+        let tight = SchemaLimits { max_per_value: 50, ..SchemaLimits::default() };
+        assert_eq!(check(&wide, &tight), Err(SchemaRefusal::Expansion { limit: 50, per: "for one instance value" }));
+        assert!(check(&wide, &SchemaLimits { max_per_value: 51, ..tight }).is_ok());
+        let recursive = json!({"properties": {"a": {"$ref": "#"}}});
+        let small_total = SchemaLimits { max_expanded: 100, ..SchemaLimits::default() };
+        assert_eq!(check(&recursive, &small_total), Err(SchemaRefusal::Expansion { limit: 100, per: "in all" }));
+    }
+
+    #[test]
+    fn depth_is_measured_without_recursion() {
+        let mut deep = json!(1);
+        for _ in 0..10_000 {
+            deep = Value::Array(vec![deep]);
+        }
+        assert!(depth(&deep) > MAX_DEPTH);
+        assert_eq!(depth(&json!({"a": [1]})), 3);
+        std::mem::forget(deep); // dropping a 10 000-deep Value recurses; the test's stack is small
+    }
+}

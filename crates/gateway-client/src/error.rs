@@ -174,8 +174,8 @@ pub enum TenantRefusal {
     /// The call names no tenant and the scope rejects unknown tenants.
     #[error("the scope rejects unknown tenants (unknown_tenant = \"reject\"), so a call must name its tenant")]
     Missing,
-    /// The scope keeps `max_tenants` tenants with calls within `tenant_idle_s` already.
-    #[error("the scope already keeps max_tenants tenants with calls in the last tenant_idle_s (raise max_tenants)")]
+    /// The scope keeps `max_tenants` tenants and every one has a call in flight.
+    #[error("the scope keeps max_tenants tenants and every one has a call in flight (raise max_tenants)")]
     Full,
 }
 

@@ -107,6 +107,7 @@ pub struct GatewayClientBuilder {
     telemetry: Option<Arc<dyn Telemetry>>,
     clock: Option<Arc<dyn Clock>>,
     seed: Option<u64>,
+    pinned_tenants: Vec<String>,
 }
 
 impl GatewayClientBuilder {
@@ -161,6 +162,15 @@ impl GatewayClientBuilder {
         self
     }
 
+    /// Tenants every `per_tenant` scope always admits (besides those it assigns a tier): never
+    /// evicted, not counted against `max_tenants`, so other tenants' churn cannot lock them out.
+    /// A proxy pins the tenants its API keys are bound to. Names that are not valid tenant
+    /// names are ignored (no call could name them).
+    pub fn pinned_tenants(mut self, tenants: impl IntoIterator<Item = impl AsRef<str>>) -> Self {
+        self.pinned_tenants.extend(tenants.into_iter().filter_map(|t| tenant_name(t.as_ref()).ok()));
+        self
+    }
+
     /// Seeds the RNG of selection and jitter: the same seed gives the same choices.
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
@@ -178,8 +188,11 @@ impl GatewayClientBuilder {
         let quota = self.quota.unwrap_or_else(|| Arc::new(MemoryQuota::new(clock.clone())));
         // A per-process seed (std's RandomState is seeded from the OS) keeps workers' jitter apart.
         let seed = self.seed.unwrap_or_else(|| std::collections::hash_map::RandomState::new().hash_one(0u8));
-        let scopes: BTreeMap<String, Partitions> =
-            self.scopes.into_iter().map(|(policy, preset)| (policy.name.clone(), Partitions::new(policy, preset))).collect();
+        let scopes: BTreeMap<String, Partitions> = self
+            .scopes
+            .into_iter()
+            .map(|(policy, preset)| (policy.name.clone(), Partitions::new(policy, preset, &self.pinned_tenants)))
+            .collect();
         for (name, partitions) in &scopes {
             if let Some(fallback) = partitions.policy().fallback.as_ref().filter(|f| !scopes.contains_key(*f)) {
                 return Err(BuildError::UnknownFallback {

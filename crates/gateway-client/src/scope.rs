@@ -17,7 +17,7 @@ use gateway_core::ports::{GateKey, is_key_part};
 use gateway_core::select::{Selector, SourceView};
 use gateway_core::stall::ScopeProgress;
 use gateway_core::time::Timestamp;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -84,6 +84,15 @@ const SHARDS: usize = 16;
 struct TenantEntry {
     partition: Arc<Scope>,
     last_used: Timestamp,
+    /// Always admitted, never evicted, not counted against `max_tenants`.
+    pinned: bool,
+}
+
+impl TenantEntry {
+    /// No call holds the partition (the map's own reference is the only one).
+    fn idle(&self) -> bool {
+        Arc::strong_count(&self.partition) == 1
+    }
 }
 
 type Shard = HashMap<Arc<str>, TenantEntry>;
@@ -94,8 +103,14 @@ pub(crate) struct Partitions {
     /// The scope's policy with each tier's breaker, by tier.
     tiers: HashMap<String, Arc<ScopePolicy>>,
     per_tenant: bool,
+    /// Tenants always admitted: those the scope assigns a tier, and those the client was told of
+    /// (a proxy's key-bound tenants).
+    pinned: HashSet<String>,
     shards: Vec<Mutex<Shard>>,
+    /// Partitions of unpinned tenants: at most `max_tenants`.
     tenants: AtomicUsize,
+    /// Partitions of pinned tenants.
+    pinned_live: AtomicUsize,
     hasher: std::collections::hash_map::RandomState,
 }
 
@@ -110,8 +125,9 @@ pub fn tenant_name(raw: &str) -> Result<String, TenantRefusal> {
 
 impl Partitions {
     /// The partitions of `policy` as configured, each (the shared one and every tier's)
-    /// with `preset` applied on top.
-    pub(crate) fn new(mut policy: ScopePolicy, preset: Preset) -> Self {
+    /// with `preset` applied on top; `pinned` tenants (names as [`tenant_name`] gives them) are
+    /// always admitted, as are those the scope assigns a tier.
+    pub(crate) fn new(mut policy: ScopePolicy, preset: Preset, pinned: &[String]) -> Self {
         let per_tenant = policy.isolation == Isolation::PerTenant;
         let tiers = policy
             .tiers
@@ -122,13 +138,16 @@ impl Partitions {
                 (tier.clone(), Arc::new(tiered))
             })
             .collect();
+        let pinned = policy.tenant_tiers.keys().chain(pinned).cloned().collect();
         let behaviour = preset.apply(&mut policy);
         Partitions {
             tiers,
             shared: Arc::new(Scope::new(Arc::new(policy), behaviour, None)),
             per_tenant,
+            pinned,
             shards: (0..if per_tenant { SHARDS } else { 0 }).map(|_| Mutex::default()).collect(),
             tenants: AtomicUsize::new(0),
+            pinned_live: AtomicUsize::new(0),
             hasher: std::collections::hash_map::RandomState::new(),
         }
     }
@@ -144,12 +163,16 @@ impl Partitions {
 
     fn shard(&self, tenant: &str) -> MutexGuard<'_, Shard> {
         let index = usize::try_from(self.hasher.hash_one(tenant) % SHARDS as u64).unwrap_or(0);
-        self.shards[index].lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.shards[index])
     }
 
     /// The partition a call of `tenant` (a [`tenant_name`]) runs in: the shared one unless the
     /// scope isolates tenants and the call names one. A scope that rejects unknown tenants
     /// also refuses calls that name none.
+    ///
+    /// A new tenant takes a free place under `max_tenants`; at the cap, the least recently used
+    /// idle partitions make room (their gates live on in the backend). A tenant is refused only
+    /// when every partition at the cap has a call in flight. Pinned tenants are always admitted.
     pub(crate) fn partition(&self, tenant: Option<&str>, now: Timestamp) -> Result<Arc<Scope>, TenantRefusal> {
         let rejects = self.per_tenant && self.policy().unknown_tenant == UnknownTenant::Reject;
         let Some(tenant) = tenant.filter(|_| self.per_tenant) else {
@@ -160,13 +183,10 @@ impl Partitions {
             None if rejects => return Err(TenantRefusal::Unknown),
             None => self.shared.policy.clone(),
         };
-        for sweep in [false, true] {
-            if sweep {
-                // At the cap: drop idle tenants everywhere (one shard at a time), then try again.
-                for index in 0..self.shards.len() {
-                    let mut shard = self.shards[index].lock().unwrap_or_else(PoisonError::into_inner);
-                    self.evict_idle(&mut shard, now);
-                }
+        let pinned = self.pinned.contains(tenant);
+        for at_cap in [false, true] {
+            if at_cap {
+                self.evict_least_recent();
             }
             let mut shard = self.shard(tenant);
             if let Some(entry) = shard.get_mut(tenant) {
@@ -174,37 +194,72 @@ impl Partitions {
                 return Ok(entry.partition.clone());
             }
             self.evict_idle(&mut shard, now);
-            let max = self.policy().max_tenants;
-            if self.tenants.load(Ordering::Relaxed) < max as usize {
+            // The place is taken before the insert, so concurrent first calls cannot pass the cap.
+            let max = self.policy().max_tenants as usize;
+            let placed = pinned || self.tenants.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)).is_ok();
+            if placed {
                 let name: Arc<str> = Arc::from(tenant);
                 let partition = Arc::new(Scope::new(policy.clone(), self.shared.behaviour, Some(&name)));
-                shard.insert(name, TenantEntry { partition: partition.clone(), last_used: now });
-                self.tenants.fetch_add(1, Ordering::Relaxed);
+                shard.insert(name, TenantEntry { partition: partition.clone(), last_used: now, pinned });
+                if pinned {
+                    self.pinned_live.fetch_add(1, Ordering::Relaxed);
+                }
                 return Ok(partition);
             }
         }
         Err(TenantRefusal::Full)
     }
 
-    /// Drops the partitions of tenants idle for `tenant_idle` with no call running.
+    /// Drops the partitions of this shard's tenants idle for `tenant_idle` with no call running.
     fn evict_idle(&self, shard: &mut Shard, now: Timestamp) {
         let idle = self.policy().tenant_idle;
-        let before = shard.len();
-        shard.retain(|_, e| Arc::strong_count(&e.partition) > 1 || now.saturating_since(e.last_used) < idle);
-        self.tenants.fetch_sub(before - shard.len(), Ordering::Relaxed);
+        let mut dropped = 0;
+        shard.retain(|_, e| {
+            let keep = e.pinned || !e.idle() || now.saturating_since(e.last_used) < idle;
+            dropped += usize::from(!keep);
+            keep
+        });
+        self.tenants.fetch_sub(dropped, Ordering::AcqRel);
+    }
+
+    /// At the cap: drops the least recently used idle partitions, a 64th of the cap at a time
+    /// (at least one), so a stream of new tenants pays one scan per batch, not per tenant.
+    fn evict_least_recent(&self) {
+        let mut idle: Vec<(Timestamp, usize, Arc<str>)> = Vec::new();
+        for (index, shard) in self.shards.iter().enumerate() {
+            let shard = lock(shard);
+            idle.extend(shard.iter().filter(|(_, e)| !e.pinned && e.idle()).map(|(name, e)| (e.last_used, index, name.clone())));
+        }
+        let batch = (self.policy().max_tenants as usize / 64).max(1).min(idle.len());
+        if batch == 0 {
+            return;
+        }
+        idle.select_nth_unstable_by_key(batch - 1, |(used, _, _)| *used);
+        for (used, index, name) in idle.into_iter().take(batch) {
+            let mut shard = lock(&self.shards[index]);
+            // Still idle and unused since the scan (it may have had a call meanwhile).
+            if shard.get(&name).is_some_and(|e| e.idle() && e.last_used <= used) {
+                shard.remove(&name);
+                self.tenants.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
     }
 
     /// Every partition now.
     pub(crate) fn all(&self) -> Vec<Arc<Scope>> {
         let mut all = vec![self.shared.clone()];
         for shard in &self.shards {
-            all.extend(shard.lock().unwrap_or_else(PoisonError::into_inner).values().map(|e| e.partition.clone()));
+            all.extend(lock(shard).values().map(|e| e.partition.clone()));
         }
         all
     }
 
-    /// Tenants with a partition of their own.
+    /// Tenants with a partition of their own (pinned ones included).
     pub(crate) fn tenants(&self) -> usize {
-        self.tenants.load(Ordering::Relaxed)
+        self.tenants.load(Ordering::Relaxed) + self.pinned_live.load(Ordering::Relaxed)
     }
+}
+
+fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
+    shard.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -111,7 +111,7 @@ async fn per_tenant_quota_is_the_tenants_own() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn tenants_are_capped_and_idle_ones_are_dropped() {
+async fn at_the_cap_the_least_recently_used_idle_tenant_makes_room() {
     let s = Arc::new(setup(json!({"isolation": "per_tenant", "max_tenants": 2, "tenant_idle_s": 60})));
     let running: Vec<_> = ["a", "b"]
         .into_iter()
@@ -124,18 +124,86 @@ async fn tenants_are_capped_and_idle_ones_are_dropped() {
     let error = s.client.call_as("chat", "c", &said("c")).await.unwrap_err();
     assert_eq!(
         error.to_string(),
-        "scope \"chat\" refuses tenant \"c\": the scope already keeps max_tenants tenants with calls in the last tenant_idle_s (raise max_tenants)"
+        "scope \"chat\" refuses tenant \"c\": the scope keeps max_tenants tenants and every one has a call in flight (raise max_tenants)"
     );
     for call in running {
         call.await.unwrap().unwrap();
     }
-    // a and b are idle, but not for 60 s yet
-    assert!(s.client.call_as("chat", "c", &said("c")).await.is_err());
-    tokio::time::sleep(Duration::from_secs(61)).await;
+    s.client.call_as("chat", "b", &said("b")).await.unwrap(); // b is now more recent than a
+    // a and b are idle, not for 60 s yet: the least recently used (a) makes room for c, then b for d
     s.client.call_as("chat", "c", &said("c")).await.unwrap();
     s.client.call_as("chat", "d", &said("d")).await.unwrap();
-    assert_eq!(s.client.tenants("chat"), 2, "a and b were dropped to make room for c and d");
+    assert_eq!(s.client.tenants("chat"), 2);
+    let kept: Vec<Option<String>> = s.client.status(None).await.unwrap().into_iter().map(|x| x.tenant).collect();
+    assert!(kept.contains(&Some("c".into())) && kept.contains(&Some("d".into())) && !kept.contains(&Some("a".into())), "{kept:?}");
+    // idle past tenant_idle_s: expired entries of e's shard go first, then the least recent
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    s.client.call_as("chat", "e", &said("e")).await.unwrap();
+    assert!(s.client.tenants("chat") <= 2);
     assert_eq!(s.client.inflight("chat"), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_churn_of_made_up_tenants_locks_out_neither_a_pinned_tenant_nor_a_new_one() {
+    let clock = Arc::new(TokioClock::new());
+    let client = GatewayClient::builder()
+        .scope(sources(1, json!({"isolation": "per_tenant", "max_tenants": 100, "tiers": {"gold": {}}, "tenants": {"acme": "gold"}})))
+        .pinned_tenants(["Bound-Key-Tenant", "not a name"])
+        .upstream(Arc::new(ByTenant))
+        .telemetry(Arc::new(Collector::new()))
+        .clock(clock)
+        .seed(3)
+        .build()
+        .unwrap();
+    for i in 0..10_000 {
+        let tenant = format!("made-up-{i}");
+        client.call_as("chat", &tenant, &said("x")).await.unwrap();
+    }
+    assert_eq!(client.tenants("chat"), 100, "the cap holds through the churn");
+    client.call_as("chat", "bound-key-tenant", &said("x")).await.unwrap();
+    client.call_as("chat", "acme", &said("x")).await.unwrap();
+    client.call_as("chat", "brand-new", &said("x")).await.unwrap();
+    assert_eq!(client.tenants("chat"), 102, "pinned tenants are on top of the cap");
+    for i in 0..200 {
+        client.call_as("chat", &format!("again-{i}"), &said("x")).await.unwrap();
+    }
+    let kept: Vec<Option<String>> = client.status(None).await.unwrap().into_iter().map(|x| x.tenant).collect();
+    assert!(kept.contains(&Some("bound-key-tenant".into())) && kept.contains(&Some("acme".into())), "pinned tenants are never evicted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_first_calls_cannot_pass_the_tenant_cap() {
+    /// Holds every call for a while, so that every admitted tenant has a call in flight.
+    struct Slow;
+    #[async_trait]
+    impl Upstream for Slow {
+        async fn send(&self, _source: &str, _request: &Request) -> Attempt {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Attempt::success(Response::Chat { content: "ok".into(), usage: None }, "http_200")
+        }
+    }
+    let client = Arc::new(
+        GatewayClient::builder()
+            .scope(sources(1, json!({"isolation": "per_tenant", "max_tenants": 8})))
+            .upstream(Arc::new(Slow))
+            .telemetry(Arc::new(Collector::new()))
+            .build()
+            .unwrap(),
+    );
+    let calls: Vec<_> = (0..64)
+        .map(|i| {
+            let client = client.clone();
+            tokio::spawn(async move { client.call_as("chat", &format!("t{i}"), &said("x")).await })
+        })
+        .collect();
+    let mut served = 0;
+    for call in calls {
+        match call.await.unwrap() {
+            Ok(_) => served += 1,
+            Err(error) => assert!(matches!(error, CallError::TenantRefused { reason: TenantRefusal::Full, .. }), "{error}"),
+        }
+    }
+    assert_eq!(served, 8, "exactly max_tenants tenants held a call at once");
 }
 
 #[tokio::test(start_paused = true)]

@@ -21,8 +21,9 @@ use std::time::Duration;
 pub(crate) enum Pick {
     /// An admitted attempt.
     Slot(Slot),
-    /// No candidate was runnable; `gate_rejections` of them were refused by the breaker side.
-    Blocked { gate_rejections: usize },
+    /// No candidate was runnable; `gate_rejections` of them were refused by the breaker side,
+    /// `pushed_back` skipped for a 429 that asked this call to wait past its stall budget.
+    Blocked { gate_rejections: usize, pushed_back: usize },
 }
 
 pub(crate) struct SourceAdmission {
@@ -56,9 +57,14 @@ impl SourceAdmission {
             let health: Option<Vec<f64>> = scope.selector.uses_health().then(|| views.iter().map(|v| v.health).collect());
             demote(&mut order, &call.fails, health.as_deref());
         }
-        let mut gate_rejections = 0;
+        let (mut gate_rejections, mut pushed_back) = (0, 0);
         for source in order {
             let now = self.clock.now();
+            if call.is_pushed_back(source, now) {
+                pushed_back += 1;
+                call.skipped(scope.source_name(source), SkipReason::RateLimited);
+                continue;
+            }
             // 1. memo, then 2. AIMD, under one short lock
             let refused = {
                 let mut local = scope.local();
@@ -107,20 +113,27 @@ impl SourceAdmission {
             }
             return Ok(Pick::Slot(slot));
         }
-        Ok(Pick::Blocked { gate_rejections })
+        Ok(Pick::Blocked { gate_rejections, pushed_back })
     }
 
     /// SPEC §6 "No candidate runnable": fail fast by the reason the sources were refused, or
     /// nap (to the earliest certain retry moment when the breaker side refused them all).
-    pub(crate) async fn on_no_runnable(&self, scope: &Scope, call: &mut CallState, gate_rejections: usize) -> Result<(), CallError> {
+    pub(crate) async fn on_no_runnable(
+        &self,
+        scope: &Scope,
+        call: &mut CallState,
+        gate_rejections: usize,
+        pushed_back: usize,
+    ) -> Result<(), CallError> {
         let policy = &scope.policy;
         let now = self.clock.now();
         let stalled = call.stall.stalled(&scope.local().progress, policy.stall_window, now);
-        match when_blocked(gate_rejections, policy.sources.len(), policy.circuit_open, policy.quota_full, stalled) {
+        match when_blocked(gate_rejections, pushed_back, policy.sources.len(), policy.circuit_open, policy.quota_full, stalled) {
             Blocked::FailCircuitOpen => {
                 let retry_after = self.gates.retry_after(&scope.gates).await.map_err(|e| call.backend(e))?;
                 Err(CallError::CircuitOpen { retry_after, report: call.report() })
             }
+            Blocked::FailRateLimited => Err(CallError::RateLimited { retry_after: call.pushback_remaining(now), report: call.report() }),
             Blocked::FailQuotaExhausted => Err(CallError::AllSourcesExhausted { reason: Exhausted::QuotaExhausted, report: call.report() }),
             Blocked::FailStalled => Err(CallError::AllSourcesExhausted { reason: Exhausted::Stalled, report: call.report() }),
             Blocked::Wait { gate_hint } => {

@@ -14,6 +14,7 @@ use gateway_core::telemetry::{AttemptEvent, CallEvent, CallResult, SourceReason}
 use gateway_core::time::{Clock, Timestamp};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Everything one call keeps: never shared with other calls.
 pub(crate) struct CallState {
@@ -24,6 +25,9 @@ pub(crate) struct CallState {
     started: Timestamp,
     pub(crate) stall: CallStall,
     pub(crate) fails: AttemptFails,
+    /// Per source, until when a 429 asked this call to stay away, when that is past the call's
+    /// stall budget (such a source is skipped instead of slept for).
+    pushed_back: Vec<Option<Timestamp>>,
     /// Attempts that spent retry budget.
     budget_spent: u32,
     /// Structured re-asks made.
@@ -44,12 +48,23 @@ impl CallState {
             started,
             stall: CallStall::start(started),
             fails: AttemptFails::new(sources),
+            pushed_back: vec![None; sources],
             budget_spent: 0,
             reasks: 0,
             backoffs: 0,
             reasons: BTreeMap::new(),
             attempts: Vec::new(),
         }
+    }
+
+    /// Whether a 429 asked this call to stay away from `source` past `now`.
+    pub(crate) fn is_pushed_back(&self, source: usize, now: Timestamp) -> bool {
+        self.pushed_back.get(source).copied().flatten().is_some_and(|until| now < until)
+    }
+
+    /// The soonest moment a source that pushed this call back will take it again.
+    pub(crate) fn pushback_remaining(&self, now: Timestamp) -> Duration {
+        self.pushed_back.iter().flatten().filter(|until| now < **until).map(|until| until.saturating_since(now)).min().unwrap_or_default()
     }
 
     pub(crate) fn skipped(&mut self, source: &str, reason: SkipReason) {
@@ -129,8 +144,8 @@ impl CallLoop<'_> {
             }
             let slot = match self.admission.pick(scope, call, request.estimated_tokens).await? {
                 Pick::Slot(slot) => slot,
-                Pick::Blocked { gate_rejections } => {
-                    self.admission.on_no_runnable(scope, call, gate_rejections).await?;
+                Pick::Blocked { gate_rejections, pushed_back } => {
+                    self.admission.on_no_runnable(scope, call, gate_rejections, pushed_back).await?;
                     continue;
                 }
             };
@@ -197,6 +212,13 @@ impl CallLoop<'_> {
                     return Err(CallError::RetryExhausted { report: call.report() });
                 }
                 NextStep::RepickNow => {}
+                NextStep::BackOffAndRepick { honour_retry_after: true }
+                    if outcome.retry_after.is_some_and(|wait| wait > call.stall.remaining(policy.stall_window, clock.now())) =>
+                {
+                    // The provider asks for longer than this call may wait: try the others now.
+                    let until = clock.now().saturating_add(outcome.retry_after.unwrap_or_default());
+                    call.pushed_back[source] = Some(until);
+                }
                 NextStep::BackOffAndRepick { honour_retry_after } => {
                     let delay = {
                         let mut rng = self.admission.rng();
@@ -207,8 +229,8 @@ impl CallLoop<'_> {
                         }
                     };
                     call.backoffs += 1;
-                    // A provider's Retry-After is a floor, but never a reason to sleep past the
-                    // stall bound (a 429 saying "a day" would otherwise hold the call a day).
+                    // A provider's Retry-After is a floor; one past the stall budget was handled
+                    // above, so this bound only caps the back-off itself.
                     let bound = (call.stall.remaining(policy.stall_window, clock.now()) + policy.poll_interval).max(policy.backoff.cap);
                     tokio::time::sleep(delay.min(bound)).await;
                 }

@@ -94,6 +94,15 @@ pub enum CallError {
         /// What was tried.
         report: CallReport,
     },
+    /// Every source the breaker did not refuse answered 429 with a Retry-After longer than the
+    /// call's remaining stall budget: the call ends at once instead of waiting in vain.
+    #[error("rate limited: the sources ask to retry after {:.3}s, past the call's stall budget: {report}", retry_after.as_secs_f64())]
+    RateLimited {
+        /// The soonest moment a source said it would take the call again.
+        retry_after: Duration,
+        /// What was tried.
+        report: CallReport,
+    },
     /// A provider rejected the payload itself (400/413/422): no source will take it.
     #[error("request rejected by {source_name}: {detail}")]
     RequestRejected {
@@ -188,6 +197,7 @@ impl CallError {
             CallError::CircuitOpen { .. } => CallResult::CircuitOpen,
             CallError::AllSourcesExhausted { reason: Exhausted::QuotaExhausted, .. } => CallResult::QuotaExhausted,
             CallError::AllSourcesExhausted { reason: Exhausted::Stalled, .. } => CallResult::Stalled,
+            CallError::RateLimited { .. } => CallResult::RateLimited,
             CallError::RequestRejected { .. } => CallResult::RequestRejected,
             CallError::StructuredExhausted { .. } => CallResult::StructuredExhausted,
             CallError::BackendUnavailable { .. } => CallResult::BackendUnavailable,
@@ -203,6 +213,7 @@ impl CallError {
             CallError::RetryExhausted { report }
             | CallError::CircuitOpen { report, .. }
             | CallError::AllSourcesExhausted { report, .. }
+            | CallError::RateLimited { report, .. }
             | CallError::RequestRejected { report, .. }
             | CallError::StructuredExhausted { report }
             | CallError::BackendUnavailable { report, .. } => Some(report),

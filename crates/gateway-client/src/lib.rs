@@ -238,11 +238,12 @@ impl GatewayClient {
         self.call_in(scope, Some(tenant), request).await
     }
 
-    /// The call in `scope`, then, if it ended `CircuitOpen` or `AllSourcesExhausted` and the
-    /// scope names a fallback, once in the fallback scope (which does not fall back again).
+    /// The call in `scope`, then, if it ended `CircuitOpen`, `AllSourcesExhausted` or
+    /// `RateLimited` and the scope names a fallback, once in the fallback scope (which does not
+    /// fall back again).
     async fn call_in(&self, scope: &str, tenant: Option<&str>, request: &Request) -> Result<Response, CallError> {
         let primary = match self.run_in(scope, tenant, request).await {
-            Err(e @ (CallError::CircuitOpen { .. } | CallError::AllSourcesExhausted { .. })) => e,
+            Err(e @ (CallError::CircuitOpen { .. } | CallError::AllSourcesExhausted { .. } | CallError::RateLimited { .. })) => e,
             done => return done,
         };
         let Some(fallback) = self.scopes.get(scope).and_then(|p| p.policy().fallback.clone()) else { return Err(primary) };

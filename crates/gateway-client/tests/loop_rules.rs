@@ -294,13 +294,27 @@ fn a_client_needs_an_upstream_and_a_scope() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_huge_retry_after_never_holds_a_call_past_the_stall_bound() {
+async fn a_retry_after_past_the_stall_budget_ends_the_call_at_once_with_it() {
     let h = Harness::new(sources(1, json!({})), Preset::Default);
     h.upstream.always("s1", Step::RateLimited(Some(Duration::from_secs(86_400))));
     let error = h.call().await.unwrap_err();
-    assert!(matches!(error, CallError::AllSourcesExhausted { reason: Exhausted::Stalled, .. }), "{error}");
-    let t = h.now_s();
-    assert!(t > 300.0 && t <= 300.0 + 8.0 + 0.1, "stall window plus at most one back-off cap: {t}");
+    let CallError::RateLimited { retry_after, ref report } = error else { panic!("{error}") };
+    assert!(retry_after > Duration::from_secs(86_399) && retry_after <= Duration::from_secs(86_400), "{retry_after:?}");
+    assert_eq!(report.attempts.len(), 1, "one attempt, no wait");
+    assert!(h.now_s() < 0.1, "ended at once, not after the stall window: {}", h.now_s());
+    assert_eq!(h.telemetry.calls()[0].result, CallResult::RateLimited);
+    // With another source, that one serves the call at once.
+    let h = Harness::new(sources(2, json!({})), Preset::Default);
+    h.upstream.always("s1", Step::RateLimited(Some(Duration::from_secs(86_400))));
+    for _ in 0..5 {
+        h.call().await.unwrap();
+    }
+    assert!(h.now_s() < 1.0, "no call slept for s1's Retry-After: {}", h.now_s());
+    // A Retry-After within the budget is still waited for.
+    let h = Harness::new(sources(1, json!({})), Preset::Default);
+    h.upstream.script("s1", vec![Step::RateLimited(Some(Duration::from_secs(20)))]);
+    h.call().await.unwrap();
+    assert!(h.now_s() >= 20.0, "{}", h.now_s());
 }
 
 #[tokio::test(start_paused = true)]

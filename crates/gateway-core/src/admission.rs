@@ -51,6 +51,9 @@ impl fmt::Display for SkipReason {
 pub enum Blocked {
     /// End with `CircuitOpen`, carrying `retry_after(all sources)`.
     FailCircuitOpen,
+    /// End with `RateLimited`: every source the breaker did not refuse asked the call, by a
+    /// 429's Retry-After, to wait longer than its stall budget allows.
+    FailRateLimited,
     /// End with `AllSourcesExhausted("quota_exhausted")`.
     FailQuotaExhausted,
     /// End with `AllSourcesExhausted("stalled")`.
@@ -64,11 +67,24 @@ pub enum Blocked {
 }
 
 /// SPEC §6 "No candidate runnable", in its exact order: the breaker side first, then the
-/// quota side, then the stall check.
-pub fn when_blocked(gate_rejections: usize, sources: usize, circuit_open: WaitMode, quota_full: WaitMode, stalled: bool) -> Blocked {
+/// quota side, then the stall check. `pushed_back` sources were skipped because a 429 asked
+/// this call to wait past its stall budget: waiting for them cannot end in time, so when they
+/// and the breaker's refusals are all there is, the call ends now (unless the breaker side
+/// may be waited for: `circuit_open = wait`).
+pub fn when_blocked(
+    gate_rejections: usize,
+    pushed_back: usize,
+    sources: usize,
+    circuit_open: WaitMode,
+    quota_full: WaitMode,
+    stalled: bool,
+) -> Blocked {
     let all_gate_rejected = gate_rejections >= sources;
     if all_gate_rejected && circuit_open == WaitMode::FailFast {
         return Blocked::FailCircuitOpen;
+    }
+    if pushed_back > 0 && gate_rejections + pushed_back >= sources && (gate_rejections == 0 || circuit_open == WaitMode::FailFast) {
+        return Blocked::FailRateLimited;
     }
     if !all_gate_rejected && quota_full == WaitMode::FailFast {
         return Blocked::FailQuotaExhausted;
@@ -76,7 +92,8 @@ pub fn when_blocked(gate_rejections: usize, sources: usize, circuit_open: WaitMo
     if stalled {
         return Blocked::FailStalled;
     }
-    Blocked::Wait { gate_hint: all_gate_rejected }
+    // Gate-refused and pushed-back sources only: wait for the breaker side.
+    Blocked::Wait { gate_hint: all_gate_rejected || gate_rejections + pushed_back >= sources }
 }
 
 /// The nap of a waiting call: `hint + poll·(0.5 + 0.5·u)` (just the jittered poll when the hint
@@ -105,20 +122,26 @@ mod tests {
     #[test]
     fn decision_table() {
         let cases = [
-            // (gate_rejections, sources, circuit_open, quota_full, stalled) → decision
-            ((3, 3, FailFast, Wait, false), Blocked::FailCircuitOpen),
-            ((3, 3, FailFast, Wait, true), Blocked::FailCircuitOpen),
-            ((3, 3, Wait, FailFast, false), Blocked::Wait { gate_hint: true }),
-            ((3, 3, Wait, Wait, true), Blocked::FailStalled),
-            ((2, 3, FailFast, Wait, false), Blocked::Wait { gate_hint: false }),
-            ((2, 3, FailFast, FailFast, false), Blocked::FailQuotaExhausted),
-            ((0, 1, Wait, Wait, true), Blocked::FailStalled),
+            // (gate_rejections, pushed_back, sources, circuit_open, quota_full, stalled) → decision
+            ((3, 0, 3, FailFast, Wait, false), Blocked::FailCircuitOpen),
+            ((3, 0, 3, FailFast, Wait, true), Blocked::FailCircuitOpen),
+            ((3, 0, 3, Wait, FailFast, false), Blocked::Wait { gate_hint: true }),
+            ((3, 0, 3, Wait, Wait, true), Blocked::FailStalled),
+            ((2, 0, 3, FailFast, Wait, false), Blocked::Wait { gate_hint: false }),
+            ((2, 0, 3, FailFast, FailFast, false), Blocked::FailQuotaExhausted),
+            ((0, 0, 1, Wait, Wait, true), Blocked::FailStalled),
             // a single-source scope follows the same rule as any other
-            ((1, 1, FailFast, Wait, false), Blocked::FailCircuitOpen),
-            ((1, 1, Wait, Wait, false), Blocked::Wait { gate_hint: true }),
+            ((1, 0, 1, FailFast, Wait, false), Blocked::FailCircuitOpen),
+            ((1, 0, 1, Wait, Wait, false), Blocked::Wait { gate_hint: true }),
+            // a Retry-After past the stall budget: end now, unless an open gate may be waited for
+            ((0, 1, 1, FailFast, Wait, false), Blocked::FailRateLimited),
+            ((0, 1, 1, Wait, Wait, false), Blocked::FailRateLimited),
+            ((1, 1, 2, FailFast, Wait, false), Blocked::FailRateLimited),
+            ((1, 1, 2, Wait, Wait, false), Blocked::Wait { gate_hint: true }),
+            ((0, 1, 2, FailFast, Wait, false), Blocked::Wait { gate_hint: false }),
         ];
-        for ((g, n, co, qf, stalled), expected) in cases {
-            assert_eq!(when_blocked(g, n, co, qf, stalled), expected, "{g}/{n} {co:?} {qf:?} stalled={stalled}");
+        for ((g, p, n, co, qf, stalled), expected) in cases {
+            assert_eq!(when_blocked(g, p, n, co, qf, stalled), expected, "{g}+{p}/{n} {co:?} {qf:?} stalled={stalled}");
         }
     }
 

@@ -65,6 +65,9 @@ pub enum CallResult {
     CircuitOpen,
     /// Quota-blocked with `quota_full = fail_fast`.
     QuotaExhausted,
+    /// Every source that could serve the call asked, by a 429's Retry-After, to wait past its
+    /// stall budget.
+    RateLimited,
     /// Waited past the stall bound.
     Stalled,
     /// The payload was rejected by a provider.

@@ -91,6 +91,7 @@ fn result_name(result: CallResult) -> &'static str {
         CallResult::RetryExhausted => "retry_exhausted",
         CallResult::CircuitOpen => "circuit_open",
         CallResult::QuotaExhausted => "quota_exhausted",
+        CallResult::RateLimited => "rate_limited",
         CallResult::Stalled => "stalled",
         CallResult::RequestRejected => "request_rejected",
         CallResult::StructuredExhausted => "structured_exhausted",

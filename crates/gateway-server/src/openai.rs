@@ -72,6 +72,10 @@ pub fn call_error(error: &CallError) -> ApiError {
         CallError::AllSourcesExhausted { reason: Exhausted::QuotaExhausted, .. } => {
             ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "quota_exhausted", message)
         }
+        CallError::RateLimited { retry_after, .. } => ApiError {
+            retry_after: Some(retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0)),
+            ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "rate_limit_exceeded", message)
+        },
         CallError::AllSourcesExhausted { reason: Exhausted::Stalled, .. } => {
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", "stalled", message)
         }

@@ -16,6 +16,7 @@ use gateway_core::time::Clock;
 use rand_chacha::ChaCha8Rng;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+use tokio_util::task::TaskTracker;
 
 /// What `pick` found.
 pub(crate) enum Pick {
@@ -32,6 +33,8 @@ pub(crate) struct SourceAdmission {
     pub(crate) telemetry: Arc<dyn Telemetry>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) rng: Arc<Mutex<ChaCha8Rng>>,
+    /// The releases dropped slots spawned.
+    pub(crate) releases: TaskTracker,
 }
 
 impl SourceAdmission {
@@ -82,7 +85,7 @@ impl SourceAdmission {
                 continue;
             }
             // From here the slot holds the in-flight count: every exit below releases it.
-            let mut slot = Slot::counted(scope.clone(), self.gates.clone(), self.quota.clone(), source);
+            let mut slot = Slot::counted(scope.clone(), self.gates.clone(), self.quota.clone(), self.releases.clone(), source);
             // 3. the gate
             let (key, params) = &scope.gates[source];
             let entry = self.gates.try_enter(key, params).await.map_err(|e| call.backend(e))?;

@@ -213,7 +213,29 @@ fn from_figment(error: figment::Error, file: &Option<PathBuf>) -> ConfigError {
     let (layer, from_env) = layer_name(error.metadata.as_ref(), file);
     // For an unknown field the path already ends with the field's name.
     let dotted = error.path.join(".");
-    ConfigError { key: key_in_layer(&dotted, from_env), layer, message: Message(&error.kind).to_string() }
+    let message = if is_secret(&error.path) { Redacted(&error.kind).to_string() } else { Message(&error.kind).to_string() };
+    ConfigError { key: key_in_layer(&dotted, from_env), layer, message }
+}
+
+/// Keys whose values may be secrets (a provider key, an `Authorization` header): an error about
+/// them never shows the value, whatever its type.
+fn is_secret(path: &[String]) -> bool {
+    path.last().is_some_and(|last| last == "api_key") || path.iter().any(|part| part == "headers")
+}
+
+/// A figment error kind without the value it was about.
+struct Redacted<'a>(&'a figment::error::Kind);
+
+impl fmt::Display for Redacted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use figment::error::Kind;
+        match self.0 {
+            Kind::InvalidType(_, expected) => write!(f, "invalid type (the value is not shown), expected {expected}"),
+            Kind::UnknownField(field, _) => write!(f, "unknown key {field:?}"),
+            Kind::MissingField(field) => write!(f, "required key {field:?} is missing"),
+            _ => f.write_str("invalid value (the value is not shown)"),
+        }
+    }
 }
 
 /// A figment error kind in the house style (lower case, the value named).

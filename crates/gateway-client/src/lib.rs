@@ -40,6 +40,16 @@ use std::collections::BTreeMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use tokio_util::task::TaskTracker;
+
+/// A caller-chosen value as an error message repeats it: at most 64 characters, then `…`.
+pub fn echoed(value: &str) -> String {
+    let mut shown: String = value.chars().take(64).collect();
+    if shown.len() < value.len() {
+        shown.push('…');
+    }
+    shown
+}
 
 /// One source of one scope partition, as [`GatewayClient::status`] sees it.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -210,6 +220,7 @@ impl GatewayClientBuilder {
                 telemetry: self.telemetry.unwrap_or_else(|| Arc::new(TracingTelemetry)),
                 clock,
                 rng: Arc::new(Mutex::new(ChaCha8Rng::seed_from_u64(seed))),
+                releases: TaskTracker::new(),
             },
             upstream,
             next_call: AtomicU64::new(1),
@@ -270,7 +281,8 @@ impl GatewayClient {
             let served = partitions.policy().kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ");
             return Err(CallError::KindNotServed { scope: scope.to_owned(), kind, served });
         }
-        let refused = |reason| CallError::TenantRefused { scope: scope.to_owned(), tenant: tenant.unwrap_or_default().to_owned(), reason };
+        // The name as given reaches error messages (and the proxy's error bodies): cut it short.
+        let refused = |reason| CallError::TenantRefused { scope: scope.to_owned(), tenant: echoed(tenant.unwrap_or_default()), reason };
         // Every tenant name is checked and normalised, whatever the isolation: it reaches
         // telemetry (metric labels) even from a shared scope.
         let tenant = tenant.map(tenant_name).transpose().map_err(refused)?;
@@ -341,6 +353,23 @@ impl GatewayClient {
             }
         }
         Ok(all)
+    }
+
+    /// Waits until every release that dropped calls spawned (probe leases and quota permits
+    /// handed back on a task of their own) has finished: for a shutdown that cut calls and must
+    /// not exit with their leases still live in a shared backend. Calls may go on meanwhile.
+    pub async fn released(&self) {
+        let releases = &self.admission.releases;
+        releases.close();
+        releases.wait().await;
+        releases.reopen();
+    }
+
+    /// The longest `tenant_idle_s` of the scopes that isolate tenants (10 minutes without any):
+    /// how long a tenant keeps counting as live after its last call.
+    pub fn longest_tenant_idle(&self) -> std::time::Duration {
+        let per_tenant = self.scopes.values().map(Partitions::policy).filter(|p| p.isolation == gateway_core::policy::Isolation::PerTenant);
+        per_tenant.map(|p| p.tenant_idle).max().unwrap_or(std::time::Duration::from_secs(600))
     }
 
     /// Whether the client has a scope of this name.

@@ -10,11 +10,14 @@ use gateway_core::ports::{BreakerGate, Permit, QuotaGate};
 use gateway_core::time::Timestamp;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio_util::task::TaskTracker;
 
 pub(crate) struct Slot {
     pub(crate) scope: Arc<Scope>,
     pub(crate) gates: Arc<dyn BreakerGate>,
     pub(crate) quota: Arc<dyn QuotaGate>,
+    /// Where a dropped slot's releases run, so a shutdown can wait for them.
+    releases: TaskTracker,
     pub(crate) source: usize,
     entry: Option<Entry>,
     /// The AIMD in-flight count is held.
@@ -27,8 +30,14 @@ pub(crate) struct Slot {
 impl Slot {
     /// A slot holding the in-flight count of `source` (already counted by the caller), before
     /// the gate is asked.
-    pub(crate) fn counted(scope: Arc<Scope>, gates: Arc<dyn BreakerGate>, quota: Arc<dyn QuotaGate>, source: usize) -> Self {
-        Slot { scope, gates, quota, source, entry: None, inflight: true, probe: false, permit: None }
+    pub(crate) fn counted(
+        scope: Arc<Scope>,
+        gates: Arc<dyn BreakerGate>,
+        quota: Arc<dyn QuotaGate>,
+        releases: TaskTracker,
+        source: usize,
+    ) -> Self {
+        Slot { scope, gates, quota, releases, source, entry: None, inflight: true, probe: false, permit: None }
     }
 
     /// The gate admitted the attempt with `entry`.
@@ -137,7 +146,7 @@ impl Drop for Slot {
             }
         };
         match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => drop(runtime.spawn(release)),
+            Ok(runtime) => drop(self.releases.spawn_on(release, &runtime)),
             // No runtime to release on: the probe lease and the permit lease expire by themselves.
             Err(_) => tracing::warn!(source = scope_name(&self.scope, source), "attempt dropped outside a runtime; its leases will expire"),
         }

@@ -211,3 +211,29 @@ fn tier_errors_name_the_key() {
     assert!(e.to_string().starts_with("chat.tiers.gold.breakers (TOML file "), "{e}");
     assert!(e.to_string().ends_with("unknown key \"breakers\""), "{e}");
 }
+
+#[test]
+fn a_secret_of_the_wrong_type_is_named_but_never_shown() {
+    for (line, key) in [
+        ("api_key = 9876543210123", "chat.sources.s1.api_key"),
+        ("headers = { authorization = 4242424242 }", "chat.sources.s1.headers.authorization"),
+    ] {
+        let e = load_err(&format!("{BASE}{line}\n"), &[]);
+        assert_eq!(e.key, key, "{e}");
+        assert!(e.message.contains("the value is not shown"), "{e}");
+        let shown = e.to_string();
+        assert!(!shown.contains("9876543210123") && !shown.contains("4242424242"), "{shown}");
+    }
+}
+
+#[test]
+fn kinds_take_a_list_or_one_kind_from_either_layer() {
+    let path = file(&format!("{BASE}\n"));
+    let scopes = Loader::new().file(&path).env_vars(env(&[("CHAT__KINDS", "embeddings")])).load().unwrap();
+    assert_eq!(scopes[0].kinds, [gateway_core::request::Kind::Embeddings]);
+    let path = file(&BASE.replace("[chat.breaker]", "[chat]\nkinds = [\"embeddings\", \"chat\"]\n[chat.breaker]"));
+    assert_eq!(Loader::new().file(&path).env_vars(env(&[])).load().unwrap()[0].kinds, gateway_core::request::Kind::ALL);
+    let e = load_err(&BASE.replace("[chat.breaker]", "[chat]\nkinds = [\"images\"]\n[chat.breaker]"), &[]);
+    assert!(e.key.starts_with("chat.kinds"), "{e}");
+    assert!(e.message.contains("\"images\"") && e.message.contains("chat, embeddings"), "{e}");
+}

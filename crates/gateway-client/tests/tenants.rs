@@ -214,10 +214,14 @@ async fn a_tenant_name_that_cannot_be_a_key_is_refused_by_name() {
         for bad in ["", "a:b", "gold tier", &"x".repeat(65)] {
             let error = s.client.call_as("chat", bad, &said("x")).await.unwrap_err();
             let CallError::TenantRefused { tenant, reason, .. } = &error else { panic!("{error}") };
-            assert_eq!((tenant.as_str(), *reason), (bad, TenantRefusal::Malformed));
+            assert_eq!((tenant.as_str(), *reason), (gateway_client::echoed(bad).as_str(), TenantRefusal::Malformed));
             assert!(error.to_string().contains("1 to 64 characters"), "{error}");
             assert_eq!(error.result(), None, "a refused call never started");
         }
+        let huge = "y".repeat(10_000);
+        let error = s.client.call_as("chat", &huge, &said("x")).await.unwrap_err();
+        assert!(error.to_string().contains(&format!("\"{}…\"", "y".repeat(64))), "the name is cut to 64 characters");
+        assert!(error.to_string().len() < 400, "{error}");
     }
 }
 

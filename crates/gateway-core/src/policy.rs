@@ -442,13 +442,34 @@ pub struct ScopeConfig {
 }
 
 /// A list that may also be written as its single item (`kinds = "chat"`, `CHAT__KINDS=chat`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum OneOrMany<T> {
     /// One item.
     One(T),
     /// Several.
     Many(Vec<T>),
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for OneOrMany<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::{IntoDeserializer, SeqAccess, Visitor, value::SeqAccessDeserializer};
+        struct Either<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for Either<T> {
+            type Value = OneOrMany<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("one value or a list of them")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                T::deserialize(v.into_deserializer()).map(OneOrMany::One)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+                Vec::<T>::deserialize(SeqAccessDeserializer::new(seq)).map(OneOrMany::Many)
+            }
+        }
+        // Unknown values name the value and what was expected (an untagged enum would not).
+        deserializer.deserialize_any(Either(std::marker::PhantomData))
+    }
 }
 
 impl<T: Clone> OneOrMany<T> {

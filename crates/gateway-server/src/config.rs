@@ -23,13 +23,46 @@ pub struct ServerConfig {
     /// Largest request body in bytes (default 1 MiB); larger ones get 413.
     #[serde(default = "default_max_body")]
     pub max_body_bytes: usize,
-    /// Seconds given to in-flight calls after SIGTERM before the process exits (default 30).
+    /// Largest structured-output schema (`response_format.json_schema.schema`) in bytes, as
+    /// compact JSON (default 64 KiB); larger ones get 400.
+    #[serde(default = "default_max_schema")]
+    pub max_schema_bytes: usize,
+    /// Seconds a client has, from its first byte, to send a request's headers (default 10).
+    #[serde(default = "default_header_timeout")]
+    pub header_timeout_s: f64,
+    /// Seconds a client has to send a request's body once its headers are in (default 30);
+    /// a slower body gets 408.
+    #[serde(default = "default_body_timeout")]
+    pub body_timeout_s: f64,
+    /// Seconds an idle keep-alive connection is kept before the server closes it (default 60).
+    #[serde(default = "default_idle_timeout")]
+    pub idle_timeout_s: f64,
+    /// Most client connections at once (default: three quarters of the file-descriptor limit,
+    /// at most 16 384); further ones are answered 503 and closed. Must stay below the limit,
+    /// which is read (and raised to its hard maximum) at start.
+    #[serde(default)]
+    pub max_connections: Option<usize>,
+    /// Seconds given to in-flight calls after SIGTERM (default 30); calls still running at the
+    /// deadline are ended with 503 and release everything they hold.
     #[serde(default = "default_grace")]
     pub shutdown_grace_s: f64,
     /// Seconds between SSE keep-alive comments while a streamed call runs (default 5); a client
     /// that went away is noticed at the next one and its call cancelled.
     #[serde(default = "default_keepalive")]
     pub keepalive_s: f64,
+    /// A key (16 characters or more) that a scraper sends as `Authorization: Bearer <key>` to
+    /// read `/metrics`. Without it, `/metrics` takes any gateway key not bound to a tenant
+    /// (or nothing, when no gateway keys are configured).
+    #[serde(default)]
+    pub metrics_key: Option<String>,
+    /// A separate address serving `/metrics` only, unauthenticated (e.g. on a private
+    /// interface); `/metrics` then answers 404 on `listen`.
+    #[serde(default)]
+    pub metrics_listen: Option<String>,
+    /// Distinct tenants with series of their own in `/metrics` (default 100); later ones are
+    /// reported as `tenant_id="_other"`, so a scrape stays small whatever the tenant churn.
+    #[serde(default = "default_metrics_tenants")]
+    pub metrics_max_tenants: usize,
     /// Gateway API keys by name. None: no authentication (for a loopback-only deployment).
     #[serde(default)]
     pub api_keys: BTreeMap<String, ApiKey>,
@@ -41,14 +74,20 @@ pub struct ServerConfig {
 pub struct ApiKey {
     /// The key clients send as `Authorization: Bearer <key>`.
     pub key: String,
-    /// The tenant its calls are made for (then `x-tenant-id` may not name another).
+    /// The tenant its calls are made for (then `x-tenant-id` may not name another). A bound
+    /// tenant is always admitted, whatever other tenants do.
     #[serde(default)]
     pub tenant: Option<String>,
+    /// For a key bound to no tenant: the most tenants it may name in `x-tenant-id` at once
+    /// (a tenant it has not named for the longest `tenant_idle_s` of the scopes stops counting).
+    /// Default: no limit.
+    #[serde(default)]
+    pub max_tenants: Option<usize>,
 }
 
 impl std::fmt::Debug for ApiKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ApiKey").field("key", &"<redacted>").field("tenant", &self.tenant).finish()
+        f.debug_struct("ApiKey").field("key", &"<redacted>").field("tenant", &self.tenant).field("max_tenants", &self.max_tenants).finish()
     }
 }
 
@@ -58,11 +97,26 @@ fn default_listen() -> String {
 fn default_max_body() -> usize {
     1 << 20
 }
+fn default_max_schema() -> usize {
+    64 << 10
+}
+fn default_header_timeout() -> f64 {
+    10.0
+}
+fn default_body_timeout() -> f64 {
+    30.0
+}
+fn default_idle_timeout() -> f64 {
+    60.0
+}
 fn default_grace() -> f64 {
     30.0
 }
 fn default_keepalive() -> f64 {
     5.0
+}
+fn default_metrics_tenants() -> usize {
+    100
 }
 
 impl Default for ServerConfig {
@@ -71,8 +125,16 @@ impl Default for ServerConfig {
             listen: default_listen(),
             redis_url: None,
             max_body_bytes: default_max_body(),
+            max_schema_bytes: default_max_schema(),
+            header_timeout_s: default_header_timeout(),
+            body_timeout_s: default_body_timeout(),
+            idle_timeout_s: default_idle_timeout(),
+            max_connections: None,
             shutdown_grace_s: default_grace(),
             keepalive_s: default_keepalive(),
+            metrics_key: None,
+            metrics_listen: None,
+            metrics_max_tenants: default_metrics_tenants(),
             api_keys: BTreeMap::new(),
         }
     }
@@ -83,8 +145,11 @@ impl Default for ServerConfig {
 #[error("{0}")]
 pub struct ConfigError(pub String);
 
+/// The least a gateway or metrics key may have.
+const MIN_KEY_CHARS: usize = 16;
+
 impl ServerConfig {
-    /// Checks the values a type cannot: positive durations, a body limit, non-empty keys.
+    /// Checks the values a type cannot: positive durations, limits, long enough keys.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let positive = |key: &str, v: f64| {
             if v.is_finite() && v > 0.0 && v <= 86_400.0 {
@@ -95,22 +160,53 @@ impl ServerConfig {
         };
         positive("shutdown_grace_s", self.shutdown_grace_s)?;
         positive("keepalive_s", self.keepalive_s)?;
-        if self.max_body_bytes == 0 {
-            return Err(ConfigError("server.max_body_bytes: value 0 is out of range (expected at least 1)".into()));
+        positive("header_timeout_s", self.header_timeout_s)?;
+        positive("body_timeout_s", self.body_timeout_s)?;
+        positive("idle_timeout_s", self.idle_timeout_s)?;
+        let at_least_one = |key: &str, v: usize| {
+            if v == 0 { Err(ConfigError(format!("server.{key}: value 0 is out of range (expected at least 1)"))) } else { Ok(()) }
+        };
+        at_least_one("max_body_bytes", self.max_body_bytes)?;
+        at_least_one("max_schema_bytes", self.max_schema_bytes)?;
+        at_least_one("metrics_max_tenants", self.metrics_max_tenants)?;
+        if let Some(max) = self.max_connections {
+            at_least_one("max_connections", max)?;
         }
-        if let Some((name, _)) = self.api_keys.iter().find(|(_, k)| k.key.len() < 16) {
-            return Err(ConfigError(format!("server.api_keys.{name}.key: a gateway key has at least 16 characters")));
+        if self.metrics_key.as_ref().is_some_and(|k| k.chars().count() < MIN_KEY_CHARS) {
+            return Err(ConfigError(format!("server.metrics_key: a metrics key has at least {MIN_KEY_CHARS} characters")));
+        }
+        if let Some((name, _)) = self.api_keys.iter().find(|(_, k)| k.key.chars().count() < MIN_KEY_CHARS) {
+            return Err(ConfigError(format!("server.api_keys.{name}.key: a gateway key has at least {MIN_KEY_CHARS} characters")));
         }
         for (name, key) in &self.api_keys {
             if let Some(Err(why)) = key.tenant.as_deref().map(gateway_client::tenant_name) {
-                return Err(ConfigError(format!(
-                    "server.api_keys.{name}.tenant: value {:?} is invalid ({why})",
-                    key.tenant.as_deref().unwrap_or_default()
-                )));
+                let shown: String = key.tenant.as_deref().unwrap_or_default().chars().take(64).collect();
+                return Err(ConfigError(format!("server.api_keys.{name}.tenant: value {shown:?} is invalid ({why})")));
+            }
+            match (key.max_tenants, &key.tenant) {
+                (Some(0), _) => {
+                    return Err(ConfigError(format!("server.api_keys.{name}.max_tenants: value 0 is out of range (expected at least 1)")));
+                }
+                (Some(_), Some(_)) => {
+                    return Err(ConfigError(format!(
+                        "server.api_keys.{name}.max_tenants: a key bound to a tenant names no other; set it on unbound keys only"
+                    )));
+                }
+                _ => {}
             }
         }
         Ok(())
     }
+
+    /// Every tenant a gateway key is bound to (the client always admits them).
+    pub fn bound_tenants(&self) -> impl Iterator<Item = &str> {
+        self.api_keys.values().filter_map(|k| k.tenant.as_deref())
+    }
+}
+
+/// Keys whose values are secrets: never printed in an error, whatever their type.
+fn is_secret(path: &str) -> bool {
+    path.split('.').any(|part| part == "api_keys" || part == "metrics_key" || part == "redis_url")
 }
 
 /// Reads `path`: the `[server]` table (and `SERVER__*` variables) and the scopes.
@@ -125,10 +221,11 @@ pub fn load(path: &Path) -> Result<(ServerConfig, Vec<ScopePolicy>), ConfigError
             let message = match &e.kind {
                 figment::error::Kind::UnknownField(field, _) => format!("unknown key {field:?}"),
                 figment::error::Kind::MissingField(field) => format!("required key {field:?} is missing"),
-                // A value under api_keys may be a key: never print it.
-                figment::error::Kind::InvalidType(_, expected) if key.contains("api_keys") => {
+                // A secret's value is never printed, whatever is wrong with it.
+                figment::error::Kind::InvalidType(_, expected) if is_secret(&key) => {
                     format!("invalid type (the value is not shown), expected {expected}")
                 }
+                _ if is_secret(&key) => "invalid value (the value is not shown)".to_owned(),
                 other => other.to_string(),
             };
             ConfigError(format!("{key}: {message}"))

@@ -1,6 +1,7 @@
 //! `gateway-server --config gateway.toml`: the OpenAI-compatible governing proxy. Logs go to
 //! stderr (`RUST_LOG` filters them); SIGTERM or Ctrl-C stops accepting and lets in-flight calls
-//! finish within `server.shutdown_grace_s`.
+//! finish within `server.shutdown_grace_s`. Calls still running then end with 503 and hand back
+//! what they hold; the exit code is 3 when any were cut, 1 on a start-up error.
 
 use clap::Parser;
 use std::path::PathBuf;
@@ -37,10 +38,9 @@ async fn shutdown_signal() {
         () = ctrl_c => {}
         () = term => {}
     }
-    tracing::info!("shutting down: no new connections; in-flight calls finish");
 }
 
-async fn run(args: Args) -> Result<(), String> {
+async fn run(args: Args) -> Result<gateway_server::Served, String> {
     let (mut server, scopes) = gateway_server::config::load(&args.config).map_err(|e| e.to_string())?;
     if let Some(listen) = args.listen {
         server.listen = listen;
@@ -69,7 +69,11 @@ fn main() -> ExitCode {
         }
     };
     match runtime.block_on(run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(gateway_server::Served { cut: 0 }) => ExitCode::SUCCESS,
+        Ok(gateway_server::Served { cut }) => {
+            tracing::warn!(cut, "shut down; calls still running at the deadline were ended with 503");
+            ExitCode::from(3)
+        }
         Err(message) => {
             tracing::error!("{message}");
             #[allow(clippy::print_stderr)]

@@ -25,6 +25,8 @@ pub struct ApiError {
     pub message: String,
     /// `Retry-After` seconds, when the gateway knows a certain retry moment.
     pub retry_after: Option<u64>,
+    /// The server closes the connection after this answer (`connection: close` says so).
+    pub close: bool,
 }
 
 impl ApiError {
@@ -37,12 +39,29 @@ impl ApiError {
             param: Some(param.to_owned()),
             message: message.into(),
             retry_after: None,
+            close: false,
         }
     }
 
     /// Any status, without a field.
     pub fn new(status: StatusCode, kind: &'static str, code: &str, message: impl Into<String>) -> Self {
-        ApiError { status, kind, code: code.to_owned(), param: None, message: message.into(), retry_after: None }
+        ApiError { status, kind, code: code.to_owned(), param: None, message: message.into(), retry_after: None, close: false }
+    }
+
+    /// The same answer, after which the server closes the connection.
+    pub fn closing(self) -> Self {
+        ApiError { close: true, ..self }
+    }
+
+    /// 503 for a call still running at the shutdown deadline.
+    pub fn shutting_down() -> Self {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "service_unavailable",
+            "shutting_down",
+            "the gateway is shutting down: the call was ended at the shutdown deadline; retry on another replica",
+        )
+        .closing()
     }
 
     /// The body, as JSON.
@@ -56,6 +75,9 @@ impl IntoResponse for ApiError {
         let mut response = (self.status, [("content-type", "application/json")], self.body().to_string()).into_response();
         if let Some(seconds) = self.retry_after {
             response.headers_mut().insert("retry-after", HeaderValue::from(seconds));
+        }
+        if self.close {
+            response.headers_mut().insert("connection", HeaderValue::from_static("close"));
         }
         response
     }
@@ -191,7 +213,14 @@ pub fn chat_request(body: &Value, schemas: &Schemas) -> Result<(Request, bool, b
         None => false,
         Some(v) => v.as_bool().ok_or_else(|| ApiError::invalid("stream", "stream must be a boolean"))?,
     };
-    let include_usage = field(body, "stream_options").and_then(|o| o.get("include_usage")).and_then(Value::as_bool).unwrap_or(false);
+    let include_usage = match field(body, "stream_options") {
+        None => false,
+        Some(Value::Object(options)) => match options.get("include_usage").filter(|v| !v.is_null()) {
+            None => false,
+            Some(v) => v.as_bool().ok_or_else(|| ApiError::invalid("stream_options.include_usage", "include_usage must be a boolean"))?,
+        },
+        Some(_) => return Err(ApiError::invalid("stream_options", "stream_options must be an object")),
+    };
     let structured = match field(body, "response_format") {
         None => None,
         Some(format) => match format.get("type").and_then(Value::as_str) {

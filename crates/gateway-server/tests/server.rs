@@ -156,7 +156,7 @@ async fn keys_are_checked_and_a_bound_key_fixes_the_tenant() {
 async fn metrics_health_and_readiness() {
     let r = start().await;
     post(&r, "/v1/chat/completions", KEY, chat("hi")).await;
-    let text = http().get(format!("{}/metrics", r.url)).send().await.unwrap().text().await.unwrap();
+    let text = http().get(format!("{}/metrics", r.url)).bearer_auth(KEY).send().await.unwrap().text().await.unwrap();
     assert!(text.contains("llm_attempts_total{scope=\"chat\",tenant_id=\"\",source=\"mock\",outcome=\"success\"} 1"), "{text}");
     assert_eq!(http().get(format!("{}/healthz", r.url)).send().await.unwrap().status(), 200);
     assert_eq!(http().get(format!("{}/readyz", r.url)).send().await.unwrap().status(), 200);
@@ -218,7 +218,7 @@ fn the_example_server_configuration_loads() {
     assert_eq!((server.listen.as_str(), server.api_keys.len()), ("127.0.0.1:8080", 2));
     let names: Vec<&str> = scopes.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, ["backup", "chat"]);
-    assert_eq!(format!("{:?}", server.api_keys["acme"]), "ApiKey { key: \"<redacted>\", tenant: Some(\"acme\") }");
+    assert_eq!(format!("{:?}", server.api_keys["acme"]), "ApiKey { key: \"<redacted>\", tenant: Some(\"acme\"), max_tenants: None }");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -257,8 +257,14 @@ async fn shutdown_stops_accepting_and_gives_in_flight_calls_the_grace() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(http().get(format!("{}/healthz", r.url)).send().await.is_err(), "no new connections after the signal");
     let shutdown_began = Instant::now();
-    served.await.unwrap().unwrap();
+    let served = served.await.unwrap().unwrap();
     let waited = shutdown_began.elapsed();
     assert!(waited < Duration::from_secs(3), "the 0.5 s grace bounds the wait for a 10 s call: {waited:?}");
-    in_flight.abort();
+    assert_eq!(served.cut, 1, "the 10 s call was cut at the deadline");
+    let answer = in_flight.await.unwrap().unwrap();
+    assert_eq!(answer.status(), 503, "a cut call gets a status, not a closed connection");
+    assert_eq!(answer.headers()["connection"], "close");
+    let body: Value = answer.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "shutting_down");
+    assert_eq!((r.quota.in_flight(&key), r.state.client.inflight("chat")), (0, 0), "the cut call released its permit and count");
 }

@@ -1,5 +1,7 @@
 //! Test support: a mock OpenAI provider on loopback and the proxy started in process in front
-//! of it (in-process gates and quota the test can inspect).
+//! of it (in-process gates and quota the test can inspect), with the default test config or
+//! extra `[server]` keys and scopes; and a proxy state on an in-process upstream that answers
+//! everything, for tests that drive the router without sockets.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -16,8 +18,10 @@ use std::time::Duration;
 pub const KEY: &str = "gw-test-key-0123456789";
 pub const ACME_KEY: &str = "gw-acme-key-0123456789";
 
-/// A mock provider: `slow` answers after 10 s, `POISON` gets 400, the rest an echo; SSE when
-/// asked; embeddings of three numbers per input; `/dead/v1` answers 401.
+/// A mock provider: `slow` answers after 10 s, `POISON` gets 400, `PUSHBACK` a 429 asking for a
+/// day, the rest an echo; SSE when asked; embeddings of three numbers per input; `/dead/v1`
+/// answers 401; `/chatonly/v1/embeddings` answers 404 `model_not_found` (a chat model asked for
+/// embeddings).
 pub async fn provider() -> String {
     async fn chat(request: axum::extract::Request) -> axum::response::Response {
         let path = request.uri().path().to_owned();
@@ -28,6 +32,10 @@ pub async fn provider() -> String {
                 .status(401)
                 .body(Body::from(json!({"error": {"code": "invalid_api_key", "message": "bad key"}}).to_string()))
                 .unwrap();
+        }
+        if path.starts_with("/chatonly/") && path.ends_with("/embeddings") {
+            let error = json!({"error": {"code": "model_not_found", "message": "this model does not support embeddings"}});
+            return axum::response::Response::builder().status(404).body(Body::from(error.to_string())).unwrap();
         }
         if path.ends_with("/embeddings") {
             let n = body["input"].as_array().map_or(1, Vec::len);
@@ -41,6 +49,14 @@ pub async fn provider() -> String {
             return axum::response::Response::builder()
                 .status(400)
                 .body(Body::from(json!({"error": {"code": "context_length_exceeded", "message": "too long"}}).to_string()))
+                .unwrap();
+        }
+        if last == "PUSHBACK" {
+            let error = json!({"error": {"code": "rate_limit_exceeded", "message": "slow down"}});
+            return axum::response::Response::builder()
+                .status(429)
+                .header("retry-after", "86400")
+                .body(Body::from(error.to_string()))
                 .unwrap();
         }
         if last == "slow" {
@@ -65,12 +81,21 @@ pub async fn provider() -> String {
 }
 
 pub fn config_text(root: &str) -> String {
+    custom_config(root, "", "")
+}
+
+/// The test config with `server` lines added to its `[server]` table (replacing a default of
+/// the same key) and `scopes` appended.
+pub fn custom_config(root: &str, server: &str, scopes: &str) -> String {
+    let defaults: String = ["keepalive_s = 0.05", "shutdown_grace_s = 0.5", "max_body_bytes = 4096"]
+        .into_iter()
+        .filter(|line| !server.lines().any(|set| set.split('=').next().map(str::trim) == line.split('=').next().map(str::trim)))
+        .map(|line| format!("{line}\n"))
+        .collect();
     format!(
         r#"
 [server]
-keepalive_s = 0.05
-shutdown_grace_s = 0.5
-max_body_bytes = 4096
+{defaults}{server}
 
 [server.api_keys.ops]
 key = "{KEY}"
@@ -100,6 +125,7 @@ base_url = "{root}/dead/v1"
 api_key = "sk-upstream-dead"
 model = "m"
 timeout_s = 30
+{scopes}
 "#
     )
 }
@@ -116,29 +142,102 @@ pub async fn start() -> Running {
 }
 
 /// The proxy until `shutdown` resolves; the handle ends when `serve` returns.
-pub async fn start_until(shutdown: impl Future<Output = ()> + Send + 'static) -> (Running, tokio::task::JoinHandle<std::io::Result<()>>) {
-    let root = provider().await;
-    let path = std::env::temp_dir().join(format!("gateway-server-{}-{}.toml", std::process::id(), root.rsplit(':').next().unwrap()));
-    std::fs::write(&path, config_text(&root)).unwrap();
-    let (server, scopes) = load(&path).unwrap();
+pub async fn start_until(
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> (Running, tokio::task::JoinHandle<std::io::Result<gateway_server::Served>>) {
+    start_custom("", "", shutdown).await
+}
+
+/// Loads a config text (through a file, as the binary does).
+pub fn load_text(text: &str) -> (gateway_server::config::ServerConfig, Vec<gateway_core::policy::ScopePolicy>) {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("gateway-server-{}-{n}.toml", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    let loaded = load(&path).unwrap();
     let _ = std::fs::remove_file(&path);
+    loaded
+}
+
+/// The proxy on the test config with `server` lines and `scopes` added, until `shutdown`.
+pub async fn start_custom(
+    server: &str,
+    scopes: &str,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> (Running, tokio::task::JoinHandle<std::io::Result<gateway_server::Served>>) {
+    let root = provider().await;
+    start_serving(&custom_config(&root, server, scopes), shutdown).await
+}
+
+/// The proxy on a whole config text (its sources at a provider already started), serving forever.
+pub async fn start_text(text: &str) -> (Running, tokio::task::JoinHandle<std::io::Result<gateway_server::Served>>) {
+    start_serving(text, std::future::pending()).await
+}
+
+async fn start_serving(
+    text: &str,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> (Running, tokio::task::JoinHandle<std::io::Result<gateway_server::Served>>) {
+    let (server, scopes) = load_text(text);
     let clock = Arc::new(gateway_client::TokioClock::new());
     let gates = Arc::new(MemoryGates::new(clock.clone()));
     let quota = Arc::new(MemoryQuota::new(clock.clone()));
-    let metrics = Arc::new(Metrics::new(100));
-    let schemas = Arc::new(gateway_http::structured::Schemas::default());
-    let client = GatewayClient::builder()
-        .scopes(scopes.clone())
-        .gates(gates.clone())
-        .quota(quota.clone())
-        .upstream(Arc::new(gateway_http::HttpUpstream::new(&scopes).unwrap().with_schemas(schemas.clone())))
-        .telemetry(Arc::new(ServerTelemetry { metrics: metrics.clone() }))
-        .clock(clock)
-        .build()
-        .unwrap();
-    let state = Arc::new(AppState::new(Arc::new(client), gates.clone(), metrics, server, schemas));
+    let upstream = Arc::new(gateway_http::HttpUpstream::new(&scopes).unwrap());
+    let state = state_on(server, scopes, gates.clone(), quota.clone(), upstream, clock);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let served = tokio::spawn(gateway_server::serve(listener, state.clone(), shutdown));
     (Running { url, state, quota, gates }, served)
+}
+
+/// The proxy's state as `gateway_server::build` makes it, on the given adapters.
+pub fn state_on(
+    server: gateway_server::config::ServerConfig,
+    scopes: Vec<gateway_core::policy::ScopePolicy>,
+    gates: Arc<dyn gateway_core::ports::BreakerGate>,
+    quota: Arc<dyn gateway_core::ports::QuotaGate>,
+    upstream: Arc<dyn gateway_core::ports::Upstream>,
+    clock: Arc<dyn gateway_core::time::Clock>,
+) -> Arc<AppState> {
+    let metrics = Arc::new(Metrics::new(server.metrics_max_tenants));
+    let schemas = gateway_server::schemas_for(&server);
+    let client = GatewayClient::builder()
+        .scopes(scopes)
+        .pinned_tenants(server.bound_tenants())
+        .gates(gates.clone())
+        .quota(quota)
+        .upstream(upstream)
+        .telemetry(Arc::new(ServerTelemetry { metrics: metrics.clone() }))
+        .clock(clock)
+        .build()
+        .unwrap();
+    Arc::new(AppState::new(Arc::new(client), gates, metrics, server, schemas))
+}
+
+/// An upstream that answers every attempt at once: an echo of the last message for chat, three
+/// numbers per input for embeddings.
+pub struct Answers;
+
+#[async_trait::async_trait]
+impl gateway_core::ports::Upstream for Answers {
+    async fn send(&self, _source: &str, request: &gateway_core::request::Request) -> gateway_core::request::Attempt {
+        use gateway_core::request::{Attempt, Payload, Response};
+        let response = match &request.payload {
+            Payload::Chat { messages, .. } => {
+                Response::Chat { content: format!("echo: {}", messages.last().map_or("", |m| m.content.as_str())), usage: None }
+            }
+            Payload::Embedding { input } => Response::Embedding { vectors: vec![vec![0.5, -1.0, 2.0]; input.len()], usage: None },
+        };
+        Attempt::success(response, "http_200")
+    }
+}
+
+/// The proxy's router state for the test config (plus `server` lines and `scopes`) on
+/// [`Answers`] and in-process gates: for driving the router without sockets.
+pub fn answering_state(server: &str, scopes: &str) -> Arc<AppState> {
+    let (server, scopes) = load_text(&custom_config("http://127.0.0.1:9", server, scopes));
+    let clock = Arc::new(gateway_client::TokioClock::new());
+    let gates = Arc::new(MemoryGates::new(clock.clone()));
+    let quota = Arc::new(MemoryQuota::new(clock.clone()));
+    state_on(server, scopes, gates, quota, Arc::new(Answers), clock)
 }

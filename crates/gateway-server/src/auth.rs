@@ -1,0 +1,158 @@
+//! Who is calling: gateway API keys (compared by digest, in constant time), the tenant a key
+//! binds or lets a caller name (with the per-key cap on how many), and who may read `/metrics`.
+
+use crate::config::ServerConfig;
+use crate::openai::ApiError;
+use axum::http::{HeaderMap, StatusCode};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+use subtle::ConstantTimeEq;
+use tokio::time::Instant;
+
+/// One configured key, hashed once.
+struct Key {
+    digest: [u8; 32],
+    /// The tenant it binds.
+    tenant: Option<String>,
+    /// For an unbound key with `max_tenants`: the tenants it named, with when it last did.
+    named: Option<(usize, Mutex<HashMap<String, Instant>>)>,
+}
+
+/// The gateway keys and the metrics key, as checked per request.
+pub(crate) struct Keys {
+    keys: Vec<Key>,
+    metrics: Option<[u8; 32]>,
+    /// How long a tenant a key named keeps counting against its cap without being named again.
+    tenant_idle: Duration,
+}
+
+/// Who is calling, after authentication.
+pub(crate) struct Caller {
+    /// The tenant its calls are made for.
+    pub(crate) tenant: Option<String>,
+    /// Whether its key is bound to that tenant (it then sees only its own tenant's state).
+    pub(crate) bound: bool,
+}
+
+fn digest(text: &str) -> [u8; 32] {
+    Sha256::digest(text.as_bytes()).into()
+}
+
+fn unauthorized(why: &str) -> ApiError {
+    ApiError::new(StatusCode::UNAUTHORIZED, "authentication_error", "invalid_api_key", why)
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "))
+}
+
+impl Keys {
+    /// The keys of `config`; `tenant_idle` is the longest `tenant_idle_s` of the scopes.
+    pub(crate) fn new(config: &ServerConfig, tenant_idle: Duration) -> Self {
+        let keys = config
+            .api_keys
+            .values()
+            .map(|k| Key {
+                digest: digest(&k.key),
+                tenant: k.tenant.clone(),
+                named: k.max_tenants.filter(|_| k.tenant.is_none()).map(|max| (max, Mutex::default())),
+            })
+            .collect();
+        Keys { keys, metrics: config.metrics_key.as_deref().map(digest), tenant_idle }
+    }
+
+    /// The configured key `given` is, compared with every key in constant time and without
+    /// stopping at a match: neither a key's bytes nor its length show in the timing.
+    fn find(&self, given: &str) -> Option<&Key> {
+        let given = digest(given);
+        let mut found = None;
+        for key in &self.keys {
+            if bool::from(key.digest.ct_eq(&given)) {
+                found = Some(key);
+            }
+        }
+        found
+    }
+
+    /// The caller of a request: `Err` answers it.
+    pub(crate) fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
+        let header_tenant = match headers.get("x-tenant-id").map(|v| v.to_str()) {
+            None => None,
+            Some(Ok(t)) => Some(t.to_owned()),
+            Some(Err(_)) => return Err(ApiError::invalid("x-tenant-id", "the tenant header is not visible ASCII")),
+        };
+        if self.keys.is_empty() {
+            return Ok(Caller { tenant: header_tenant, bound: false });
+        }
+        let given = bearer(headers).ok_or_else(|| unauthorized("missing gateway API key (Authorization: Bearer <key>)"))?;
+        let key = self.find(given).ok_or_else(|| unauthorized("invalid gateway API key"))?;
+        match (&key.tenant, header_tenant) {
+            (Some(bound), Some(asked)) if !bound.eq_ignore_ascii_case(&asked) => Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "permission_error",
+                "tenant_mismatch",
+                format!("this key is bound to tenant {bound:?}; x-tenant-id may not name another"),
+            )),
+            (Some(bound), _) => Ok(Caller { tenant: Some(bound.clone()), bound: true }),
+            (None, Some(asked)) => {
+                self.count_named(key, &asked)?;
+                Ok(Caller { tenant: Some(asked), bound: false })
+            }
+            (None, None) => Ok(Caller { tenant: None, bound: false }),
+        }
+    }
+
+    /// Holds an unbound key to its `max_tenants`: a tenant it has named within the idle time
+    /// counts, a new one past the cap is refused.
+    fn count_named(&self, key: &Key, tenant: &str) -> Result<(), ApiError> {
+        let Some((max, named)) = &key.named else { return Ok(()) };
+        let now = Instant::now();
+        let mut named = named.lock().unwrap_or_else(PoisonError::into_inner);
+        let tenant = tenant.to_ascii_lowercase();
+        if let Some(seen) = named.get_mut(&tenant) {
+            *seen = now;
+            return Ok(());
+        }
+        if named.len() >= *max {
+            named.retain(|_, seen| now.duration_since(*seen) < self.tenant_idle);
+        }
+        if named.len() >= *max {
+            return Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                "tenant_limit",
+                format!(
+                    "this key already names {max} tenants (its max_tenants); a tenant stops counting after it goes unnamed for tenant_idle_s"
+                ),
+            ));
+        }
+        named.insert(tenant, now);
+        Ok(())
+    }
+
+    /// Whether a request may read `/metrics`: with a metrics key, only it; otherwise, when
+    /// gateway keys are configured, one bound to no tenant (the series name every tenant).
+    pub(crate) fn authorize_metrics(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+        if let Some(expected) = &self.metrics {
+            let given =
+                bearer(headers).map(digest).ok_or_else(|| unauthorized("/metrics needs the metrics key (Authorization: Bearer <key>)"))?;
+            return if bool::from(expected.ct_eq(&given)) { Ok(()) } else { Err(unauthorized("invalid metrics key")) };
+        }
+        if self.keys.is_empty() {
+            return Ok(());
+        }
+        let given = bearer(headers).ok_or_else(|| unauthorized("/metrics needs a gateway API key (Authorization: Bearer <key>)"))?;
+        match self.find(given) {
+            None => Err(unauthorized("invalid gateway API key")),
+            Some(key) if key.tenant.is_some() => Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "permission_error",
+                "tenant_bound_key",
+                "a key bound to a tenant may not read /metrics (its series name every tenant)",
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,382 @@
+//! Serving connections: an accept loop under a connection cap kept below the process's
+//! file-descriptor limit (a connection past it is answered 503 and closed), HTTP/1.1 on hyper,
+//! and a watch per connection that closes it when it idles past `idle_timeout_s` or takes more
+//! than `header_timeout_s` from its first byte to a complete request head. The body has its own
+//! timeout in the handlers. Shutdown: stop accepting, let in-flight requests finish within the
+//! grace, then cut the calls still running (503) and wait for what they held to be released.
+
+use crate::AppState;
+use crate::config::ServerConfig;
+use axum::Router;
+use axum::body::{Body, Bytes};
+use http_body::{Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower::ServiceExt;
+
+/// How serving ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Served {
+    /// Calls still running at the shutdown deadline, ended with 503.
+    pub cut: usize,
+}
+
+/// File descriptors kept for everything but client connections (upstream pools, Redis, files):
+/// a quarter of the limit, at least this many.
+const RESERVED_FDS: u64 = 256;
+/// The default connection cap never exceeds this.
+const DEFAULT_MAX_CONNECTIONS: u64 = 16_384;
+/// How long the releases of cut calls are waited for before the process exits.
+const RELEASE_WAIT: Duration = Duration::from_secs(5);
+
+/// The process's file-descriptor limit, raised to its hard maximum first (as Go's runtime does):
+/// the soft limit is often 1 024 while the hard one is far higher.
+pub fn fd_limit() -> u64 {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let hard = limit.maximum.unwrap_or(1 << 20).min(1 << 20);
+    if limit.current.is_some_and(|soft| soft < hard) {
+        let _ = setrlimit(Resource::Nofile, rustix::process::Rlimit { current: Some(hard), maximum: limit.maximum });
+    }
+    getrlimit(Resource::Nofile).current.unwrap_or(hard)
+}
+
+/// The connection cap for a file-descriptor limit of `fds`: the configured one, which must leave
+/// the reserve free, or three quarters of the limit (at most 16 384).
+pub fn connection_cap(configured: Option<usize>, fds: u64) -> Result<usize, String> {
+    let reserve = (fds / 4).max(RESERVED_FDS);
+    let most = fds.saturating_sub(reserve);
+    let cap = match configured {
+        Some(max) if max as u64 > most => {
+            return Err(format!(
+                "server.max_connections: value {max} is out of range (expected at most {most}: the file-descriptor limit {fds} less {reserve} kept for upstream connections, Redis and files)"
+            ));
+        }
+        Some(max) => max as u64,
+        None => most.min(DEFAULT_MAX_CONNECTIONS),
+    };
+    if cap == 0 {
+        return Err(format!("server.max_connections: the file-descriptor limit {fds} leaves no room for client connections"));
+    }
+    Ok(usize::try_from(cap).unwrap_or(usize::MAX))
+}
+
+/// Serves `state` on `listener` (and `/metrics` on `metrics_listen`, if set) until `shutdown`
+/// resolves, then shuts down as the module doc says.
+pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: impl Future<Output = ()> + Send + 'static) -> io::Result<Served> {
+    let config = &state.config;
+    let cap = connection_cap(config.max_connections, fd_limit()).map_err(io::Error::other)?;
+    let metrics_listener = match &config.metrics_listen {
+        Some(address) => Some(
+            TcpListener::bind(address)
+                .await
+                .map_err(|e| io::Error::new(e.kind(), format!("server.metrics_listen: cannot listen on {address}: {e}")))?,
+        ),
+        None => None,
+    };
+    let stop = CancellationToken::new();
+    let connections = TaskTracker::new();
+    let limits = Limits::of(config);
+    let main = accept(listener, crate::router(state.clone()), Arc::new(Semaphore::new(cap)), limits, stop.clone(), connections.clone());
+    let metrics = metrics_listener
+        .map(|l| accept(l, crate::metrics_router(state.clone()), Arc::new(Semaphore::new(64)), limits, stop.clone(), connections.clone()));
+    let accepting = tokio::spawn(async move {
+        match metrics {
+            Some(metrics) => drop(tokio::join!(main, metrics)),
+            None => main.await,
+        }
+    });
+    shutdown.await;
+    tracing::info!("shutting down: no new connections; in-flight calls get the grace");
+    stop.cancel();
+    let _ = accepting.await;
+    connections.close();
+    let grace = Duration::from_secs_f64(config.shutdown_grace_s);
+    if tokio::time::timeout(grace, connections.wait()).await.is_err() {
+        tracing::warn!(grace_s = config.shutdown_grace_s, "shutdown deadline: ending the calls still running with 503");
+        state.cut.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(2), connections.wait()).await;
+    }
+    // Leases and permits of cut (or abandoned) calls are handed back before the process exits.
+    if tokio::time::timeout(RELEASE_WAIT, state.client.released()).await.is_err() {
+        tracing::warn!("some releases did not finish within {RELEASE_WAIT:?}; their leases expire by themselves");
+    }
+    Ok(Served { cut: state.cut_calls.load(Ordering::Relaxed) })
+}
+
+/// A connection's time limits.
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    idle: Duration,
+    header: Duration,
+}
+
+impl Limits {
+    fn of(config: &ServerConfig) -> Self {
+        Limits { idle: Duration::from_secs_f64(config.idle_timeout_s), header: Duration::from_secs_f64(config.header_timeout_s) }
+    }
+}
+
+/// Accepts connections until `stop`, each on a task of `connections`, at most `slots` at once.
+async fn accept(
+    listener: TcpListener,
+    router: Router,
+    slots: Arc<Semaphore>,
+    limits: Limits,
+    stop: CancellationToken,
+    connections: TaskTracker,
+) {
+    loop {
+        let accepted = tokio::select! {
+            () = stop.cancelled() => return,
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
+            Ok((stream, _)) => match slots.clone().try_acquire_owned() {
+                Ok(slot) => {
+                    let (router, stop) = (router.clone(), stop.clone());
+                    connections.spawn(async move {
+                        connection(stream, router, limits, stop).await;
+                        drop(slot);
+                    });
+                }
+                Err(_) => drop(connections.spawn(refuse(stream))),
+            },
+            Err(e) => {
+                // Out of file descriptors (or a connection reset before it was accepted): wait
+                // a moment rather than spin.
+                tracing::warn!("accept failed: {e}");
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(Duration::from_millis(50)) => {}
+                }
+            }
+        }
+    }
+}
+
+/// Answers a connection past the cap with 503 and closes it, within a second.
+async fn refuse(mut stream: TcpStream) {
+    let body = r#"{"error":{"message":"the gateway has max_connections connections open; retry shortly","type":"service_unavailable","param":null,"code":"too_many_connections"}}"#;
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        stream.write_all(answer.as_bytes()).await?;
+        stream.shutdown().await
+    })
+    .await;
+}
+
+/// One connection: HTTP/1.1 until the client closes it, it times out, or `stop` (then hyper
+/// finishes the request in flight and closes).
+async fn connection(stream: TcpStream, router: Router, limits: Limits, stop: CancellationToken) {
+    let watch = Arc::new(Watch::new());
+    let io = TokioIo::new(Watched { inner: stream, watch: watch.clone() });
+    let requests = watch.clone();
+    let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+        let busy = requests.begin();
+        let router = router.clone();
+        async move {
+            let response = router.oneshot(request.map(Body::new)).await?;
+            Ok::<_, std::convert::Infallible>(response.map(|body| Guarded { body, _busy: busy }))
+        }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    // The watch times headers from the first byte, so idle connections may wait longer.
+    builder.header_read_timeout(None).keep_alive(true);
+    let mut conn = std::pin::pin!(builder.serve_connection(io, service));
+    let mut draining = false;
+    loop {
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(e) = result {
+                    tracing::debug!("connection ended: {e}");
+                }
+                return;
+            }
+            () = stop.cancelled(), if !draining => {
+                draining = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            why = watch.expired(limits) => {
+                tracing::debug!("closing a connection: {why}");
+                return;
+            }
+        }
+    }
+}
+
+/// Where a connection is: between requests (since when, and since when a next one started
+/// arriving), or serving `n` of them.
+#[derive(Clone, Copy, Debug)]
+enum Phase {
+    Idle { since: Instant, first_byte: Option<Instant> },
+    Busy(usize),
+}
+
+/// A connection's phase, moved by its reads and by requests starting and ending.
+struct Watch {
+    phase: watch::Sender<Phase>,
+}
+
+impl Watch {
+    fn new() -> Self {
+        Watch { phase: watch::Sender::new(Phase::Idle { since: Instant::now(), first_byte: None }) }
+    }
+
+    /// Bytes came in: a next request head has started, if the connection was idle.
+    fn bytes_arrived(&self) {
+        self.phase.send_if_modified(|phase| match phase {
+            Phase::Idle { first_byte: first @ None, .. } => {
+                *first = Some(Instant::now());
+                true
+            }
+            _ => false,
+        });
+    }
+
+    /// A request's head is complete: the connection is busy until the guard (held by the
+    /// response body) is dropped.
+    fn begin(self: &Arc<Self>) -> Busy {
+        self.phase.send_modify(|phase| {
+            *phase = match *phase {
+                Phase::Busy(n) => Phase::Busy(n + 1),
+                Phase::Idle { .. } => Phase::Busy(1),
+            }
+        });
+        Busy(self.clone())
+    }
+
+    /// Resolves when the connection has idled past `limits.idle`, or taken longer than
+    /// `limits.header` from a request's first byte to its complete head.
+    async fn expired(&self, limits: Limits) -> &'static str {
+        let mut phase = self.phase.subscribe();
+        loop {
+            let deadline = match *phase.borrow_and_update() {
+                Phase::Idle { since, first_byte: None } => Some((since + limits.idle, "idle past idle_timeout_s")),
+                Phase::Idle { first_byte: Some(first), .. } => Some((first + limits.header, "request head slower than header_timeout_s")),
+                Phase::Busy(_) => None,
+            };
+            let changed = async {
+                // The sender lives as long as `self`: `changed` cannot fail while we wait.
+                if phase.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            };
+            match deadline {
+                Some((at, why)) => tokio::select! {
+                    () = tokio::time::sleep_until(at) => return why,
+                    () = changed => {}
+                },
+                None => changed.await,
+            }
+        }
+    }
+}
+
+/// A request being served; dropping it (with its response body) may make the connection idle.
+struct Busy(Arc<Watch>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.phase.send_modify(|phase| {
+            *phase = match *phase {
+                Phase::Busy(n) if n > 1 => Phase::Busy(n - 1),
+                _ => Phase::Idle { since: Instant::now(), first_byte: None },
+            }
+        });
+    }
+}
+
+/// A response body that keeps its request counted as busy until it is sent or dropped.
+struct Guarded {
+    body: Body,
+    _busy: Busy,
+}
+
+impl http_body::Body for Guarded {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// The socket, telling the watch when bytes arrive.
+struct Watched {
+    inner: TcpStream,
+    watch: Arc<Watch>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.watch.bytes_arrived();
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::connection_cap;
+
+    #[test]
+    fn the_connection_cap_leaves_the_reserve_free() {
+        assert_eq!(connection_cap(None, 1024), Ok(768));
+        assert_eq!(connection_cap(None, 1 << 20), Ok(16_384));
+        assert_eq!(connection_cap(Some(500), 1024), Ok(500));
+        assert_eq!(
+            connection_cap(Some(1100), 1024).unwrap_err(),
+            "server.max_connections: value 1100 is out of range (expected at most 768: the file-descriptor limit 1024 less 256 kept for upstream connections, Redis and files)"
+        );
+        assert!(connection_cap(None, 200).is_err(), "no room at all");
+    }
+}

@@ -6,6 +6,7 @@
 mod budget;
 mod contract;
 mod deps;
+mod edge;
 mod soak;
 
 use std::process::ExitCode;
@@ -20,7 +21,9 @@ commands:
   soak      the soak: a scenario through the gateway in virtual time, invariants, report
             (cargo xtask soak --help for the options)
   deps      check the dependency direction: gateway-core pulls in no async runtime, Redis or
-            HTTP crate, and only gateway-redis depends on fred";
+            HTTP crate, and only gateway-redis depends on fred
+  edge      the proxy binary against schema bombs: time to each 400 and resident-memory growth
+            (fails at 50 ms or 20 MiB)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -30,6 +33,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("contract") => contract::run(&args[1..]),
         Some("deps") => deps::run(&args[1..]),
+        Some("edge") => edge::run(&args[1..]),
         Some("soak") if args.iter().any(|a| a == "--help" || a == "-h") => {
             println!("{}", soak::USAGE);
             Ok(())

@@ -1,0 +1,145 @@
+//! The `gateway-server` binary under a memory cap (`ulimit -v`, 1 GiB of address space) and a
+//! time cap (every test is bounded, the process killed when the test ends): hostile inputs that
+//! once made the proxy allocate without bound or hold connections forever must be refused while
+//! it keeps serving. A regression then fails the test against the cap instead of taking the
+//! machine down. (The time and memory figures themselves are measured by `cargo xtask edge`.)
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+// Real processes and sockets: waits are bounded by the wall clock.
+#![allow(clippy::disallowed_methods)]
+
+use serde_json::{Value, json};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Address space the proxy may map (it maps about 170 MiB idle).
+const MEMORY_CAP_KIB: u64 = 1 << 20;
+/// No test here may take longer.
+const TIME_CAP: Duration = Duration::from_secs(60);
+
+/// The proxy binary, running under the caps; killed when dropped.
+struct Capped {
+    child: Child,
+    base: String,
+    config: std::path::PathBuf,
+}
+
+impl Capped {
+    async fn start(server: &str) -> Capped {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let config = std::env::temp_dir().join(format!("gateway-capped-{}-{port}.toml", std::process::id()));
+        let text = format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\nshutdown_grace_s = 1\n{server}\n\
+             [chat.breaker]\nfail_threshold = 1000\ncooldown_s = 1\n\
+             [chat.sources.nowhere]\nbase_url = \"http://127.0.0.1:1/v1\"\nmodel = \"m\"\ntimeout_s = 2\n"
+        );
+        std::fs::write(&config, text).unwrap();
+        let child = Command::new("sh")
+            .args(["-c", &format!("ulimit -v {MEMORY_CAP_KIB} && exec \"$0\" --config \"$1\""), env!("CARGO_BIN_EXE_gateway-server")])
+            .arg(&config)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let capped = Capped { child, base: format!("http://127.0.0.1:{port}"), config };
+        let began = Instant::now();
+        while reqwest::get(format!("{}/healthz", capped.base)).await.is_err() {
+            assert!(began.elapsed() < Duration::from_secs(20), "the proxy did not start");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        capped
+    }
+
+    fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+}
+
+impl Drop for Capped {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.config);
+    }
+}
+
+fn with_schema(schema: Value) -> Value {
+    json!({"model": "chat", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}})
+}
+
+/// `$defs` d0..dn, each referring to the next twice: 2^n subschemas once written out.
+fn doubling_chain(n: usize, form: fn(Value) -> Value) -> Value {
+    let mut defs = serde_json::Map::new();
+    for i in 0..n {
+        defs.insert(format!("d{i}"), form(json!({"$ref": format!("#/$defs/d{}", i + 1)})));
+    }
+    defs.insert(format!("d{n}"), json!({"type": "string"}));
+    json!({"$defs": defs, "$ref": "#/$defs/d0"})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_bombs_are_refused_and_sigterm_stops_the_proxy_under_the_memory_cap() {
+    tokio::time::timeout(TIME_CAP, async {
+        let mut proxy = Capped::start("").await;
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
+        let bombs = [
+            json!({"allOf": [{"$ref": "#"}]}),
+            json!({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"allOf": [{"$ref": "#/$defs/a"}]}}, "$ref": "#/$defs/a"}),
+            doubling_chain(20, |r| json!({"allOf": [r, r]})),
+            doubling_chain(40, |r| json!({"type": "object", "properties": {"a": {"anyOf": [r, r]}}})),
+        ];
+        for _ in 0..20 {
+            for bomb in &bombs {
+                let answer =
+                    http.post(format!("{}/v1/chat/completions", proxy.base)).json(&with_schema(bomb.clone())).send().await.unwrap();
+                assert_eq!(answer.status(), 400);
+                let body: Value = answer.json().await.unwrap();
+                assert_eq!(body["error"]["param"], "response_format.json_schema.schema", "{body}");
+            }
+        }
+        let mut nested = json!({"type": "string"});
+        for _ in 0..60 {
+            nested = json!({"type": "object", "properties": {"a": nested}});
+        }
+        let answer = http.post(format!("{}/v1/chat/completions", proxy.base)).json(&with_schema(nested)).send().await.unwrap();
+        assert_ne!(answer.status(), 400, "a deep plain schema is accepted (the unreachable source then fails the call)");
+        assert!(proxy.alive(), "the proxy survived every bomb within the memory cap");
+        let term = Command::new("kill").args(["-TERM", &proxy.child.id().to_string()]).status().unwrap();
+        assert!(term.success());
+        let began = Instant::now();
+        while proxy.alive() {
+            assert!(began.elapsed() < Duration::from_secs(10), "SIGTERM stops the proxy");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(proxy.child.wait().unwrap().code(), Some(0), "nothing was in flight, nothing cut");
+    })
+    .await
+    .expect("within the time cap");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slowloris_flood_is_shed_while_the_proxy_keeps_serving() {
+    tokio::time::timeout(TIME_CAP, async {
+        let mut proxy = Capped::start("header_timeout_s = 1\nmax_connections = 400").await;
+        let address = proxy.base.trim_start_matches("http://").to_owned();
+        let mut loris = Vec::new();
+        for _ in 0..300 {
+            let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+            stream.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n").await.unwrap();
+            loris.push(stream);
+        }
+        let served = reqwest::get(format!("{}/healthz", proxy.base)).await.unwrap();
+        assert_eq!(served.status(), 200, "a normal client is served during the flood");
+        let began = Instant::now();
+        for stream in &mut loris {
+            let mut rest = Vec::new();
+            tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut rest)).await.expect("closed at the header timeout").ok();
+        }
+        assert!(began.elapsed() < Duration::from_secs(5), "all 300 were closed about a second after their first byte");
+        assert!(proxy.alive());
+    })
+    .await
+    .expect("within the time cap");
+}

@@ -16,13 +16,15 @@ use std::time::Instant;
 pub const USAGE: &str = "usage: cargo xtask soak [--scenario p6|single-relay|tenants|FILE] [--seed N|A..B] [--policy default|baseline|both]
                         [--calls N] [--concurrency N] [--circuit-open wait|fail_fast]
                         [--backend memory|redis] [--transport sim|http] [--workers N] [--time-scale S]
-                        [--upstreams FILE] [--isolation shared|per_tenant|both] [--min-success PERCENT] [--report DIR]
+                        [--upstreams FILE] [--isolation shared|per_tenant|both] [--stream] [--min-success PERCENT] [--report DIR]
   --backend redis uses REDIS_URL (default redis://127.0.0.1:6379). Redis, --transport http and
   --workers run in real time: give --time-scale (every duration of the scenario multiplied by
   it, e.g. 0.05). --workers N runs N processes sharing Redis and one provider server (it needs
   --backend redis --transport http). --upstreams FILE runs the scenario's workload against the
   real endpoints of a gateway config file (its scope `soak`, or its only scope) in real time.
-  --isolation overrides the scope's tenant isolation; a scenario with tenants runs both by default.";
+  --isolation overrides the scope's tenant isolation; a scenario with tenants runs both by default.
+  --stream makes every call a stream (GatewayClient::stream, read to its end) instead of a whole
+  answer; a source with a watchdog is streamed upstream either way.";
 
 struct Options {
     scenario: String,
@@ -39,6 +41,7 @@ struct Options {
     time_scale: Option<f64>,
     upstreams: Option<PathBuf>,
     isolation: Option<Vec<Option<Isolation>>>,
+    stream: bool,
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
@@ -57,6 +60,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         time_scale: None,
         upstreams: None,
         isolation: None,
+        stream: false,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -139,6 +143,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
                     u32::try_from(n).ok().filter(|n| (1..=64).contains(n)).ok_or_else(|| format!("--workers: {n} is not within 1..=64"))?;
             }
             "--upstreams" => o.upstreams = Some(PathBuf::from(value()?)),
+            "--stream" => o.stream = true,
             "--isolation" => {
                 o.isolation = Some(match value()?.as_str() {
                     "shared" => vec![Some(Isolation::Shared)],
@@ -254,6 +259,7 @@ fn run_one(
         workers: o.workers,
         circuit_open: o.circuit_open,
         isolation,
+        stream: o.stream,
     };
     let progress = Arc::new(move |done| tick.set_position(u64::from(done)));
     let (result, ceiling) = match real {

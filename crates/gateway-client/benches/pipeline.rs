@@ -19,7 +19,7 @@ struct Instant;
 #[async_trait]
 impl Upstream for Instant {
     async fn send(&self, _source: &str, _request: &Request) -> Attempt {
-        Attempt::success(Response::Chat { content: "ok".into(), usage: Some(Usage { prompt_tokens: 3, completion_tokens: 2 }) }, "ok")
+        Attempt::success(Response::chat_text("ok", Some(Usage { prompt_tokens: 3, completion_tokens: 2 })), "ok")
     }
 }
 

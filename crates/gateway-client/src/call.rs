@@ -1,15 +1,19 @@
-//! The call loop (SPEC §7, §8): pick, attempt, apply the outcome table, and back off, re-ask,
-//! wait or end, until a response or a typed terminal error. One loop serves every call kind.
+//! The call loop (SPEC §7, §8, §13): pick, attempt, apply the outcome table, and back off,
+//! re-ask, wait or end, until a response, a stream past its commit point, or a typed terminal
+//! error. One loop serves every call kind, whole or streamed.
 
 use crate::admission::{Pick, SourceAdmission};
 use crate::error::{AttemptRecord, CallError, CallReport, Exhausted};
 use crate::scope::Scope;
+use crate::slot::Slot;
 use gateway_core::admission::SkipReason;
-use gateway_core::outcome::{BudgetEffect, NextStep, OutcomeClass};
-use gateway_core::ports::{GateError, Telemetry, Upstream};
-use gateway_core::request::{Request, Response};
+use gateway_core::breaker::CircuitState;
+use gateway_core::outcome::{BudgetEffect, Effects, NextStep, OutcomeClass};
+use gateway_core::ports::{ChunkSource, GateError, Streamed, Telemetry, Upstream};
+use gateway_core::request::{Attempt, Outcome, Request, Response};
 use gateway_core::select::AttemptFails;
 use gateway_core::stall::CallStall;
+use gateway_core::stream::{Chunk, commits};
 use gateway_core::telemetry::{AttemptEvent, CallEvent, CallResult, SourceReason};
 use gateway_core::time::{Clock, Timestamp};
 use std::collections::BTreeMap;
@@ -67,6 +71,11 @@ impl CallState {
         self.pushed_back.iter().flatten().filter(|until| now < **until).map(|until| until.saturating_since(now)).min().unwrap_or_default()
     }
 
+    /// Attempts settled so far.
+    pub(crate) fn attempts_made(&self) -> usize {
+        self.attempts.len()
+    }
+
     pub(crate) fn skipped(&mut self, source: &str, reason: SkipReason) {
         self.reasons.insert(source.to_owned(), SourceReason::Skipped(reason));
     }
@@ -98,31 +107,142 @@ impl CallState {
 }
 
 /// Ends a call exactly once in telemetry: with its result, or as `Cancelled` when the
-/// application drops the call future first.
-pub(crate) struct CallGuard<'a> {
+/// application drops the call (or its stream) first.
+pub(crate) struct CallGuard {
     pub(crate) state: CallState,
-    scope: &'a str,
-    telemetry: &'a dyn Telemetry,
+    scope: Arc<str>,
+    telemetry: Arc<dyn Telemetry>,
     ended: bool,
 }
 
-impl<'a> CallGuard<'a> {
-    pub(crate) fn new(state: CallState, scope: &'a str, telemetry: &'a dyn Telemetry) -> Self {
+impl CallGuard {
+    pub(crate) fn new(state: CallState, scope: Arc<str>, telemetry: Arc<dyn Telemetry>) -> Self {
         CallGuard { state, scope, telemetry, ended: false }
     }
 
     pub(crate) fn end(&mut self, result: Option<CallResult>) {
         if let Some(result) = result {
-            self.telemetry.call(&self.state.event(self.scope, result));
+            self.telemetry.call(&self.state.event(&self.scope, result));
         }
         self.ended = true;
     }
 }
 
-impl Drop for CallGuard<'_> {
+impl Drop for CallGuard {
     fn drop(&mut self) {
         if !self.ended {
-            self.telemetry.call(&self.state.event(self.scope, CallResult::Cancelled));
+            self.telemetry.call(&self.state.event(&self.scope, CallResult::Cancelled));
+        }
+    }
+}
+
+/// How the caller takes the answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Delivery {
+    /// Whole, when the call ends.
+    Whole,
+    /// Chunk by chunk, from the commit point on.
+    Stream,
+}
+
+/// What a call delivered.
+pub(crate) enum Delivered {
+    /// A whole answer.
+    Whole(Response),
+    /// A stream past its commit point.
+    Stream(Committed),
+}
+
+/// An attempt past its commit point: it holds its slot until the stream ends.
+pub(crate) struct Committed {
+    pub(crate) slot: Slot,
+    pub(crate) facts: Facts,
+    /// The chunks up to and including the commit point.
+    pub(crate) preamble: Vec<Chunk>,
+    /// The rest of the stream.
+    pub(crate) rest: Box<dyn ChunkSource>,
+}
+
+/// What is known of an attempt apart from its outcome.
+pub(crate) struct Facts {
+    pub(crate) source: usize,
+    pub(crate) name: String,
+    pub(crate) started: Timestamp,
+    pub(crate) probe: bool,
+    pub(crate) admitted_in: CircuitState,
+}
+
+/// How an attempt ended: its outcome, the tokens it used (the provider's usage), and when.
+pub(crate) struct Ending<'a> {
+    pub(crate) outcome: &'a Outcome,
+    pub(crate) tokens: Option<u32>,
+    pub(crate) at: Timestamp,
+}
+
+/// Settles an attempt that ended as `ending` says: its slot (health, AIMD, the gate's record,
+/// the permit with the actual tokens), the gate event, the call's budget and in-call failures,
+/// the attempt event, and the call's reasons and attempt chain. One place for the call loop and
+/// for a committed stream's end.
+pub(crate) async fn settle(
+    admission: &SourceAdmission,
+    scope: &Arc<Scope>,
+    call: &mut CallState,
+    slot: Slot,
+    facts: &Facts,
+    ending: Ending<'_>,
+) -> &'static Effects {
+    let Ending { outcome, tokens, at: ended } = ending;
+    let class = outcome.class;
+    let latency = ended.saturating_since(facts.started);
+    call.stall.attempt_ended(ended);
+    let finished = slot.finish(class, latency, tokens, ended).await;
+    if let Some(reply) = &finished.reply {
+        admission.gate_event(scope, facts.source, reply);
+    }
+    let effects = class.effects();
+    let consumed = match effects.budget {
+        BudgetEffect::Retry => true,
+        BudgetEffect::Nothing => class == OutcomeClass::RateLimited && scope.behaviour.rate_limited_consumes_budget,
+        BudgetEffect::StructuredReask => false,
+    };
+    call.budget_spent += u32::from(consumed);
+    if effects.counts_as_call_failure {
+        call.fails.record(facts.source);
+    }
+    admission.telemetry.attempt(&AttemptEvent {
+        key: scope.gates[facts.source].0.clone(),
+        call_id: call.id,
+        started: facts.started,
+        class,
+        detail: outcome.detail.clone(),
+        latency,
+        retry_after: outcome.retry_after,
+        consumed_budget: consumed,
+        probe: facts.probe,
+        admitted_in: facts.admitted_in,
+        health: finished.health,
+        aimd_limit: finished.aimd_limit,
+    });
+    call.reasons.insert(facts.name.clone(), SourceReason::Attempted { class, detail: outcome.detail.clone() });
+    call.attempts.push(AttemptRecord { source: facts.name.clone(), class, detail: outcome.detail.clone(), latency, probe: facts.probe });
+    effects
+}
+
+/// Reads a stream up to its commit point: the chunks so far, or how the attempt ended before
+/// anything could reach the caller (a stream that ends without content is `Transient(empty)`).
+async fn to_commit_point(rest: &mut dyn ChunkSource) -> Result<Vec<Chunk>, Outcome> {
+    let mut preamble = Vec::new();
+    loop {
+        match rest.next_chunk().await {
+            Some(Ok(chunk)) => {
+                let commits = commits(&chunk);
+                preamble.push(chunk);
+                if commits {
+                    return Ok(preamble);
+                }
+            }
+            Some(Err(outcome)) => return Err(outcome),
+            None => return Err(Outcome::new(OutcomeClass::Transient, "empty")),
         }
     }
 }
@@ -130,11 +250,16 @@ impl Drop for CallGuard<'_> {
 pub(crate) struct CallLoop<'a> {
     pub(crate) admission: &'a SourceAdmission,
     pub(crate) upstream: &'a dyn Upstream,
-    pub(crate) telemetry: &'a dyn Telemetry,
 }
 
 impl CallLoop<'_> {
-    pub(crate) async fn run(&self, scope: &Arc<Scope>, request: &Request, call: &mut CallState) -> Result<Response, CallError> {
+    pub(crate) async fn run(
+        &self,
+        scope: &Arc<Scope>,
+        request: &Request,
+        call: &mut CallState,
+        delivery: Delivery,
+    ) -> Result<Delivered, CallError> {
         let clock = &self.admission.clock;
         let policy = &scope.policy;
         loop {
@@ -149,58 +274,45 @@ impl CallLoop<'_> {
                     continue;
                 }
             };
-            let (source, probe, admitted_in) = (slot.source, slot.is_probe(), slot.admitted_in());
-            let name = scope.source_name(source).to_owned();
-            let started = clock.now();
-            call.stall.attempt_started(started);
-            let attempt = self.upstream.send(&name, request).await;
-            let ended = clock.now();
-            call.stall.attempt_ended(ended);
-            let (outcome, response) = attempt.into_parts();
-            let class = outcome.class;
-            let tokens = response.as_ref().and_then(Response::usage).map(|u| u.total());
-            let latency = ended.saturating_since(started);
-            let finished = slot.finish(class, latency, tokens, ended).await;
-            if let Some(reply) = &finished.reply {
-                self.admission.gate_event(scope, source, reply);
-            }
-
-            let effects = class.effects();
-            let consumed = match effects.budget {
-                BudgetEffect::Retry => true,
-                BudgetEffect::Nothing => class == OutcomeClass::RateLimited && scope.behaviour.rate_limited_consumes_budget,
-                BudgetEffect::StructuredReask => false,
+            let source = slot.source;
+            let facts = Facts {
+                source,
+                name: scope.source_name(source).to_owned(),
+                started: clock.now(),
+                probe: slot.is_probe(),
+                admitted_in: slot.admitted_in(),
             };
-            call.budget_spent += u32::from(consumed);
-            if effects.counts_as_call_failure {
-                call.fails.record(source);
-            }
-            self.telemetry.attempt(&AttemptEvent {
-                key: scope.gates[source].0.clone(),
-                call_id: call.id,
-                started,
-                class,
-                detail: outcome.detail.clone(),
-                latency,
-                retry_after: outcome.retry_after,
-                consumed_budget: consumed,
-                probe,
-                admitted_in,
-                health: finished.health,
-                aimd_limit: finished.aimd_limit,
-            });
-            call.reasons.insert(name.clone(), SourceReason::Attempted { class, detail: outcome.detail.clone() });
-            call.attempts.push(AttemptRecord { source: name.clone(), class, detail: outcome.detail.clone(), latency, probe });
+            call.stall.attempt_started(facts.started);
+            let attempt = match delivery {
+                Delivery::Whole => self.upstream.send(&facts.name, request).await,
+                Delivery::Stream => match self.upstream.stream(&facts.name, request).await {
+                    Streamed::Ended(attempt) => attempt,
+                    Streamed::Chunks(mut rest) => match to_commit_point(&mut *rest).await {
+                        Ok(preamble) => return Ok(Delivered::Stream(Committed { slot, facts, preamble, rest })),
+                        Err(outcome) => Attempt::ended(outcome),
+                    },
+                },
+            };
+            let (outcome, response) = attempt.into_parts();
+            let tokens = response.as_ref().and_then(Response::usage).map(|u| u.total());
+            let ending = Ending { outcome: &outcome, tokens, at: clock.now() };
+            let effects = settle(self.admission, scope, call, slot, &facts, ending).await;
 
             match effects.next {
                 NextStep::Return => {
                     if let Some(response) = response {
-                        return Ok(response);
+                        let attempts = u32::try_from(call.attempts.len()).unwrap_or(u32::MAX);
+                        return Ok(Delivered::Whole(response.served_by(&facts.name, attempts)));
                     }
                     // Unreachable: `Attempt` gives every success a response. Try again.
                 }
                 NextStep::EndCall => {
-                    return Err(CallError::RequestRejected { source_name: name, detail: outcome.detail, report: call.report() });
+                    return Err(CallError::RequestRejected {
+                        source_name: facts.name,
+                        detail: outcome.detail,
+                        provider_error: outcome.provider_error,
+                        report: call.report(),
+                    });
                 }
                 NextStep::Reask => {
                     if call.reasks >= policy.structured_max_retries {

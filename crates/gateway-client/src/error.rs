@@ -103,13 +103,16 @@ pub enum CallError {
         /// What was tried.
         report: CallReport,
     },
-    /// A provider rejected the payload itself (400/413/422): no source will take it.
+    /// A provider rejected the payload itself (400/413/422, an overlong context, a 404 for the
+    /// endpoint the request chose): no source will take it.
     #[error("request rejected by {source_name}: {detail}")]
     RequestRejected {
         /// The source that answered.
         source_name: String,
         /// Its detail.
         detail: String,
+        /// The provider's own error answer, as it came.
+        provider_error: Option<Box<gateway_core::request::ProviderError>>,
         /// What was tried.
         report: CallReport,
     },
@@ -134,6 +137,20 @@ pub enum CallError {
         scope: String,
         /// The configured scopes.
         known: String,
+    },
+    /// A stream was asked of a request that is not a chat request.
+    #[error("{kind} requests cannot be streamed")]
+    NotStreamable {
+        /// The request's kind.
+        kind: gateway_core::request::Kind,
+    },
+    /// A call taken whole was answered by a stream that broke off after its commit point.
+    #[error("the answer from {source_name} broke off: {detail}")]
+    StreamBroken {
+        /// The source that was streaming.
+        source_name: String,
+        /// How it broke off.
+        detail: String,
     },
     /// The scope does not serve the request's kind (its `kinds`): refused before any attempt,
     /// so a request a provider would answer 404 never reaches one.
@@ -202,7 +219,13 @@ impl CallError {
             CallError::StructuredExhausted { .. } => CallResult::StructuredExhausted,
             CallError::BackendUnavailable { .. } => CallResult::BackendUnavailable,
             CallError::FallbackFailed { fallback, .. } => return fallback.result(),
-            CallError::UnknownScope { .. } | CallError::KindNotServed { .. } | CallError::TenantRefused { .. } => return None,
+            CallError::StreamBroken { .. } => CallResult::StreamBroken,
+            CallError::UnknownScope { .. }
+            | CallError::KindNotServed { .. }
+            | CallError::NotStreamable { .. }
+            | CallError::TenantRefused { .. } => {
+                return None;
+            }
         })
     }
 
@@ -218,7 +241,11 @@ impl CallError {
             | CallError::StructuredExhausted { report }
             | CallError::BackendUnavailable { report, .. } => Some(report),
             CallError::FallbackFailed { fallback, .. } => fallback.report(),
-            CallError::UnknownScope { .. } | CallError::KindNotServed { .. } | CallError::TenantRefused { .. } => None,
+            CallError::UnknownScope { .. }
+            | CallError::KindNotServed { .. }
+            | CallError::NotStreamable { .. }
+            | CallError::StreamBroken { .. }
+            | CallError::TenantRefused { .. } => None,
         }
     }
 }

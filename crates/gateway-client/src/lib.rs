@@ -17,16 +17,18 @@ mod preset;
 mod retry_pool;
 mod scope;
 mod slot;
+mod stream;
 mod telemetry;
 
 pub use clock::TokioClock;
 pub use error::{AttemptRecord, CallError, CallReport, Exhausted, TenantRefusal};
 pub use preset::{Behaviour, Preset};
 pub use retry_pool::{RetryPool, RetryRefused};
+pub use stream::{ChatStream, StreamError};
 pub use telemetry::{Collector, TracingTelemetry};
 
 use admission::SourceAdmission;
-use call::{CallGuard, CallLoop, CallState};
+use call::{CallGuard, CallLoop, CallState, Delivered, Delivery};
 use gateway_core::policy::ScopePolicy;
 use gateway_core::ports::{BreakerGate, QuotaGate, Telemetry, Upstream};
 use gateway_core::request::{Request, Response};
@@ -49,6 +51,20 @@ pub fn echoed(value: &str) -> String {
         shown.push('…');
     }
     shown
+}
+
+/// What a call delivered to its caller.
+enum Answer {
+    Whole(Response),
+    Stream(ChatStream),
+}
+
+/// A stream of the answer (a whole one replayed).
+fn into_stream(answer: Answer) -> ChatStream {
+    match answer {
+        Answer::Stream(stream) => stream,
+        Answer::Whole(response) => ChatStream::replay(response),
+    }
 }
 
 /// One source of one scope partition, as [`GatewayClient::status`] sees it.
@@ -79,7 +95,7 @@ pub struct SourceStatus {
 /// The gateway: scopes of sources behind shared gates, one upstream transport, telemetry.
 pub struct GatewayClient {
     scopes: BTreeMap<String, Partitions>,
-    admission: SourceAdmission,
+    admission: Arc<SourceAdmission>,
     upstream: Arc<dyn Upstream>,
     next_call: AtomicU64,
 }
@@ -214,14 +230,14 @@ impl GatewayClientBuilder {
         }
         Ok(GatewayClient {
             scopes,
-            admission: SourceAdmission {
+            admission: Arc::new(SourceAdmission {
                 gates,
                 quota,
                 telemetry: self.telemetry.unwrap_or_else(|| Arc::new(TracingTelemetry)),
                 clock,
                 rng: Arc::new(Mutex::new(ChaCha8Rng::seed_from_u64(seed))),
                 releases: TaskTracker::new(),
-            },
+            }),
             upstream,
             next_call: AtomicU64::new(1),
         })
@@ -234,11 +250,12 @@ impl GatewayClient {
         GatewayClientBuilder::default()
     }
 
-    /// Runs one call (chat or embeddings, by the request's payload) in `scope`. The library owns
-    /// every retry, back-off, source switch and wait; an error means the call-level budget is
-    /// spent. Dropping the future at any point releases everything the call held.
+    /// Runs one call (chat or embeddings, by the request's kind) in `scope` and returns the
+    /// provider's whole answer. The library owns every retry, back-off, source switch and wait;
+    /// an error means the call-level budget is spent. Dropping the future at any point releases
+    /// everything the call held.
     pub async fn call(&self, scope: &str, request: &Request) -> Result<Response, CallError> {
-        self.call_in(scope, None, request).await
+        self.whole(self.deliver(scope, None, request, Delivery::Whole).await?).await
     }
 
     /// [`call`](Self::call) on behalf of `tenant`. In a scope with `isolation = per_tenant` the
@@ -246,20 +263,44 @@ impl GatewayClient {
     /// (tenant, source), so one tenant's failures never open a source for another. In a shared
     /// scope the tenant changes nothing.
     pub async fn call_as(&self, scope: &str, tenant: &str, request: &Request) -> Result<Response, CallError> {
-        self.call_in(scope, Some(tenant), request).await
+        self.whole(self.deliver(scope, Some(tenant), request, Delivery::Whole).await?).await
+    }
+
+    /// Runs one chat call in `scope` as a stream: governed like any call up to its commit point
+    /// (the first chunk with content, a tool-call delta or a refusal), so failures before it
+    /// retry, switch source or wait unseen; from it on, the chunks as they arrive. The stream
+    /// holds the attempt's permit, AIMD count and probe lease until it ends or is dropped.
+    pub async fn stream(&self, scope: &str, request: &Request) -> Result<ChatStream, CallError> {
+        Ok(into_stream(self.deliver(scope, None, request, Delivery::Stream).await?))
+    }
+
+    /// [`stream`](Self::stream) on behalf of `tenant` (see [`call_as`](Self::call_as)).
+    pub async fn stream_as(&self, scope: &str, tenant: &str, request: &Request) -> Result<ChatStream, CallError> {
+        Ok(into_stream(self.deliver(scope, Some(tenant), request, Delivery::Stream).await?))
+    }
+
+    /// A whole answer (a stream delivered for it is read to its end and assembled).
+    async fn whole(&self, answer: Answer) -> Result<Response, CallError> {
+        match answer {
+            Answer::Whole(response) => Ok(response),
+            Answer::Stream(stream) => {
+                let source = stream.source().to_owned();
+                stream.completion().await.map_err(|e| CallError::StreamBroken { source_name: source, detail: e.detail })
+            }
+        }
     }
 
     /// The call in `scope`, then, if it ended `CircuitOpen`, `AllSourcesExhausted` or
     /// `RateLimited` and the scope names a fallback, once in the fallback scope (which does not
     /// fall back again).
-    async fn call_in(&self, scope: &str, tenant: Option<&str>, request: &Request) -> Result<Response, CallError> {
-        let primary = match self.run_in(scope, tenant, request).await {
+    async fn deliver(&self, scope: &str, tenant: Option<&str>, request: &Request, delivery: Delivery) -> Result<Answer, CallError> {
+        let primary = match self.run_in(scope, tenant, request, delivery).await {
             Err(e @ (CallError::CircuitOpen { .. } | CallError::AllSourcesExhausted { .. } | CallError::RateLimited { .. })) => e,
             done => return done,
         };
         let Some(fallback) = self.scopes.get(scope).and_then(|p| p.policy().fallback.clone()) else { return Err(primary) };
-        match self.run_in(&fallback, tenant, request).await {
-            Ok(response) => Ok(response),
+        match self.run_in(&fallback, tenant, request, delivery).await {
+            Ok(answer) => Ok(answer),
             Err(second) => Err(CallError::FallbackFailed {
                 scope: scope.to_owned(),
                 primary: Box::new(primary),
@@ -269,17 +310,20 @@ impl GatewayClient {
         }
     }
 
-    async fn run_in(&self, scope: &str, tenant: Option<&str>, request: &Request) -> Result<Response, CallError> {
+    async fn run_in(&self, scope: &str, tenant: Option<&str>, request: &Request, delivery: Delivery) -> Result<Answer, CallError> {
         let Some(partitions) = self.scopes.get(scope) else {
             return Err(CallError::UnknownScope {
                 scope: scope.to_owned(),
                 known: self.scopes.keys().cloned().collect::<Vec<_>>().join(", "),
             });
         };
-        let kind = request.payload.kind();
+        let kind = request.kind();
         if !partitions.policy().kinds.contains(&kind) {
             let served = partitions.policy().kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ");
             return Err(CallError::KindNotServed { scope: scope.to_owned(), kind, served });
+        }
+        if delivery == Delivery::Stream && kind != gateway_core::request::Kind::Chat {
+            return Err(CallError::NotStreamable { kind });
         }
         // The name as given reaches error messages (and the proxy's error bodies): cut it short.
         let refused = |reason| CallError::TenantRefused { scope: scope.to_owned(), tenant: echoed(tenant.unwrap_or_default()), reason };
@@ -288,14 +332,22 @@ impl GatewayClient {
         let tenant = tenant.map(tenant_name).transpose().map_err(refused)?;
         let scope = partitions.partition(tenant.as_deref(), self.admission.clock.now()).map_err(refused)?;
         let id = self.next_call.fetch_add(1, Ordering::Relaxed);
-        let telemetry = &*self.admission.telemetry;
         let mut state = CallState::new(id, self.admission.clock.clone(), scope.policy.sources.len());
         state.tenant = tenant;
-        let mut guard = CallGuard::new(state, &scope.policy.name, telemetry);
-        let run = CallLoop { admission: &self.admission, upstream: &*self.upstream, telemetry };
-        let result = run.run(&scope, request, &mut guard.state).await;
-        guard.end(result.as_ref().err().map_or(Some(gateway_core::telemetry::CallResult::Ok), CallError::result));
-        result
+        let mut guard = CallGuard::new(state, partitions.name().clone(), self.admission.telemetry.clone());
+        let run = CallLoop { admission: &self.admission, upstream: &*self.upstream };
+        match run.run(&scope, request, &mut guard.state, delivery).await {
+            Ok(Delivered::Whole(response)) => {
+                guard.end(Some(gateway_core::telemetry::CallResult::Ok));
+                Ok(Answer::Whole(response))
+            }
+            // The call goes on in the stream, which ends it.
+            Ok(Delivered::Stream(committed)) => Ok(Answer::Stream(ChatStream::new(self.admission.clone(), scope, committed, guard))),
+            Err(error) => {
+                guard.end(error.result());
+                Err(error)
+            }
+        }
     }
 
     /// Attempts counted in flight by the AIMD pacers of `scope`, over every partition (0 when

@@ -99,6 +99,8 @@ type Shard = HashMap<Arc<str>, TenantEntry>;
 
 /// A scope's partitions.
 pub(crate) struct Partitions {
+    /// The scope's name, as telemetry carries it.
+    name: Arc<str>,
     shared: Arc<Scope>,
     /// The scope's policy with each tier's breaker, by tier.
     tiers: HashMap<String, Arc<ScopePolicy>>,
@@ -141,6 +143,7 @@ impl Partitions {
         let pinned = policy.tenant_tiers.keys().chain(pinned).cloned().collect();
         let behaviour = preset.apply(&mut policy);
         Partitions {
+            name: Arc::from(policy.name.as_str()),
             tiers,
             shared: Arc::new(Scope::new(Arc::new(policy), behaviour, None)),
             per_tenant,
@@ -150,6 +153,10 @@ impl Partitions {
             pinned_live: AtomicUsize::new(0),
             hasher: std::collections::hash_map::RandomState::new(),
         }
+    }
+
+    pub(crate) fn name(&self) -> &Arc<str> {
+        &self.name
     }
 
     pub(crate) fn policy(&self) -> &ScopePolicy {

@@ -11,7 +11,7 @@ use gateway_client::{CallError, Exhausted, GatewayClient, Preset};
 use gateway_core::breaker::{Entry, GateParams, Reply};
 use gateway_core::outcome::OutcomeClass::*;
 use gateway_core::ports::{BreakerGate, GateError, GateKey, QuotaDecision, QuotaGate};
-use gateway_core::request::{Payload, Request, Response};
+use gateway_core::request::{Kind, Request};
 use gateway_core::telemetry::CallResult;
 use serde_json::json;
 use std::sync::Arc;
@@ -35,7 +35,7 @@ async fn a_429_storm_never_spends_the_budget_and_honours_retry_after() {
     let h = Harness::new(sources(1, json!({})), Preset::Default);
     h.upstream.script("s1", vec![Step::RateLimited(Some(Duration::from_secs(2))); 10]);
     let response = h.call().await.unwrap();
-    assert!(matches!(response, Response::Chat { .. }));
+    assert_eq!(response.kind(), Kind::Chat);
     assert_eq!(h.upstream.sent().len(), 11);
     assert!(h.now_s() >= 20.0, "each 429 waited at least its Retry-After: {}", h.now_s());
     let call = &h.telemetry.calls()[0];
@@ -176,23 +176,23 @@ async fn embeddings_run_through_the_same_loop() {
     let h = Harness::new(sources(2, json!({})), Preset::Default);
     h.upstream.script("s1", vec![Step::Fail(Transient)]);
     h.upstream.script("s2", vec![Step::Fail(Transient)]);
-    let request = Request { payload: Payload::Embedding { input: vec!["a".into(), "b".into()] }, structured: None, estimated_tokens: 4 };
+    let request = Request::embeddings(vec!["a".into(), "b".into()]);
     let response = h.client.call("chat", &request).await.unwrap();
-    assert!(matches!(response, Response::Embedding { ref vectors, .. } if vectors.len() == 2));
+    assert_eq!((response.kind(), response.embeddings().len()), (Kind::Embeddings, 2));
     assert_eq!(h.upstream.sent().len(), 3, "two scripted failures, then an answer");
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_request_of_a_kind_the_scope_does_not_serve_is_refused_before_any_attempt() {
     let h = Harness::new(sources(1, json!({"kinds": "chat"})), Preset::Default);
-    let request = Request { payload: Payload::Embedding { input: vec!["a".into()] }, structured: None, estimated_tokens: 1 };
+    let request = Request::embeddings(vec!["a".into()]);
     let error = h.client.call("chat", &request).await.unwrap_err();
     assert_eq!(error.to_string(), "scope \"chat\" does not serve embeddings requests (kinds: chat)");
     assert!(h.upstream.sent().is_empty(), "no attempt");
     assert!(h.telemetry.calls().is_empty(), "a refused request is not a call");
     assert!(h.call().await.is_ok(), "the chat call afterwards is served");
     // Both kinds by default, and an empty list is a config error naming the key.
-    assert_eq!(sources(1, json!({})).kinds, gateway_core::request::Kind::ALL);
+    assert_eq!(sources(1, json!({})).kinds, Kind::ALL);
     let empty = serde_json::from_value::<gateway_core::policy::ScopeConfig>(
         json!({"kinds": [], "breaker": {"fail_threshold": 1, "cooldown_s": 1}, "sources": {"s1": {}}}),
     )

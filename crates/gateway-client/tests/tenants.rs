@@ -12,7 +12,7 @@ use gateway_client::{CallError, Collector, GatewayClient, TenantRefusal, TokioCl
 use gateway_core::breaker::CircuitState;
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::ports::{GateKey, Upstream};
-use gateway_core::request::{Attempt, Message, Payload, Request, Response};
+use gateway_core::request::{Attempt, Message, Request, Response};
 use gateway_memory::{MemoryGates, MemoryQuota};
 use serde_json::json;
 use std::sync::Arc;
@@ -25,12 +25,11 @@ struct ByTenant;
 #[async_trait]
 impl Upstream for ByTenant {
     async fn send(&self, _source: &str, request: &Request) -> Attempt {
-        let Payload::Chat { messages, .. } = &request.payload else { unreachable!() };
         tokio::time::sleep(Duration::from_millis(100)).await;
-        if messages[0].content == "bronze" {
+        if request.texts().next() == Some("bronze") {
             Attempt::failure(OutcomeClass::Transient, "timeout", None)
         } else {
-            Attempt::success(Response::Chat { content: "ok".into(), usage: None }, "http_200")
+            Attempt::success(Response::chat_text("ok", None), "http_200")
         }
     }
 }
@@ -179,7 +178,7 @@ async fn concurrent_first_calls_cannot_pass_the_tenant_cap() {
     impl Upstream for Slow {
         async fn send(&self, _source: &str, _request: &Request) -> Attempt {
             tokio::time::sleep(Duration::from_millis(300)).await;
-            Attempt::success(Response::Chat { content: "ok".into(), usage: None }, "http_200")
+            Attempt::success(Response::chat_text("ok", None), "http_200")
         }
     }
     let client = Arc::new(

@@ -34,6 +34,7 @@ pub mod random;
 pub mod request;
 pub mod select;
 pub mod stall;
+pub mod stream;
 pub mod telemetry;
 pub mod time;
 

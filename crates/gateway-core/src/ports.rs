@@ -5,7 +5,8 @@
 use crate::breaker::{Entry, GateParams, Reply};
 use crate::policy::QuotaLimits;
 pub use crate::quota::QuotaLimit;
-use crate::request::{Attempt, Request};
+use crate::request::{Attempt, Outcome, Request};
+use crate::stream::Chunk;
 use crate::telemetry::{AttemptEvent, CallEvent, GateEvent};
 use async_trait::async_trait;
 use std::fmt;
@@ -151,10 +152,56 @@ pub trait QuotaGate: Send + Sync {
 /// One upstream transport (HTTP, the simulator, a scripted fake).
 #[async_trait]
 pub trait Upstream: Send + Sync {
-    /// Sends one attempt of `request` to `source` and classifies how it ended. Never panics and
-    /// never returns an error: every failure is an [`Attempt`] with its outcome class. Must stop
-    /// within the source's `timeout` (and `watchdog` for streams).
+    /// Sends one attempt of `request` to `source`, answered whole, and classifies how it ended.
+    /// Never panics and never returns an error: every failure is an [`Attempt`] with its outcome
+    /// class. Must stop within the source's `timeout`. A source with a `watchdog` is asked for a
+    /// stream and the answer assembled ([`crate::stream::assemble`]), so that the watchdog
+    /// bounds its first token and every gap (SPEC §13, one watchdog).
     async fn send(&self, source: &str, request: &Request) -> Attempt;
+
+    /// Sends one attempt of a chat `request` to `source` as a stream: [`Streamed::Ended`] when
+    /// it ends without chunks (an error status, a transport failure), else the chunks as they
+    /// come. Every chunk wait is bounded by the source's `watchdog`, the whole by its `timeout`.
+    /// The default answers whole and replays the answer as chunks (an upstream that cannot
+    /// stream).
+    async fn stream(&self, source: &str, request: &Request) -> Streamed {
+        let (outcome, response) = self.send(source, request).await.into_parts();
+        match response {
+            Some(response) => Streamed::Chunks(Box::new(Replay { chunks: crate::stream::chunks_of(&response).into() })),
+            None => Streamed::Ended(Attempt::ended(outcome)),
+        }
+    }
+}
+
+/// How a streamed attempt began.
+// Returned once per attempt and matched at once: its size does not matter, boxing would.
+#[allow(clippy::large_enum_variant)]
+pub enum Streamed {
+    /// It ended without a stream.
+    Ended(Attempt),
+    /// Chunks follow.
+    Chunks(Box<dyn ChunkSource>),
+}
+
+/// The chunks of one streamed attempt, read one at a time. Dropping it cancels the upstream
+/// request.
+#[async_trait]
+pub trait ChunkSource: Send {
+    /// The next chunk; `None` when the stream ended as it should (`[DONE]`); `Err` with the
+    /// outcome when it broke off (a watchdog, a cut connection, an error event).
+    async fn next_chunk(&mut self) -> Option<Result<Chunk, Outcome>>;
+}
+
+/// The chunks of a whole answer, replayed.
+struct Replay {
+    chunks: std::collections::VecDeque<Chunk>,
+}
+
+#[async_trait]
+impl ChunkSource for Replay {
+    async fn next_chunk(&mut self) -> Option<Result<Chunk, Outcome>> {
+        self.chunks.pop_front().map(Ok)
+    }
 }
 
 /// Where attempt, call and gate events go. Implementations must be cheap and never block: they
@@ -169,4 +216,5 @@ pub trait Telemetry: Send + Sync {
 }
 
 /// Proves the ports are object safe.
-const _: fn(&dyn BreakerGate, &dyn QuotaGate, &dyn Upstream, &dyn Telemetry) = |_, _, _, _| {};
+const _: fn(&dyn BreakerGate, &dyn QuotaGate, &dyn Telemetry) = |_, _, _| {};
+const _: fn(&dyn Upstream, &dyn ChunkSource) = |_, _| {};

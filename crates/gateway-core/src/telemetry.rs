@@ -78,6 +78,8 @@ pub enum CallResult {
     BackendUnavailable,
     /// The application dropped the call.
     Cancelled,
+    /// A stream broke off after its commit point (what reached the caller cannot be retried).
+    StreamBroken,
 }
 
 /// One call ended.

@@ -1,10 +1,11 @@
 //! `gateway-http`: the `Upstream` for OpenAI-compatible HTTP providers (official APIs, relays,
-//! local servers). One connection pool per source; chat completions plain and streamed (SSE,
-//! with a first-token / idle watchdog), embeddings; every way an endpoint can answer classified
-//! by [`classify`] into an outcome class with a detail for telemetry; structured output checked
-//! against the request's JSON Schema or parse function; a response-size cap, a header timeout
-//! and the source's total timeout on every attempt. API keys never reach `Debug`, logs or
-//! telemetry.
+//! local servers). One connection pool per source; the caller's native body sent with the
+//! source's `model`; chat answered whole or streamed chunk by chunk (SSE, every chunk wait under
+//! the watchdog), and a source with a watchdog always streamed and assembled; embeddings; every
+//! way an endpoint can answer classified by [`classify`] into an outcome class with a detail for
+//! telemetry; structured output checked on text answers against the request's JSON Schema or
+//! parse function; a response-size cap, a header timeout and the source's total timeout on every
+//! attempt. API keys never reach `Debug`, logs or telemetry.
 
 pub mod classify;
 mod openai;
@@ -14,7 +15,7 @@ pub mod structured;
 use async_trait::async_trait;
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::policy::{ScopePolicy, Secret, SourcePolicy};
-use gateway_core::ports::Upstream;
+use gateway_core::ports::{Streamed, Upstream};
 use gateway_core::request::{Attempt, Kind, Request};
 use gateway_core::time::WallClock;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
@@ -200,6 +201,17 @@ impl Upstream for HttpUpstream {
         match tokio::time::timeout(src.timeout, openai::exchange(src, request, &self.limits, &*self.wall, &self.schemas)).await {
             Ok(attempt) => attempt,
             Err(_) => Attempt::failure(OutcomeClass::Transient, "timeout", None),
+        }
+    }
+
+    async fn stream(&self, source: &str, request: &Request) -> Streamed {
+        let Some(src) = self.sources.get(source) else {
+            return Streamed::Ended(Attempt::failure(OutcomeClass::SourceDead, "unknown_source", None));
+        };
+        // The chunks keep the source's deadline themselves; this bounds the wait for headers.
+        match tokio::time::timeout(src.timeout, openai::open(src, request, &self.limits, &*self.wall)).await {
+            Ok(streamed) => streamed,
+            Err(_) => Streamed::Ended(Attempt::failure(OutcomeClass::Transient, "timeout", None)),
         }
     }
 }

@@ -1,94 +1,275 @@
-//! The OpenAI chat-completions and embeddings dialect: request bodies, and reading the answer
-//! (plain JSON, or an SSE stream of `chat.completion.chunk` under the watchdog) into an attempt.
+//! The OpenAI chat-completions and embeddings dialect on the wire: the body of one attempt (the
+//! caller's native body with the source's `model`; `stream` and `stream_options` the
+//! gateway's), a whole answer read and checked, and a stream of `chat.completion.chunk` events
+//! read one at a time under the watchdog and the source's deadline.
 
 use crate::classify::{classify_code, classify_status, classify_transport, retry_after};
 use crate::structured::Schemas;
 use crate::{HttpLimits, Source};
+use async_trait::async_trait;
 use gateway_core::outcome::OutcomeClass;
-use gateway_core::request::{Attempt, Payload, Request, Response, Usage};
+use gateway_core::ports::{ChunkSource, Streamed};
+use gateway_core::request::{Attempt, Kind, Object, Outcome, ProviderError, Request, Response};
+use gateway_core::stream::{Chunk, assemble};
 use gateway_core::time::WallClock;
 use serde_json::{Value, json};
+use std::time::Duration;
+use tokio::time::Instant;
 
-type Failure = (OutcomeClass, String);
-
-fn transient(detail: &str) -> Failure {
-    (OutcomeClass::Transient, detail.to_owned())
+fn transient(detail: &str) -> Outcome {
+    Outcome::new(OutcomeClass::Transient, detail)
 }
 
-/// One attempt of `request` on `src`, without the total timeout (the caller applies it).
-pub(crate) async fn exchange(src: &Source, request: &Request, limits: &HttpLimits, wall: &dyn WallClock, schemas: &Schemas) -> Attempt {
-    match run(src, request, limits, wall, schemas).await {
-        Ok(attempt) => attempt,
-        Err((class, detail)) => Attempt::failure(class, detail, None),
+/// The body of one attempt of `request` at `src`.
+fn attempt_body(src: &Source, request: &Request, stream: bool) -> Object {
+    let mut body = request.body().clone();
+    body.insert("model".into(), json!(src.model));
+    body.remove("stream_options");
+    if stream {
+        body.insert("stream".into(), json!(true));
+        // Always asked for: the usage settles the token quota.
+        body.insert("stream_options".into(), json!({"include_usage": true}));
+    } else {
+        body.remove("stream");
     }
+    body
 }
 
-async fn run(src: &Source, request: &Request, limits: &HttpLimits, wall: &dyn WallClock, schemas: &Schemas) -> Result<Attempt, Failure> {
-    let (path, body, stream) = match &request.payload {
-        Payload::Chat { messages, max_tokens, temperature, stream } => {
-            let mut body = json!({"model": src.model, "messages": messages, "stream": stream});
-            if let Some(max_tokens) = max_tokens {
-                body["max_tokens"] = json!(max_tokens);
-            }
-            if let Some(temperature) = temperature {
-                body["temperature"] = json!(temperature);
-            }
-            if *stream {
-                body["stream_options"] = json!({"include_usage": true});
-            }
-            ("chat/completions", body, *stream)
-        }
-        Payload::Embedding { input } => ("embeddings", json!({"model": src.model, "input": input}), false),
-    };
-    let mut builder = src.client.post(format!("{}/{path}", src.base_url)).headers(src.headers.clone()).json(&body);
+/// Posts the attempt's body; the response once its headers are in, or how it failed.
+async fn post(src: &Source, request: &Request, stream: bool, limits: &HttpLimits) -> Result<reqwest::Response, Outcome> {
+    let body = attempt_body(src, request, stream);
+    let mut builder = src.client.post(format!("{}/{}", src.base_url, request.kind().path())).headers(src.headers.clone()).json(&body);
     if let Some(key) = &src.api_key {
         builder = builder.bearer_auth(key.expose());
     }
     let header_timeout = limits.header_timeout.unwrap_or(src.timeout);
-    let mut response = match tokio::time::timeout(header_timeout, builder.send()).await {
-        Err(_) => return Err(transient("header_timeout")),
+    match tokio::time::timeout(header_timeout, builder.send()).await {
+        Err(_) => Err(transient("header_timeout")),
         Ok(Err(e)) => {
             let (class, detail) = classify_transport(&e);
-            return Err((class, detail.to_owned()));
+            Err(Outcome::new(class, detail))
         }
-        Ok(Ok(response)) => response,
-    };
-    let status = response.status();
-    if !status.is_success() {
-        let headers = response.headers().clone();
-        let body = read_body(&mut response, limits.max_response_bytes).await.unwrap_or_default();
-        let code = error_code(&body);
-        let (class, detail) = classify_status(status, code.as_deref(), src.not_found);
-        let wait = if class == OutcomeClass::RateLimited { retry_after(&headers, wall) } else { None };
-        return Ok(Attempt::failure(class, detail, wait));
+        Ok(Ok(response)) => Ok(response),
     }
-    let detail = format!("http_{}", status.as_u16());
-    let (content, usage) = if stream {
-        read_stream(src, &mut response, limits.max_response_bytes).await?
+}
+
+/// A non-2xx answer as an outcome: its class, Retry-After for a 429, and the provider's own
+/// error body for a request it refused (passed on to the caller as it came).
+async fn refusal(src: &Source, mut response: reqwest::Response, limits: &HttpLimits, wall: &dyn WallClock) -> Outcome {
+    let status = response.status();
+    let headers = response.headers().clone();
+    let body = read_body(&mut response, limits.max_response_bytes).await.unwrap_or_default();
+    let parsed: Option<Value> = serde_json::from_slice(&body).ok();
+    let code = parsed.as_ref().and_then(|v| v.get("error")).and_then(error_code_of);
+    let (class, detail) = classify_status(status, code.as_deref(), src.not_found);
+    let retry_after = if class == OutcomeClass::RateLimited { retry_after(&headers, wall) } else { None };
+    let provider_error = (class == OutcomeClass::RequestRejected).then(|| {
+        Box::new(ProviderError {
+        status: status.as_u16(),
+        body: parsed.filter(|v| v.get("error").is_some()).unwrap_or_else(
+            || json!({"error": {"message": String::from_utf8_lossy(&body), "type": "invalid_request_error", "param": null, "code": null}}),
+        ),
+    })
+    });
+    Outcome { class, detail, retry_after, provider_error }
+}
+
+fn request_id(response: &reqwest::Response) -> Option<String> {
+    response.headers().get("x-request-id").and_then(|v| v.to_str().ok()).map(str::to_owned)
+}
+
+/// One attempt answered whole, without the total timeout (the caller applies it). A chat
+/// request to a source with a watchdog is streamed and assembled, so the watchdog applies.
+pub(crate) async fn exchange(src: &Source, request: &Request, limits: &HttpLimits, wall: &dyn WallClock, schemas: &Schemas) -> Attempt {
+    let answer = if request.kind() == Kind::Chat && src.watchdog.is_some() {
+        assembled(src, request, limits, wall).await
     } else {
-        let body = read_body(&mut response, limits.max_response_bytes).await?;
-        let value: Value = serde_json::from_slice(&body).map_err(|_| transient("malformed_json"))?;
-        if let Some(error) = value.get("error") {
-            // Some relays answer an error with a 2xx status.
-            return Err(error_in_answer(src, error, "error_in_2xx"));
-        }
-        if let Payload::Embedding { .. } = request.payload {
-            return Ok(Attempt::success(embeddings(&value)?, detail));
-        }
-        let content = value.pointer("/choices/0/message/content").and_then(Value::as_str).unwrap_or_default().to_owned();
-        (content, usage_of(&value))
+        whole(src, request, limits, wall).await
     };
-    if content.trim().is_empty() {
+    match answer.and_then(|(response, detail)| checked(response, request, schemas).map(|r| (r, detail))) {
+        Ok((response, detail)) => Attempt::success(response, detail),
+        Err(outcome) => Attempt::ended(outcome),
+    }
+}
+
+/// A usable answer that passes the request's structured check (on its text answers only).
+fn checked(response: Response, request: &Request, schemas: &Schemas) -> Result<Response, Outcome> {
+    if !response.is_usable() {
         return Err(transient("empty"));
     }
-    if let Some(Err(why)) = request.structured.as_ref().map(|check| schemas.check(check, &content)) {
-        return Err((OutcomeClass::ResultInvalid, why));
+    if let Some(structured) = &request.structured {
+        for text in response.text_answers() {
+            schemas.check(structured, text).map_err(|why| Outcome::new(OutcomeClass::ResultInvalid, why))?;
+        }
     }
-    Ok(Attempt::success(Response::Chat { content, usage }, detail))
+    Ok(response)
+}
+
+async fn whole(src: &Source, request: &Request, limits: &HttpLimits, wall: &dyn WallClock) -> Result<(Response, String), Outcome> {
+    let mut response = post(src, request, false, limits).await?;
+    if !response.status().is_success() {
+        return Err(refusal(src, response, limits, wall).await);
+    }
+    let detail = format!("http_{}", response.status().as_u16());
+    let id = request_id(&response);
+    let body = read_body(&mut response, limits.max_response_bytes).await?;
+    let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(&body) else { return Err(transient("malformed_json")) };
+    if let Some(error) = body.get("error") {
+        // Some relays answer an error with a 2xx status.
+        return Err(error_in_answer(src, error, "error_in_2xx"));
+    }
+    Ok((Response::new(request.kind(), body).with_request_id(id), detail))
+}
+
+/// A chat answer streamed from the source and assembled.
+async fn assembled(src: &Source, request: &Request, limits: &HttpLimits, wall: &dyn WallClock) -> Result<(Response, String), Outcome> {
+    let mut chunks = match open(src, request, limits, wall).await {
+        Streamed::Ended(attempt) => return Err(attempt.into_parts().0),
+        Streamed::Chunks(chunks) => chunks,
+    };
+    let mut all = Vec::new();
+    while let Some(chunk) = chunks.next_chunk().await {
+        all.push(chunk?);
+    }
+    Ok((assemble(&all), "http_200".to_owned()))
+}
+
+/// Opens a streamed chat attempt: the chunks, or how it ended without them. A source that
+/// answers a stream request with a whole JSON answer is replayed as chunks.
+pub(crate) async fn open(src: &Source, request: &Request, limits: &HttpLimits, wall: &dyn WallClock) -> Streamed {
+    let deadline = Instant::now() + src.timeout;
+    let mut response = match post(src, request, true, limits).await {
+        Ok(response) => response,
+        Err(outcome) => return Streamed::Ended(Attempt::ended(outcome)),
+    };
+    if !response.status().is_success() {
+        return Streamed::Ended(Attempt::ended(refusal(src, response, limits, wall).await));
+    }
+    let is_sse = response.headers().get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|t| t.starts_with("text/event-stream"));
+    if !is_sse {
+        let body = match read_body(&mut response, limits.max_response_bytes).await {
+            Ok(body) => body,
+            Err(outcome) => return Streamed::Ended(Attempt::ended(outcome)),
+        };
+        return match serde_json::from_slice::<Value>(&body) {
+            Ok(Value::Object(body)) if body.get("error").is_some() => {
+                Streamed::Ended(Attempt::ended(error_in_answer(src, &body["error"], "error_in_2xx")))
+            }
+            Ok(Value::Object(body)) => {
+                let chunks = gateway_core::stream::chunks_of(&Response::new(Kind::Chat, body));
+                Streamed::Chunks(Box::new(Replayed(chunks.into())))
+            }
+            _ => Streamed::Ended(Attempt::ended(transient("malformed_json"))),
+        };
+    }
+    Streamed::Chunks(Box::new(Sse {
+        response,
+        buffer: Vec::new(),
+        received: 0,
+        cap: limits.max_response_bytes,
+        watchdog: src.watchdog,
+        deadline,
+        not_found: src.not_found,
+        done: false,
+    }))
+}
+
+/// A whole answer's chunks.
+struct Replayed(std::collections::VecDeque<Chunk>);
+
+#[async_trait]
+impl ChunkSource for Replayed {
+    async fn next_chunk(&mut self) -> Option<Result<Chunk, Outcome>> {
+        self.0.pop_front().map(Ok)
+    }
+}
+
+/// `data:` events of an SSE response, one chunk at a time.
+struct Sse {
+    response: reqwest::Response,
+    buffer: Vec<u8>,
+    received: usize,
+    cap: usize,
+    watchdog: Option<Duration>,
+    deadline: Instant,
+    not_found: crate::classify::NotFound,
+    done: bool,
+}
+
+impl Sse {
+    /// The next complete `data:` payload in the buffer, if one is there.
+    fn buffered_event(&mut self) -> Option<Result<String, Outcome>> {
+        while let Some(end) = self.buffer.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.buffer.drain(..=end).collect();
+            let Ok(line) = std::str::from_utf8(&line) else { return Some(Err(transient("malformed_sse"))) };
+            if let Some(data) = line.trim_end_matches(['\r', '\n']).strip_prefix("data:") {
+                return Some(Ok(data.trim().to_owned()));
+            }
+            // Comments, `event:` and `id:` lines, blank separators: nothing to relay.
+        }
+        None
+    }
+
+    /// Reads more bytes within the watchdog (from the last chunk) and the deadline.
+    async fn fill(&mut self) -> Result<(), Outcome> {
+        let now = Instant::now();
+        let (until, cause) = match self.watchdog {
+            Some(limit) if now + limit < self.deadline => (now + limit, "watchdog"),
+            _ => (self.deadline, "timeout"),
+        };
+        match tokio::time::timeout_at(until, self.response.chunk()).await {
+            Err(_) => Err(transient(cause)),
+            Ok(Ok(Some(bytes))) => {
+                self.received += bytes.len();
+                if self.received > self.cap {
+                    return Err(transient("body_too_large"));
+                }
+                self.buffer.extend_from_slice(&bytes);
+                Ok(())
+            }
+            Ok(Ok(None) | Err(_)) => Err(transient("truncated_stream")),
+        }
+    }
+}
+
+#[async_trait]
+impl ChunkSource for Sse {
+    async fn next_chunk(&mut self) -> Option<Result<Chunk, Outcome>> {
+        if self.done {
+            return None;
+        }
+        loop {
+            let data = match self.buffered_event() {
+                Some(Ok(data)) => data,
+                Some(Err(outcome)) => return Some(Err(outcome)),
+                None => match self.fill().await {
+                    Ok(()) => continue,
+                    Err(outcome) => return Some(Err(outcome)),
+                },
+            };
+            if data == "[DONE]" {
+                self.done = true;
+                return None;
+            }
+            return Some(match serde_json::from_str::<Value>(&data) {
+                Ok(Value::Object(event)) => match event.get("error") {
+                    Some(error) => {
+                        let code = error_code_of(error);
+                        Err(match code.as_deref().and_then(|code| classify_code(code, self.not_found)) {
+                            Some(class) => Outcome::new(class, code.unwrap_or_default()),
+                            None => transient("error_in_stream"),
+                        })
+                    }
+                    None => Ok(event),
+                },
+                _ => Err(transient("malformed_sse")),
+            });
+        }
+    }
 }
 
 /// The body, up to `cap` bytes.
-async fn read_body(response: &mut reqwest::Response, cap: usize) -> Result<Vec<u8>, Failure> {
+async fn read_body(response: &mut reqwest::Response, cap: usize) -> Result<Vec<u8>, Outcome> {
     let mut body = Vec::new();
     loop {
         match response.chunk().await {
@@ -99,94 +280,25 @@ async fn read_body(response: &mut reqwest::Response, cap: usize) -> Result<Vec<u
                 body.extend_from_slice(&chunk);
             }
             Ok(None) => return Ok(body),
-            Err(e) => return Err((classify_transport(&e).0, "truncated".to_owned())),
+            Err(e) => return Err(Outcome::new(classify_transport(&e).0, "truncated")),
         }
     }
 }
 
-/// Reads `data:` events until `[DONE]`, concatenating `choices[0].delta.content`. The watchdog
-/// bounds the wait for the first chunk and every next one.
-async fn read_stream(src: &Source, response: &mut reqwest::Response, cap: usize) -> Result<(String, Option<Usage>), Failure> {
-    let mut buffer: Vec<u8> = Vec::new();
-    let mut content = String::new();
-    let mut usage = None;
-    let mut received = 0usize;
-    loop {
-        let next = match src.watchdog {
-            Some(limit) => tokio::time::timeout(limit, response.chunk()).await.map_err(|_| transient("watchdog"))?,
-            None => response.chunk().await,
-        };
-        let chunk = match next {
-            Ok(Some(chunk)) => chunk,
-            Ok(None) => return Err(transient("truncated_stream")),
-            Err(_) => return Err(transient("truncated_stream")),
-        };
-        received += chunk.len();
-        if received > cap {
-            return Err(transient("body_too_large"));
-        }
-        buffer.extend_from_slice(&chunk);
-        while let Some(end) = buffer.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = buffer.drain(..=end).collect();
-            let line = std::str::from_utf8(&line).map_err(|_| transient("malformed_sse"))?.trim();
-            let Some(data) = line.strip_prefix("data:").map(str::trim) else { continue };
-            if data == "[DONE]" {
-                return Ok((content, usage));
-            }
-            let event: Value = serde_json::from_str(data).map_err(|_| transient("malformed_sse"))?;
-            if let Some(error) = event.get("error") {
-                return Err(error_in_answer(src, error, "error_in_stream"));
-            }
-            if let Some(piece) = event.pointer("/choices/0/delta/content").and_then(Value::as_str) {
-                content.push_str(piece);
-            }
-            if let Some(u) = usage_of(&event) {
-                usage = Some(u);
-            }
-        }
-    }
-}
-
-/// An error object inside a 2xx answer or a stream: the class its code decides, else
-/// `Transient(otherwise)`.
-fn error_in_answer(src: &Source, error: &Value, otherwise: &str) -> Failure {
+/// An error object inside a 2xx answer: the class its code decides (a refused request keeps
+/// the provider's error, as a 400), else `Transient(otherwise)`.
+fn error_in_answer(src: &Source, error: &Value, otherwise: &str) -> Outcome {
     let code = error_code_of(error);
     match code.as_deref().and_then(|code| classify_code(code, src.not_found)) {
-        Some(class) => (class, code.unwrap_or_default()),
+        Some(class) => Outcome {
+            provider_error: (class == OutcomeClass::RequestRejected)
+                .then(|| Box::new(ProviderError { status: 400, body: json!({"error": error}) })),
+            ..Outcome::new(class, code.unwrap_or_default())
+        },
         None => transient(otherwise),
     }
 }
 
 fn error_code_of(error: &Value) -> Option<String> {
     ["code", "type"].iter().find_map(|field| error.get(field).and_then(Value::as_str)).map(str::to_owned)
-}
-
-/// `error.code` (or `error.type`) of an error body.
-fn error_code(body: &[u8]) -> Option<String> {
-    let value: Value = serde_json::from_slice(body).ok()?;
-    error_code_of(value.get("error")?)
-}
-
-fn usage_of(value: &Value) -> Option<Usage> {
-    let usage = value.get("usage")?;
-    let count = |field: &str| usage.get(field).and_then(Value::as_u64).map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX));
-    Some(Usage { prompt_tokens: count("prompt_tokens"), completion_tokens: count("completion_tokens") })
-}
-
-fn embeddings(value: &Value) -> Result<Response, Failure> {
-    let data = value.get("data").and_then(Value::as_array).ok_or_else(|| transient("malformed_json"))?;
-    if data.is_empty() {
-        return Err(transient("empty"));
-    }
-    let vectors = data
-        .iter()
-        .map(|item| {
-            let numbers = item.get("embedding").and_then(Value::as_array).ok_or_else(|| transient("malformed_json"))?;
-            numbers.iter().map(|n| n.as_f64().map(|f| f as f32).ok_or_else(|| transient("malformed_json"))).collect::<Result<Vec<f32>, _>>()
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    if vectors.iter().any(Vec::is_empty) {
-        return Err(transient("empty"));
-    }
-    Ok(Response::Embedding { vectors, usage: usage_of(value) })
 }

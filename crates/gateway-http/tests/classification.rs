@@ -9,8 +9,10 @@
 mod support;
 
 use gateway_core::outcome::OutcomeClass::{self, *};
+use gateway_core::ports::Streamed;
 use gateway_core::ports::Upstream;
-use gateway_core::request::{Attempt, Message, Payload, Request, Response, Role, Structured};
+use gateway_core::request::{Attempt, Message, Outcome, Request, Structured};
+use gateway_core::stream::Chunk;
 use gateway_core::time::WallClock;
 use gateway_http::{HttpLimits, HttpUpstream};
 use serde_json::json;
@@ -18,17 +20,25 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::{Mock, Reply, blackhole, chunk, completion, ok_json, scope, status};
 
-fn chat(stream: bool) -> Request {
-    Request {
-        payload: Payload::Chat {
-            messages: vec![Message { role: Role::User, content: "hi".into() }],
-            max_tokens: Some(16),
-            temperature: None,
-            stream,
-        },
-        structured: None,
-        estimated_tokens: 10,
+/// A chat request (`_streamed` says what the test reads it as; a source with a watchdog is
+/// streamed upstream either way).
+fn chat(_streamed: bool) -> Request {
+    Request::chat(vec![Message::user("hi")]).with("max_tokens", 16)
+}
+
+/// The attempt read as a stream to its end: every chunk, or how it ended.
+async fn through_stream(reply: impl Fn() -> Reply + Send + Sync + 'static, extra: serde_json::Value) -> Result<Vec<Chunk>, Outcome> {
+    let mock = Mock::start(move |_| reply()).await;
+    let upstream = HttpUpstream::new(&[scope(&mock.url, extra)]).unwrap();
+    let mut chunks = match upstream.stream("s1", &chat(true)).await {
+        Streamed::Ended(attempt) => return Err(attempt.into_parts().0),
+        Streamed::Chunks(chunks) => chunks,
+    };
+    let mut all = Vec::new();
+    while let Some(chunk) = chunks.next_chunk().await {
+        all.push(chunk?);
     }
+    Ok(all)
 }
 
 async fn answer(reply: impl Fn() -> Reply + Send + Sync + 'static, extra: serde_json::Value, request: Request) -> Attempt {
@@ -50,8 +60,8 @@ fn error_body(code: &str) -> serde_json::Value {
 async fn row_2xx_with_content_is_success() {
     let attempt = answer(|| ok_json(completion("hello")), json!({}), chat(false)).await;
     assert_eq!((attempt.outcome().class, attempt.outcome().detail.as_str()), (Success, "http_200"));
-    let Some(Response::Chat { content, usage }) = attempt.response() else { panic!("{attempt:?}") };
-    assert_eq!((content.as_str(), usage.unwrap().total()), ("hello", 10));
+    let response = attempt.response().unwrap();
+    assert_eq!((response.content(), response.usage().unwrap().total()), (Some("hello"), 10));
 }
 
 #[tokio::test]
@@ -221,9 +231,10 @@ async fn row_a_stream_concatenates_its_deltas_until_done() {
             (Duration::ZERO, "data: [DONE]\n\n".into()),
         ],
     };
-    let attempt = answer(reply, json!({"watchdog_s": 1}), chat(true)).await;
-    let Some(Response::Chat { content, usage }) = attempt.response() else { panic!("{attempt:?}") };
-    assert_eq!((content.as_str(), usage.unwrap().total()), ("hello", 6));
+    // A source with a watchdog is streamed upstream and the answer assembled.
+    let attempt = answer(reply, json!({"watchdog_s": 1}), chat(false)).await;
+    let response = attempt.response().unwrap_or_else(|| panic!("{attempt:?}"));
+    assert_eq!((response.content(), response.usage().unwrap().total()), (Some("hello"), 6));
 }
 
 #[tokio::test]
@@ -246,20 +257,21 @@ async fn row_a_slow_drip_stream_trips_the_watchdog_between_chunks() {
 
 #[tokio::test]
 async fn row_a_stream_closed_mid_way_is_truncated() {
-    let attempt = answer(|| Reply::Broken { chunks: vec![chunk("half")] }, json!({}), chat(true)).await;
-    assert_eq!((attempt.outcome().class, attempt.outcome().detail.as_str()), (Transient, "truncated_stream"));
+    let outcome = through_stream(|| Reply::Broken { chunks: vec![chunk("half")] }, json!({})).await.unwrap_err();
+    assert_eq!((outcome.class, outcome.detail.as_str()), (Transient, "truncated_stream"));
 }
 
 #[tokio::test]
 async fn row_a_stream_ending_without_done_is_truncated() {
-    let attempt = answer(|| Reply::Sse { chunks: vec![(Duration::ZERO, chunk("no end"))] }, json!({}), chat(true)).await;
-    assert_eq!((attempt.outcome().class, attempt.outcome().detail.as_str()), (Transient, "truncated_stream"));
+    let outcome = through_stream(|| Reply::Sse { chunks: vec![(Duration::ZERO, chunk("no end"))] }, json!({})).await.unwrap_err();
+    assert_eq!((outcome.class, outcome.detail.as_str()), (Transient, "truncated_stream"));
 }
 
 #[tokio::test]
 async fn row_malformed_sse_is_transient() {
-    let attempt = answer(|| Reply::Sse { chunks: vec![(Duration::ZERO, "data: {not json\n\n".into())] }, json!({}), chat(true)).await;
-    assert_eq!((attempt.outcome().class, attempt.outcome().detail.as_str()), (Transient, "malformed_sse"));
+    let outcome =
+        through_stream(|| Reply::Sse { chunks: vec![(Duration::ZERO, "data: {not json\n\n".into())] }, json!({})).await.unwrap_err();
+    assert_eq!((outcome.class, outcome.detail.as_str()), (Transient, "malformed_sse"));
 }
 
 #[tokio::test]
@@ -278,10 +290,11 @@ async fn row_structured_output_that_fails_its_schema_is_result_invalid() {
 
 #[tokio::test]
 async fn embeddings_return_one_vector_per_input_and_empty_data_is_transient() {
-    let request = Request { payload: Payload::Embedding { input: vec!["a".into(), "b".into()] }, structured: None, estimated_tokens: 2 };
+    let request = Request::embeddings(vec!["a".into(), "b".into()]);
     let body = json!({"data": [{"embedding": [0.1, 0.2]}, {"embedding": [0.3, 0.4]}], "usage": {"prompt_tokens": 2}});
     let attempt = answer(move || ok_json(body.clone()), json!({}), request.clone()).await;
-    assert!(matches!(attempt.response(), Some(Response::Embedding { vectors, .. }) if vectors.len() == 2), "{attempt:?}");
+    let response = attempt.response().unwrap_or_else(|| panic!("{attempt:?}"));
+    assert_eq!((response.embeddings().len(), response.vector(1)), (2, Some(vec![0.3, 0.4])));
     let attempt = answer(|| ok_json(json!({"data": []})), json!({}), request).await;
     assert_eq!((attempt.outcome().class, attempt.outcome().detail.as_str()), (Transient, "empty"));
 }

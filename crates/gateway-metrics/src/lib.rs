@@ -97,6 +97,7 @@ fn result_name(result: CallResult) -> &'static str {
         CallResult::StructuredExhausted => "structured_exhausted",
         CallResult::BackendUnavailable => "backend_unavailable",
         CallResult::Cancelled => "cancelled",
+        CallResult::StreamBroken => "stream_broken",
     }
 }
 

@@ -10,7 +10,7 @@ use gateway_core::breaker::{Cause, CircuitState, Transition};
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::policy::ScopeConfig;
 use gateway_core::ports::{GateKey, Telemetry, Upstream};
-use gateway_core::request::{Attempt, Message, Payload, Request, Response};
+use gateway_core::request::{Attempt, Message, Request, Response};
 use gateway_core::telemetry::{AttemptEvent, CallEvent, CallResult, GateEvent};
 use gateway_core::time::Timestamp;
 use gateway_memory::{MemoryGates, MemoryQuota};
@@ -76,11 +76,10 @@ struct Upstreams;
 impl Upstream for Upstreams {
     async fn send(&self, _source: &str, request: &Request) -> Attempt {
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let Payload::Chat { messages, .. } = &request.payload else { unreachable!() };
-        if messages[0].content == "bad" {
+        if request.texts().next() == Some("bad") {
             return Attempt::failure(OutcomeClass::Transient, "timeout", None);
         }
-        Attempt::success(Response::Chat { content: "ok".into(), usage: None }, "http_200")
+        Attempt::success(Response::chat_text("ok", None), "http_200")
     }
 }
 

@@ -12,11 +12,13 @@
 //! connections; tenants a key binds are always admitted; at the shutdown deadline the calls
 //! still running end with 503 and hand back what they hold.
 //!
-//! A streamed call is answered from the finished call: the gateway owns every retry, source
-//! switch and fallback, which cannot be undone once tokens reached the client. The headers go
-//! out at once and SSE comments keep the connection alive while the call runs; a client that
-//! went away is noticed at the next one and its call is dropped, which releases everything it
-//! held (the client's cancellation guarantee).
+//! Bodies pass through: the provider gets the caller's body (with the source's `model`) and the
+//! caller gets the provider's, with `x-gateway-source`, `x-gateway-attempts`, `x-gateway-scope`
+//! and the provider's `x-request-id`. A streamed call is governed like any call up to its commit
+//! point (the first chunk with content, a tool-call delta or a refusal): the headers go out at
+//! once, SSE comments keep the connection alive while retries, source switches and waits happen
+//! unseen; from the commit point each chunk is relayed as it arrives. A client that went away
+//! drops its call, which releases everything it held (the client's cancellation guarantee).
 
 mod auth;
 pub mod config;
@@ -35,7 +37,7 @@ use gateway_core::telemetry::{AttemptEvent, CallEvent, GateEvent};
 use gateway_http::structured::{SchemaLimits, Schemas};
 use gateway_metrics::Metrics;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::atomic::AtomicUsize;
 use tokio_util::sync::CancellationToken;
 
 /// Everything the handlers share.
@@ -53,7 +55,6 @@ pub struct AppState {
     /// Callers' structured-output schemas, bounded and compiled once (shared with the upstream).
     pub schemas: Arc<Schemas>,
     keys: auth::Keys,
-    next_id: AtomicU64,
     /// Cancelled at the shutdown deadline: every call still running ends with 503.
     cut: CancellationToken,
     /// Calls ended by the cut.
@@ -79,7 +80,6 @@ impl AppState {
             schemas,
             keys,
             config,
-            next_id: AtomicU64::new(1),
             cut: CancellationToken::new(),
             cut_calls: AtomicUsize::new(0),
         }
@@ -118,6 +118,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/chat/completions", post(routes::chat))
         .route("/v1/embeddings", post(routes::embeddings))
         .route("/v1/models", get(routes::models))
+        .route("/v1/models/{id}", get(routes::model))
         .route("/v1/gateway/sources", get(routes::sources))
         .route("/metrics", get(routes::metrics))
         .route("/healthz", get(|| async { "ok" }))

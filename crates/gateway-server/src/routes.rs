@@ -1,34 +1,50 @@
-//! The handlers: chat completions (plain and SSE), embeddings, models, sources, metrics and
-//! health. Each call runs under the shutdown cut (at the deadline it ends with 503 and releases
-//! what it holds); a body is read within `body_timeout_s` and `max_body_bytes`.
+//! The handlers: chat completions (whole, or SSE relayed chunk by chunk from the commit point),
+//! embeddings, models, sources, metrics and health. Bodies go to the provider as the caller
+//! wrote them and answers come back as the provider wrote them. Each call runs under the
+//! shutdown cut (at the deadline it ends with 503 and releases what it holds); a body is read
+//! within `body_timeout_s` and `max_body_bytes`.
 
 use crate::AppState;
 use crate::openai::{self, ApiError};
 use axum::body::{Body, Bytes};
-use axum::extract::{Request as HttpRequest, State};
+use axum::extract::{Path, Request as HttpRequest, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use gateway_client::CallError;
-use gateway_core::request::{Request, Response as GatewayResponse};
+use gateway_client::{CallError, ChatStream};
+use gateway_core::request::{Object, Request, Response as GatewayResponse};
 use serde_json::{Value, json};
+use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-
-fn unix_now() -> u64 {
-    // The `created` field of OpenAI responses is wall-clock time.
-    #[allow(clippy::disallowed_methods)]
-    let now = std::time::SystemTime::now();
-    now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
 
 fn json_response(value: &Value) -> Response {
     ([("content-type", "application/json")], value.to_string()).into_response()
 }
 
+/// A provider's answer, unchanged, with who served it: `x-gateway-source`,
+/// `x-gateway-attempts`, `x-gateway-scope`, and the provider's `x-request-id`.
+fn answer(scope: &str, response: GatewayResponse) -> Response {
+    let mut headers = vec![("x-gateway-scope", scope.to_owned()), ("x-gateway-attempts", response.attempts().to_string())];
+    if let Some(source) = response.source() {
+        headers.push(("x-gateway-source", source.to_owned()));
+    }
+    if let Some(id) = response.request_id() {
+        headers.push(("x-request-id", id.to_owned()));
+    }
+    let mut http = json_response(&Value::Object(response.into_body()));
+    for (name, value) in headers {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            http.headers_mut().insert(name, value);
+        }
+    }
+    http
+}
+
 /// Reads the body within the time and size limits and parses it as a JSON object. A body too
 /// large or too slow is answered and the connection closed (the rest of it is never read).
-async fn json_body(state: &AppState, request: HttpRequest) -> Result<(HeaderMap, Value), ApiError> {
+async fn json_body(state: &AppState, request: HttpRequest) -> Result<(HeaderMap, Object), ApiError> {
     let (parts, body) = request.into_parts();
     let limit = state.config.max_body_bytes;
     let timeout = Duration::from_secs_f64(state.config.body_timeout_s);
@@ -53,11 +69,11 @@ async fn json_body(state: &AppState, request: HttpRequest) -> Result<(HeaderMap,
         }
         Ok(Ok(bytes)) => bytes,
     };
-    let value: Value = serde_json::from_slice(&bytes).map_err(|e| ApiError::invalid("body", format!("the body is not JSON: {e}")))?;
-    if !value.is_object() {
-        return Err(ApiError::invalid("body", "the body must be a JSON object"));
+    match serde_json::from_slice::<Value>(&bytes) {
+        Ok(Value::Object(body)) => Ok((parts.headers, body)),
+        Ok(_) => Err(ApiError::invalid("body", "the body must be a JSON object")),
+        Err(e) => Err(ApiError::invalid("body", format!("the body is not JSON: {e}"))),
     }
-    Ok((parts.headers, value))
 }
 
 /// Checked before the call so that a streamed request fails with a status, not after its
@@ -70,26 +86,29 @@ fn known_model(state: &AppState, model: &str) -> Result<(), ApiError> {
     Err(openai::call_error(&unknown))
 }
 
-/// Runs one call in `scope` for `tenant`, ended with 503 if the shutdown deadline comes first
-/// (dropping the call releases what it holds).
-async fn governed(state: &AppState, scope: &str, tenant: Option<&str>, request: &Request) -> Result<GatewayResponse, ApiError> {
-    let call = async {
+/// The answer to a call the shutdown deadline ended (counted: the exit code says so).
+fn cut(state: &AppState) -> ApiError {
+    state.cut_calls.fetch_add(1, Ordering::Relaxed);
+    ApiError::shutting_down()
+}
+
+/// Runs `call`, ended with 503 if the shutdown deadline comes first (dropping the call releases
+/// what it holds).
+async fn governed<T>(state: &AppState, call: impl Future<Output = Result<T, CallError>>) -> Result<T, ApiError> {
+    tokio::select! {
+        result = call => result.map_err(|e| openai::call_error(&e)),
+        () = state.cut.cancelled() => Err(cut(state)),
+    }
+}
+
+async fn whole_call(state: &AppState, scope: &str, tenant: Option<&str>, request: &Request) -> Result<GatewayResponse, ApiError> {
+    governed(state, async {
         match tenant {
             Some(tenant) => state.client.call_as(scope, tenant, request).await,
             None => state.client.call(scope, request).await,
         }
-    };
-    tokio::select! {
-        result = call => result.map_err(|e| openai::call_error(&e)),
-        () = state.cut.cancelled() => {
-            state.cut_calls.fetch_add(1, Ordering::Relaxed);
-            Err(ApiError::shutting_down())
-        }
-    }
-}
-
-fn wrong_kind(what: &str) -> ApiError {
-    ApiError::new(StatusCode::BAD_GATEWAY, "upstream_error", "wrong_kind", format!("the source answered with {what}"))
+    })
+    .await
 }
 
 pub(crate) async fn chat(State(state): State<Arc<AppState>>, request: HttpRequest) -> Response {
@@ -104,54 +123,68 @@ async fn chat_inner(state: Arc<AppState>, request: HttpRequest) -> Result<Respon
     let (_, body) = json_body(&state, request).await?;
     let model = openai::model(&body)?;
     known_model(&state, &model)?;
-    let (request, stream, include_usage) = openai::chat_request(&body, &state.schemas)?;
-    let id = format!("chatcmpl-{}", state.next_id.fetch_add(1, Ordering::Relaxed));
-    let created = unix_now();
-    if !stream {
-        return match governed(&state, &model, tenant.as_deref(), &request).await? {
-            GatewayResponse::Chat { content, usage } => Ok(json_response(&openai::completion(&id, created, &model, &content, usage))),
-            GatewayResponse::Embedding { .. } => Err(wrong_kind("embeddings")),
-        };
+    let ask = openai::chat_request(body, &state.schemas)?;
+    if !ask.stream {
+        let response = whole_call(&state, &model, tenant.as_deref(), &ask.request).await?;
+        return Ok(answer(&model, response));
     }
-    Ok(sse(state, model, tenant, request, id, created, include_usage))
+    Ok(sse(state, model, tenant, ask.request, ask.include_usage))
 }
 
-enum Step {
-    Calling,
+/// Where a streamed answer is.
+enum Relay {
+    /// The call runs (up to its commit point): keep-alive comments meanwhile.
+    Calling(Pin<Box<dyn Future<Output = Result<ChatStream, ApiError>> + Send>>),
+    /// Past the commit point: each chunk as it comes.
+    Streaming(ChatStream),
     Done,
 }
 
-/// A streamed answer: headers now, keep-alive comments while the call runs, then the events.
-/// The call runs inside the body, so a dropped connection drops the call.
-fn sse(
-    state: Arc<AppState>,
-    model: String,
-    tenant: Option<String>,
-    request: Request,
-    id: String,
-    created: u64,
-    include_usage: bool,
-) -> Response {
+/// A streamed answer: headers now, keep-alive comments until the commit point, then each chunk
+/// as an SSE event as it arrives, then `[DONE]`. A failure after the commit point is an SSE
+/// `error` event and the stream closes without `[DONE]`. The call runs inside the body, so a
+/// dropped connection drops the call.
+fn sse(state: Arc<AppState>, scope: String, tenant: Option<String>, request: Request, include_usage: bool) -> Response {
     let keepalive = Duration::from_secs_f64(state.config.keepalive_s);
-    let model_for_call = model.clone();
-    let call = Box::pin(async move { governed(&state, &model_for_call, tenant.as_deref(), &request).await });
-    let body = futures_util::stream::unfold((Step::Calling, Some(call)), move |(step, call)| {
-        let (id, model) = (id.clone(), model.clone());
-        async move {
-            let mut call = match (step, call) {
-                (Step::Calling, Some(call)) => call,
-                _ => return None,
-            };
-            tokio::select! {
-                result = &mut call => {
-                    let events = match result {
-                        Ok(GatewayResponse::Chat { content, usage }) => openai::completion_events(&id, created, &model, &content, usage, include_usage),
-                        Ok(GatewayResponse::Embedding { .. }) => openai::error_event(&wrong_kind("embeddings")),
-                        Err(error) => openai::error_event(&error),
-                    };
-                    Some((Ok::<_, std::convert::Infallible>(events), (Step::Done, None)))
+    let calling = {
+        let (state, scope) = (state.clone(), scope.clone());
+        Box::pin(async move {
+            governed(&state, async {
+                match tenant.as_deref() {
+                    Some(tenant) => state.client.stream_as(&scope, tenant, &request).await,
+                    None => state.client.stream(&scope, &request).await,
                 }
-                () = tokio::time::sleep(keepalive) => Some((Ok(": keep-alive\n\n".to_owned()), (Step::Calling, Some(call)))),
+            })
+            .await
+        })
+    };
+    let body = futures_util::stream::unfold(Relay::Calling(calling), move |relay| {
+        let state = state.clone();
+        async move {
+            let mut relay = relay;
+            loop {
+                relay = match relay {
+                    Relay::Done => return None,
+                    Relay::Calling(mut call) => tokio::select! {
+                        result = &mut call => match result {
+                            Ok(stream) => Relay::Streaming(stream),
+                            Err(error) => return Some((Ok::<_, Infallible>(openai::error_event(&error)), Relay::Done)),
+                        },
+                        () = tokio::time::sleep(keepalive) => return Some((Ok(": keep-alive\n\n".to_owned()), Relay::Calling(call))),
+                    },
+                    Relay::Streaming(mut stream) => tokio::select! {
+                        next = stream.next() => match next {
+                            Some(Ok(chunk)) if openai::is_usage_chunk(&chunk) && !include_usage => Relay::Streaming(stream),
+                            Some(Ok(chunk)) => return Some((Ok(openai::chunk_event(&chunk)), Relay::Streaming(stream))),
+                            Some(Err(broken)) => {
+                                let error = ApiError::new(StatusCode::BAD_GATEWAY, "upstream_error", "stream_broken", broken.to_string());
+                                return Some((Ok(openai::error_event(&error)), Relay::Done));
+                            }
+                            None => return Some((Ok("data: [DONE]\n\n".to_owned()), Relay::Done)),
+                        },
+                        () = state.cut.cancelled() => return Some((Ok(openai::error_event(&cut(&state))), Relay::Done)),
+                    },
+                };
             }
         }
     });
@@ -159,6 +192,9 @@ fn sse(
     let headers = response.headers_mut();
     headers.insert("content-type", HeaderValue::from_static("text/event-stream"));
     headers.insert("cache-control", HeaderValue::from_static("no-cache"));
+    if let Ok(scope) = HeaderValue::from_str(&scope) {
+        headers.insert("x-gateway-scope", scope);
+    }
     response
 }
 
@@ -168,26 +204,34 @@ pub(crate) async fn embeddings(State(state): State<Arc<AppState>>, request: Http
         let (_, body) = json_body(&state, request).await?;
         let model = openai::model(&body)?;
         known_model(&state, &model)?;
-        let (request, base64) = openai::embeddings_request(&body)?;
-        match governed(&state, &model, tenant.as_deref(), &request).await? {
-            GatewayResponse::Embedding { vectors, usage } => Ok(json_response(&openai::embeddings(&model, &vectors, usage, base64))),
-            GatewayResponse::Chat { .. } => Err(wrong_kind("a chat completion")),
-        }
+        let request = openai::embeddings_request(body)?;
+        let response = whole_call(&state, &model, tenant.as_deref(), &request).await?;
+        Ok(answer(&model, response))
     }
     .await;
     result.unwrap_or_else(IntoResponse::into_response)
+}
+
+fn model_object(scope: &str) -> Value {
+    json!({"id": scope, "object": "model", "created": 0, "owned_by": "llm-gateway"})
+}
+
+/// `GET /v1/models/{id}`: the scope as a model, or 404 naming `model`.
+pub(crate) async fn model(State(state): State<Arc<AppState>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+    if let Err(error) = state.keys.authenticate(&headers) {
+        return error.into_response();
+    }
+    match known_model(&state, &id) {
+        Ok(()) => json_response(&model_object(&id)),
+        Err(error) => error.into_response(),
+    }
 }
 
 pub(crate) async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     if let Err(error) = state.keys.authenticate(&headers) {
         return error.into_response();
     }
-    let data: Vec<Value> = state
-        .client
-        .scope_names()
-        .into_iter()
-        .map(|scope| json!({"id": scope, "object": "model", "created": 0, "owned_by": "llm-gateway"}))
-        .collect();
+    let data: Vec<Value> = state.client.scope_names().iter().map(|scope| model_object(scope)).collect();
     json_response(&json!({"object": "list", "data": data}))
 }
 

@@ -110,8 +110,8 @@ base_url = "{root}/chatonly/v1"
 model = "m"
 timeout_s = 30
 "#;
-    let root = support::provider().await;
-    let (r, _) = support::start_text(&support::custom_config(&root, "", &scopes.replace("{root}", &root))).await;
+    let (root, recorder) = support::provider::start().await;
+    let (r, _) = support::start_text(&support::custom_config(&root, "", &scopes.replace("{root}", &root)), recorder).await;
     let http = reqwest::Client::new();
     let embed = |model: &str| json!({"model": model, "input": "hello"});
     let answer = http.post(format!("{}/v1/embeddings", r.url)).bearer_auth(KEY).json(&embed("chatonly")).send().await.unwrap();
@@ -353,7 +353,7 @@ async fn a_shutdown_cut_leaves_no_lease_in_redis() {
         }
     };
     let scope = format!("cut{}", std::process::id());
-    let root = support::provider().await;
+    let (root, _recorder) = support::provider::start().await;
     let scopes = format!(
         "[{scope}.breaker]\nfail_threshold = 5\ncooldown_s = 0.05\n[{scope}.sources.cutmock]\nbase_url = \"{root}/mock/v1\"\nmodel = \"m\"\ntimeout_s = 30\nmax_concurrency = 4\n"
     );

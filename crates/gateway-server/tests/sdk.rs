@@ -1,12 +1,14 @@
-//! The official `openai` Python package against the proxy (plain, streamed, embeddings, an
-//! unknown model, an open circuit), through `tests/openai_sdk.py`. Where Python or the package
-//! is missing the test says SKIPPED and why, unless `GATEWAY_SDK_REQUIRED=1` (set by `.ci/run`,
-//! which installs the package) makes that a failure.
+//! The official `openai` Python package against the proxy, through `tests/openai_sdk.py`: what
+//! an application gets back (the script checks it), and what reached the provider (checked here
+//! on the mock's record: every field verbatim, parts, tools, JSON modes, embeddings options).
+//! Where Python or the package is missing the test says SKIPPED and why, unless
+//! `GATEWAY_SDK_REQUIRED=1` (set by `.ci/run`, which installs the package) makes that a failure.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
+use serde_json::json;
 use std::io::Write;
 use std::process::Command;
 
@@ -37,4 +39,56 @@ async fn the_official_openai_python_sdk_talks_to_the_proxy() {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
+    what_reached_the_provider(&r);
+}
+
+/// The upstream side of the script's calls, on the mock's record.
+fn what_reached_the_provider(r: &support::Running) {
+    let one = |marker: &str| r.provider.saying(marker).into_iter().next().unwrap_or_else(|| panic!("no request said {marker}"));
+    let fields = one("FIELDS");
+    let body = &fields.body;
+    assert!(fields.raw.contains("\"temperature\":0.2"), "temperature 0.2 exactly: {}", fields.raw);
+    for (field, value) in [
+        ("top_p", json!(0.9)),
+        ("n", json!(2)),
+        ("stop", json!(["END"])),
+        ("seed", json!(42)),
+        ("logprobs", json!(true)),
+        ("top_logprobs", json!(2)),
+        ("user", json!("u-1")),
+        ("metadata", json!({"k": "v"})),
+        ("max_completion_tokens", json!(50)),
+        ("presence_penalty", json!(0.5)),
+        ("frequency_penalty", json!(0.25)),
+        ("logit_bias", json!({"50256": -100})),
+        ("vendor_knob", json!(7)),
+        ("model", json!("m")),
+    ] {
+        assert_eq!(body[field], value, "{field} in {}", fields.raw);
+    }
+    assert!(body.get("max_tokens").is_none() && body.get("stream").is_none(), "nothing renamed or added: {}", fields.raw);
+    assert_eq!(one("hi").body["messages"][0]["role"], "developer", "developer stays developer");
+    let tools = one("TOOLS please");
+    assert_eq!(tools.body["tool_choice"], json!({"type": "function", "function": {"name": "get_weather"}}));
+    assert_eq!(
+        (tools.body["tools"][0]["function"]["name"].as_str(), tools.body["parallel_tool_calls"].as_bool()),
+        (Some("get_weather"), Some(false))
+    );
+    let round_trip = r.provider.seen().into_iter().find(|s| s.body["messages"].as_array().is_some_and(|m| m.len() == 3)).unwrap();
+    assert_eq!(round_trip.body["messages"][1]["tool_calls"][0]["id"], "call_1");
+    assert_eq!(round_trip.body["messages"][2], json!({"role": "tool", "tool_call_id": "call_1", "content": "sunny"}));
+    let streamed_tools = one("TOOLS streamed");
+    assert_eq!(streamed_tools.body["stream"], true);
+    let parts = &one("what is this").body["messages"][0]["content"];
+    assert_eq!(parts[1], json!({"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo=", "detail": "low"}}));
+    assert_eq!(parts[2], json!({"type": "input_audio", "input_audio": {"data": "UklGRiQAAABXQVZF", "format": "wav"}}));
+    assert_eq!(one("JSON please").body["response_format"], json!({"type": "json_object"}));
+    assert_eq!(one("SCHEMA please").body["response_format"]["json_schema"]["strict"], true);
+    let embeddings: Vec<_> = r.provider.seen().into_iter().filter(|s| s.path.ends_with("/embeddings")).collect();
+    assert!(embeddings.iter().any(|s| s.body["dimensions"] == 5), "dimensions passed on");
+    assert!(embeddings.iter().any(|s| s.body["encoding_format"] == "base64"), "encoding_format passed on");
+    assert!(embeddings.iter().any(|s| s.body["input"] == json!([[1, 2, 3], [4, 5]])), "token arrays passed on");
+    // The cut stream was recorded on the source's gate.
+    let gate = r.gates.snapshot(&gateway_core::ports::GateKey::new("chat", "mock")).unwrap();
+    assert!(gate.f0 + gate.f1 >= 1, "the cut counted as a failure: {gate:?}");
 }

@@ -12,7 +12,7 @@ use gateway_core::breaker::CircuitState;
 use gateway_core::policy::{Isolation, ScopePolicy, WaitMode};
 use gateway_core::ports::{BreakerGate, GateKey, QuotaGate, Upstream};
 use gateway_core::random::unit;
-use gateway_core::request::{Message, Payload, Request, Role, Structured};
+use gateway_core::request::{Message, Request};
 use gateway_core::telemetry::{AttemptEvent, CallEvent, GateEvent};
 use gateway_core::time::{Clock, Timestamp};
 use gateway_http::HttpUpstream;
@@ -68,6 +68,8 @@ pub struct RunConfig {
     pub circuit_open: Option<WaitMode>,
     /// Overrides the scope's tenant isolation.
     pub isolation: Option<Isolation>,
+    /// Calls take their answers as streams (`GatewayClient::stream`) instead of whole.
+    pub stream: bool,
 }
 
 /// What a run left behind: every telemetry event, and what was still held at the end.
@@ -312,10 +314,7 @@ impl Workload {
                             break;
                         }
                         let request = this.request(index, load.long);
-                        let result = match &load.tenant {
-                            Some(tenant) => this.client.call_as(&this.scope, tenant, &request).await,
-                            None => this.client.call(&this.scope, &request).await,
-                        };
+                        let result = this.call(&request, load.tenant.as_deref()).await;
                         if let (Err(gateway_client::CallError::CircuitOpen { retry_after, .. }), Some(exact)) = (result, &this.exact) {
                             let remaining = exact.cooldown_left(load.tenant.as_deref());
                             circuit_open.lock().unwrap_or_else(PoisonError::into_inner).push((u64::from(index), retry_after, remaining));
@@ -335,6 +334,27 @@ impl Workload {
         Ok(seen)
     }
 
+    /// One call, whole or streamed (a stream read to its end; a break is a failed call).
+    async fn call(&self, request: &Request, tenant: Option<&str>) -> Result<(), gateway_client::CallError> {
+        if !self.stream {
+            let called = match tenant {
+                Some(tenant) => self.client.call_as(&self.scope, tenant, request).await,
+                None => self.client.call(&self.scope, request).await,
+            };
+            return called.map(drop);
+        }
+        let mut stream = match tenant {
+            Some(tenant) => self.client.stream_as(&self.scope, tenant, request).await?,
+            None => self.client.stream(&self.scope, request).await?,
+        };
+        while let Some(chunk) = stream.next().await {
+            if chunk.is_err() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     fn request(&self, index: u32, long: bool) -> Request {
         let poisoned = self.poison.get(index as usize).copied().unwrap_or(false);
         let content = match (poisoned, long) {
@@ -342,16 +362,12 @@ impl Workload {
             (false, true) => format!("{LONG}call {index}"),
             (false, false) => format!("call {index}"),
         };
-        Request {
-            payload: Payload::Chat {
-                messages: vec![Message { role: Role::User, content }],
-                max_tokens: Some(256),
-                temperature: None,
-                stream: self.stream,
-            },
-            structured: self.structured.then(|| Structured::JsonSchema(serde_json::json!({"type": "object", "required": ["answer"]}))),
-            estimated_tokens: if long { 6000 } else { 450 },
+        let mut request = Request::chat(vec![Message::user(content)]).max_completion_tokens(256);
+        if self.structured {
+            request = request.json_schema("answer", serde_json::json!({"type": "object", "required": ["answer"]}), false);
         }
+        request.estimated_tokens = if long { 6000 } else { 450 };
+        request
     }
 }
 
@@ -429,27 +445,25 @@ async fn run_target(scenario: &Scenario, config: &RunConfig, progress: Progress,
         Ok(Arc::new(HttpUpstream::new(std::slice::from_ref(policy)).map_err(|e| e.to_string())?))
     };
     // The server lives until the run ends.
-    let (policy, upstream, stream, _server): (ScopePolicy, Arc<dyn Upstream>, bool, _) = match (target, config.transport) {
+    let (policy, upstream, _server): (ScopePolicy, Arc<dyn Upstream>, _) = match (target, config.transport) {
         (Target::Scenario, Transport::Sim) => {
             let policy = scope_policy(scenario, &scope, config)?;
             let upstream = Arc::new(SimUpstream::new(scenario, &policy, clock.clone(), config.seed));
-            (policy, upstream, false, None)
+            (policy, upstream, None)
         }
         (Target::Scenario, Transport::Http) => {
             let mut policy = scope_policy(scenario, &scope, config)?;
             let providers = Arc::new(Providers::new(scenario, clock.clone(), config.seed));
             let server = ProviderServer::start(providers).await.map_err(|e| format!("cannot serve the simulated providers: {e}"))?;
             point_at(&mut policy, &server.root());
-            (policy.clone(), http(&policy)?, true, Some(server))
+            (policy.clone(), http(&policy)?, Some(server))
         }
         (Target::Real(policy), _) => {
             let mut policy = *policy;
             // The run's own scope: a soak never shares gates with the deployment it measures.
             policy.name.clone_from(&scope);
             apply_overrides(&mut policy, config);
-            // Streamed when a source has a watchdog, so that the watchdog applies.
-            let stream = policy.sources.iter().any(|s| s.watchdog.is_some());
-            (policy.clone(), http(&policy)?, stream, None)
+            (policy.clone(), http(&policy)?, None)
         }
     };
     let client = Arc::new(build_client(config, &policy, &backend, upstream, telemetry.clone(), clock.clone(), 0)?);
@@ -464,7 +478,7 @@ async fn run_target(scenario: &Scenario, config: &RunConfig, progress: Progress,
         loads: loads(scenario, calls, config.workers.unwrap_or(scenario.workers), 0, 1),
         poison: Arc::new(poison_marks(config.seed, calls, scenario.poison_rate)),
         structured: scenario.structured,
-        stream,
+        stream: config.stream,
         exact,
     };
     let circuit_open = workload.drive(progress).await?;
@@ -574,6 +588,9 @@ pub struct WorkerSpec {
     pub circuit_open: Option<WaitMode>,
     /// The isolation override.
     pub isolation: Option<Isolation>,
+    /// Calls take their answers as streams.
+    #[serde(default)]
+    pub stream: bool,
     /// Zero of the shared time line, Unix milliseconds.
     pub origin_unix_ms: u64,
 }
@@ -605,6 +622,7 @@ pub fn run_worker(spec: &WorkerSpec, progress: Progress) -> Result<WorkerResult,
         workers: Some(spec.total_workers),
         circuit_open: spec.circuit_open,
         isolation: spec.isolation,
+        stream: spec.stream,
     };
     let mut policy = scope_policy(&scenario, &spec.scope, &config)?;
     point_at(&mut policy, &spec.providers);
@@ -620,7 +638,7 @@ pub fn run_worker(spec: &WorkerSpec, progress: Progress) -> Result<WorkerResult,
             loads: loads(&scenario, spec.total_calls, spec.total_workers, spec.index, spec.processes),
             poison: Arc::new(poison_marks(spec.seed, spec.total_calls, scenario.poison_rate)),
             structured: scenario.structured,
-            stream: true,
+            stream: spec.stream,
             exact: None,
         };
         workload.drive(progress).await?;
@@ -703,6 +721,7 @@ pub fn run_processes(
                 time_scale: scale,
                 circuit_open: config.circuit_open,
                 isolation: config.isolation,
+                stream: config.stream,
                 origin_unix_ms: clock.origin_unix_ms,
             };
             let mut child = launch(&spec).map_err(|e| format!("cannot start worker process {index}: {e}"))?;

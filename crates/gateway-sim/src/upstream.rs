@@ -8,12 +8,14 @@ use crate::scenario::{Account, Kind, Provider, Scenario};
 use async_trait::async_trait;
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::policy::ScopePolicy;
-use gateway_core::ports::Upstream;
+use gateway_core::ports::{ChunkSource, Streamed, Upstream};
 use gateway_core::random::unit;
-use gateway_core::request::{Attempt, Payload, Request, Response, Usage};
+use gateway_core::request::{Attempt, Outcome, Request, Response, Usage};
+use gateway_core::stream::Chunk;
 use gateway_core::time::{Clock, Timestamp};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
+use serde_json::json;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -204,12 +206,10 @@ impl Drop for InflightGuard {
 
 /// What a provider sees of `request`.
 pub fn prompt_of(request: &Request) -> Prompt {
-    match &request.payload {
-        Payload::Chat { messages, .. } => Prompt::of(messages.iter().map(|m| m.content.as_str())),
-        Payload::Embedding { input } => Prompt::of(input.iter().map(String::as_str)),
-    }
+    Prompt::of(request.texts())
 }
 
+#[derive(Clone, Copy)]
 struct SimSource {
     timeout: Duration,
     watchdog: Option<Duration>,
@@ -239,46 +239,123 @@ fn fail(class: OutcomeClass, detail: &str) -> Attempt {
     Attempt::failure(class, detail, None)
 }
 
-#[async_trait]
-impl Upstream for SimUpstream {
-    async fn send(&self, source: &str, request: &Request) -> Attempt {
+/// The usage every simulated completion reports.
+const USAGE: Usage = Usage { prompt_tokens: 200, completion_tokens: 250 };
+
+/// How a reply begins, the way the HTTP adapter would see it: ended (after its delay), or the
+/// content whose first token comes `after` the request.
+enum Begun {
+    Ended(Attempt),
+    Content { src: SimSource, after: Duration, content: &'static str, reply: Reply },
+}
+
+impl SimUpstream {
+    /// Plays the reply up to where its content would start (`Content` has not slept yet).
+    async fn begin(&self, source: &str, request: &Request) -> Begun {
         let (Some(src), Some(reply)) = (self.sources.get(source), self.providers.reply(source, prompt_of(request))) else {
-            return fail(OutcomeClass::SourceDead, "unknown_source");
+            return Begun::Ended(fail(OutcomeClass::SourceDead, "unknown_source"));
         };
-        let content = match reply.answer {
+        match reply.answer {
             Answer::Refused => {
                 tokio::time::sleep(reply.after).await;
-                return fail(OutcomeClass::Transient, "connect");
+                Begun::Ended(fail(OutcomeClass::Transient, "connect"))
             }
             Answer::Hang => {
                 tokio::time::sleep(src.timeout).await;
-                return fail(OutcomeClass::Transient, "timeout");
+                Begun::Ended(fail(OutcomeClass::Transient, "timeout"))
             }
             Answer::Status(status, code) => {
                 tokio::time::sleep(reply.after.min(src.timeout)).await;
                 // The HTTP adapter's own table, so both transports classify a reply alike.
                 let status = axum::http::StatusCode::from_u16(status).unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
                 let (class, detail) = gateway_http::classify::classify_status(status, Some(code), self.not_found);
-                return fail(class, &detail);
+                Begun::Ended(fail(class, &detail))
             }
-            Answer::Content(content) => content,
+            Answer::Content(content) => Begun::Content { src: *src, after: reply.after, content, reply },
+        }
+    }
+}
+
+/// Waits for the first token `after`, bounded as the HTTP adapter bounds a chunk: the watchdog
+/// (when the source has one), else the timeout. `Err` is the cut-off.
+async fn first_token(src: &SimSource, after: Duration) -> Result<(), Outcome> {
+    if let Some(watchdog) = src.watchdog.filter(|w| after > *w && *w < src.timeout) {
+        tokio::time::sleep(watchdog).await;
+        return Err(Outcome::new(OutcomeClass::Transient, "watchdog"));
+    }
+    if after >= src.timeout {
+        tokio::time::sleep(src.timeout).await;
+        return Err(Outcome::new(OutcomeClass::Transient, "timeout"));
+    }
+    tokio::time::sleep(after).await;
+    Ok(())
+}
+
+#[async_trait]
+impl Upstream for SimUpstream {
+    /// A whole answer. A source with a watchdog is streamed upstream over HTTP, so its first
+    /// token is bounded by the watchdog here too (SPEC §13, one watchdog); without one, the
+    /// whole answer by the timeout.
+    async fn send(&self, source: &str, request: &Request) -> Attempt {
+        let (src, after, content, reply) = match self.begin(source, request).await {
+            Begun::Content { src, after, content, reply } => (src, after, content, reply),
+            Begun::Ended(attempt) => return attempt,
         };
-        if let Some(watchdog) = src.watchdog.filter(|w| reply.after > *w) {
-            tokio::time::sleep(watchdog).await;
-            return fail(OutcomeClass::Transient, "watchdog");
+        if let Err(outcome) = first_token(&src, after).await {
+            return Attempt::ended(outcome);
         }
-        if reply.after >= src.timeout {
-            tokio::time::sleep(src.timeout).await;
-            return fail(OutcomeClass::Transient, "timeout");
+        drop(reply);
+        if request.kind() == gateway_core::request::Kind::Embeddings {
+            return Attempt::success(Response::embedding_vectors(&[vec![0.5; 4]], Some(USAGE)), "http_200");
         }
-        tokio::time::sleep(reply.after).await;
         if content.is_empty() {
             return fail(OutcomeClass::Transient, "empty");
         }
         if request.structured.is_some() && content == INVALID_JSON {
             return fail(OutcomeClass::ResultInvalid, "schema");
         }
-        let usage = Some(Usage { prompt_tokens: 200, completion_tokens: 250 });
-        Attempt::success(Response::Chat { content: content.to_owned(), usage }, "http_200")
+        Attempt::success(Response::chat_text(content, Some(USAGE)), "http_200")
+    }
+
+    /// The chunks of the reply as the HTTP adapter reads them from the provider server: the
+    /// content when its first token comes (under the watchdog), then the usage, then the end.
+    async fn stream(&self, source: &str, request: &Request) -> Streamed {
+        match self.begin(source, request).await {
+            Begun::Content { src, after, content, reply } => {
+                Streamed::Chunks(Box::new(SimChunks { wait: Some((src, after)), content, step: 0, _reply: reply }))
+            }
+            Begun::Ended(attempt) => Streamed::Ended(attempt),
+        }
+    }
+}
+
+/// A simulated stream: the content chunk after the first-token wait, a usage chunk, the end.
+/// It holds the reply (and the account slot) until it is dropped.
+struct SimChunks {
+    wait: Option<(SimSource, Duration)>,
+    content: &'static str,
+    step: u8,
+    _reply: Reply,
+}
+
+#[async_trait]
+impl ChunkSource for SimChunks {
+    async fn next_chunk(&mut self) -> Option<Result<Chunk, Outcome>> {
+        if let Some((src, after)) = self.wait.take()
+            && let Err(outcome) = first_token(&src, after).await
+        {
+            return Some(Err(outcome));
+        }
+        self.step += 1;
+        let chunk = match self.step {
+            1 => {
+                json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"role": "assistant", "content": self.content}, "finish_reason": "stop"}]})
+            }
+            2 => {
+                json!({"object": "chat.completion.chunk", "choices": [], "usage": {"prompt_tokens": USAGE.prompt_tokens, "completion_tokens": USAGE.completion_tokens}})
+            }
+            _ => return None,
+        };
+        chunk.as_object().cloned().map(Ok)
     }
 }

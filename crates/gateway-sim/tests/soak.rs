@@ -27,6 +27,7 @@ fn soak(scenario: &str, preset: Preset, calls: u32, seed: u64, circuit_open: Opt
         workers: None,
         circuit_open,
         isolation: None,
+        stream: false,
     };
     let result = run(&scenario, &config, Arc::new(|_| {})).unwrap();
     Summary::of(&result, "test", seed, Some(scenario.ceiling()), invariants::check(&result))
@@ -54,6 +55,7 @@ fn tenants(isolation: gateway_core::policy::Isolation) -> Summary {
         workers: None,
         circuit_open: None,
         isolation: Some(isolation),
+        stream: false,
     };
     let result = run(&scenario, &config, Arc::new(|_| {})).unwrap();
     Summary::of(&result, "default", 1, Some(scenario.ceiling()), invariants::check(&result))
@@ -104,6 +106,7 @@ fn the_redis_backend_needs_real_time() {
         workers: None,
         circuit_open: None,
         isolation: None,
+        stream: false,
     };
     let error = run(&scenario, &config, Arc::new(|_| {})).err().unwrap();
     assert!(error.contains("runs in real time"), "{error}");
@@ -124,6 +127,7 @@ fn real_time(backend: Backend, calls: u32) -> RunConfig {
         workers: None,
         circuit_open: None,
         isolation: None,
+        stream: false,
     }
 }
 

@@ -9,7 +9,7 @@ use gateway_core::breaker::GateParams;
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::policy::{ScopeConfig, ScopePolicy};
 use gateway_core::ports::{BreakerGate, GateKey, QuotaGate, Upstream};
-use gateway_core::request::{Attempt, Message, Payload, Request, Response, Usage};
+use gateway_core::request::{Attempt, Kind, Message, Request, Response, Usage};
 use gateway_core::time::Clock;
 use gateway_memory::{MemoryGates, MemoryQuota};
 use std::collections::HashMap;
@@ -75,11 +75,11 @@ impl Upstream for FakeUpstream {
         tokio::time::sleep(latency).await;
         let usage = Some(Usage { prompt_tokens: 10, completion_tokens: 5 });
         match step {
-            Step::Ok => match &request.payload {
-                Payload::Embedding { input } => {
-                    Attempt::success(Response::Embedding { vectors: vec![vec![0.5; 4]; input.len()], usage }, "http_200")
+            Step::Ok => match request.kind() {
+                Kind::Embeddings => {
+                    Attempt::success(Response::embedding_vectors(&vec![vec![0.5; 4]; request.texts().count()], usage), "http_200")
                 }
-                Payload::Chat { .. } => Attempt::success(Response::Chat { content: format!("ok from {source}"), usage }, "http_200"),
+                Kind::Chat => Attempt::success(Response::chat_text(&format!("ok from {source}"), usage), "http_200"),
             },
             Step::Fail(class) => Attempt::failure(class, format!("scripted_{class}"), None),
             Step::RateLimited(retry_after) => Attempt::failure(OutcomeClass::RateLimited, "http_429", retry_after),
@@ -116,7 +116,9 @@ pub fn sources(n: usize, extra: serde_json::Value) -> ScopePolicy {
 }
 
 pub fn chat() -> Request {
-    Request { estimated_tokens: 100, ..Request::chat(vec![Message::user("hi")]) }
+    let mut request = Request::chat(vec![Message::user("hi")]);
+    request.estimated_tokens = 100;
+    request
 }
 
 /// A client with its shared parts exposed to the test.

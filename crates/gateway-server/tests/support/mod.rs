@@ -5,80 +5,17 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use axum::body::Body;
+pub mod provider;
+
 use gateway_client::GatewayClient;
 use gateway_memory::{MemoryGates, MemoryQuota};
 use gateway_metrics::Metrics;
 use gateway_server::config::load;
 use gateway_server::{AppState, ServerTelemetry};
-use serde_json::{Value, json};
 use std::sync::Arc;
-use std::time::Duration;
 
 pub const KEY: &str = "gw-test-key-0123456789";
 pub const ACME_KEY: &str = "gw-acme-key-0123456789";
-
-/// A mock provider: `slow` answers after 10 s, `POISON` gets 400, `PUSHBACK` a 429 asking for a
-/// day, the rest an echo; SSE when asked; embeddings of three numbers per input; `/dead/v1`
-/// answers 401; `/chatonly/v1/embeddings` answers 404 `model_not_found` (a chat model asked for
-/// embeddings).
-pub async fn provider() -> String {
-    async fn chat(request: axum::extract::Request) -> axum::response::Response {
-        let path = request.uri().path().to_owned();
-        let bytes = axum::body::to_bytes(request.into_body(), 1 << 20).await.unwrap();
-        let body: Value = serde_json::from_slice(&bytes).unwrap();
-        if path.starts_with("/dead/") {
-            return axum::response::Response::builder()
-                .status(401)
-                .body(Body::from(json!({"error": {"code": "invalid_api_key", "message": "bad key"}}).to_string()))
-                .unwrap();
-        }
-        if path.starts_with("/chatonly/") && path.ends_with("/embeddings") {
-            let error = json!({"error": {"code": "model_not_found", "message": "this model does not support embeddings"}});
-            return axum::response::Response::builder().status(404).body(Body::from(error.to_string())).unwrap();
-        }
-        if path.ends_with("/embeddings") {
-            let n = body["input"].as_array().map_or(1, Vec::len);
-            let data: Vec<Value> = (0..n).map(|i| json!({"index": i, "embedding": [0.5, -1.0, 2.0]})).collect();
-            return axum::response::Response::new(Body::from(
-                json!({"data": data, "usage": {"prompt_tokens": 3, "total_tokens": 3}}).to_string(),
-            ));
-        }
-        let last = body["messages"].as_array().unwrap().last().unwrap()["content"].as_str().unwrap().to_owned();
-        if last == "POISON" {
-            return axum::response::Response::builder()
-                .status(400)
-                .body(Body::from(json!({"error": {"code": "context_length_exceeded", "message": "too long"}}).to_string()))
-                .unwrap();
-        }
-        if last == "PUSHBACK" {
-            let error = json!({"error": {"code": "rate_limit_exceeded", "message": "slow down"}});
-            return axum::response::Response::builder()
-                .status(429)
-                .header("retry-after", "86400")
-                .body(Body::from(error.to_string()))
-                .unwrap();
-        }
-        if last == "slow" {
-            tokio::time::sleep(Duration::from_secs(10)).await;
-        }
-        let content = format!("echo: {last}");
-        if body["stream"].as_bool() == Some(true) {
-            let chunk = json!({"choices": [{"index": 0, "delta": {"content": content}}]});
-            let usage = json!({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2}});
-            let events = format!("data: {chunk}\n\ndata: {usage}\n\ndata: [DONE]\n\n");
-            let mut response = axum::response::Response::new(Body::from(events));
-            response.headers_mut().insert("content-type", "text/event-stream".parse().unwrap());
-            return response;
-        }
-        let answer = json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}], "usage": {"prompt_tokens": 5, "completion_tokens": 2}});
-        axum::response::Response::new(Body::from(answer.to_string()))
-    }
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let root = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, axum::Router::new().fallback(chat)).await.unwrap() });
-    root
-}
 
 pub fn config_text(root: &str) -> String {
     custom_config(root, "", "")
@@ -132,6 +69,8 @@ timeout_s = 30
 
 pub struct Running {
     pub url: String,
+    /// What the mock provider received.
+    pub provider: provider::Recorder,
     pub state: Arc<AppState>,
     pub quota: Arc<MemoryQuota>,
     pub gates: Arc<MemoryGates>,
@@ -165,17 +104,21 @@ pub async fn start_custom(
     scopes: &str,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> (Running, tokio::task::JoinHandle<std::io::Result<gateway_server::Served>>) {
-    let root = provider().await;
-    start_serving(&custom_config(&root, server, scopes), shutdown).await
+    let (root, recorder) = provider::start().await;
+    start_serving(&custom_config(&root, server, scopes), recorder, shutdown).await
 }
 
-/// The proxy on a whole config text (its sources at a provider already started), serving forever.
-pub async fn start_text(text: &str) -> (Running, tokio::task::JoinHandle<std::io::Result<gateway_server::Served>>) {
-    start_serving(text, std::future::pending()).await
+/// The proxy on a whole config text (its sources at `provider`, already started), serving forever.
+pub async fn start_text(
+    text: &str,
+    provider: provider::Recorder,
+) -> (Running, tokio::task::JoinHandle<std::io::Result<gateway_server::Served>>) {
+    start_serving(text, provider, std::future::pending()).await
 }
 
 async fn start_serving(
     text: &str,
+    provider: provider::Recorder,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> (Running, tokio::task::JoinHandle<std::io::Result<gateway_server::Served>>) {
     let (server, scopes) = load_text(text);
@@ -187,7 +130,7 @@ async fn start_serving(
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let served = tokio::spawn(gateway_server::serve(listener, state.clone(), shutdown));
-    (Running { url, state, quota, gates }, served)
+    (Running { url, provider, state, quota, gates }, served)
 }
 
 /// The proxy's state as `gateway_server::build` makes it, on the given adapters.
@@ -221,12 +164,10 @@ pub struct Answers;
 #[async_trait::async_trait]
 impl gateway_core::ports::Upstream for Answers {
     async fn send(&self, _source: &str, request: &gateway_core::request::Request) -> gateway_core::request::Attempt {
-        use gateway_core::request::{Attempt, Payload, Response};
-        let response = match &request.payload {
-            Payload::Chat { messages, .. } => {
-                Response::Chat { content: format!("echo: {}", messages.last().map_or("", |m| m.content.as_str())), usage: None }
-            }
-            Payload::Embedding { input } => Response::Embedding { vectors: vec![vec![0.5, -1.0, 2.0]; input.len()], usage: None },
+        use gateway_core::request::{Attempt, Kind, Response};
+        let response = match request.kind() {
+            Kind::Chat => Response::chat_text(&format!("echo: {}", request.texts().last().unwrap_or("")), None),
+            Kind::Embeddings => Response::embedding_vectors(&vec![vec![0.5, -1.0, 2.0]; request.texts().count().max(1)], None),
         };
         Attempt::success(response, "http_200")
     }

@@ -1,0 +1,199 @@
+//! `GatewayClient::stream` on tokio's paused clock: before the commit point a failure is
+//! retried unseen (an error status, a stream that breaks before content, one that ends empty);
+//! after it, chunks come as the source sends them and a break ends the stream with a
+//! `StreamError`, recorded on the gate; the slot is held until the stream ends or is dropped;
+//! an upstream that cannot stream is replayed.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use async_trait::async_trait;
+use gateway_client::{Collector, GatewayClient, TokioClock};
+use gateway_core::outcome::OutcomeClass;
+use gateway_core::ports::{ChunkSource, GateKey, Streamed, Upstream};
+use gateway_core::request::{Attempt, Message, Outcome, Request};
+use gateway_core::stream::Chunk;
+use gateway_core::telemetry::CallResult;
+use gateway_memory::{MemoryGates, MemoryQuota};
+use serde_json::json;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use support::sources;
+
+/// One scripted event of a stream: a chunk after a delay, or a break.
+#[derive(Clone)]
+enum Event {
+    Text(&'static str, Duration),
+    Empty,
+    Break(&'static str),
+}
+
+/// One attempt's plan: the events of its stream, or the class it ends with before any.
+type Plan = Result<Vec<Event>, OutcomeClass>;
+
+/// What each source streams, attempt after attempt (the last plan repeats).
+#[derive(Default)]
+struct Scripted {
+    plans: Mutex<std::collections::HashMap<String, VecDeque<Plan>>>,
+}
+
+impl Scripted {
+    fn plan(&self, source: &str, plans: Vec<Plan>) {
+        self.plans.lock().unwrap().insert(source.to_owned(), plans.into());
+    }
+}
+
+struct Chunks(VecDeque<Event>);
+
+fn text_chunk(text: &str) -> Chunk {
+    json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": text}}]}).as_object().cloned().unwrap()
+}
+
+#[async_trait]
+impl ChunkSource for Chunks {
+    async fn next_chunk(&mut self) -> Option<Result<Chunk, Outcome>> {
+        match self.0.pop_front()? {
+            Event::Text(text, after) => {
+                tokio::time::sleep(after).await;
+                Some(Ok(text_chunk(text)))
+            }
+            Event::Empty => {
+                Some(Ok(json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}).as_object().cloned().unwrap()))
+            }
+            Event::Break(detail) => Some(Err(Outcome::new(OutcomeClass::Transient, detail))),
+        }
+    }
+}
+
+#[async_trait]
+impl Upstream for Scripted {
+    async fn send(&self, _source: &str, _request: &Request) -> Attempt {
+        Attempt::failure(OutcomeClass::Transient, "this upstream only streams", None)
+    }
+
+    async fn stream(&self, source: &str, _request: &Request) -> Streamed {
+        let plan = {
+            let mut plans = self.plans.lock().unwrap();
+            let queue = plans.get_mut(source).unwrap();
+            if queue.len() > 1 { queue.pop_front().unwrap() } else { queue.front().cloned().unwrap() }
+        };
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        match plan {
+            Ok(events) => Streamed::Chunks(Box::new(Chunks(events.into()))),
+            Err(class) => Streamed::Ended(Attempt::failure(class, "scripted", None)),
+        }
+    }
+}
+
+struct Setup {
+    client: GatewayClient,
+    gates: Arc<MemoryGates>,
+    quota: Arc<MemoryQuota>,
+    telemetry: Arc<Collector>,
+}
+
+fn setup(n: usize, upstream: Arc<dyn Upstream>, extra: serde_json::Value) -> Setup {
+    let clock = Arc::new(TokioClock::new());
+    let gates = Arc::new(MemoryGates::new(clock.clone()));
+    let quota = Arc::new(MemoryQuota::new(clock.clone()));
+    let telemetry = Arc::new(Collector::new());
+    let client = GatewayClient::builder()
+        .scope(sources(n, extra))
+        .gates(gates.clone())
+        .quota(quota.clone())
+        .upstream(upstream)
+        .telemetry(telemetry.clone())
+        .clock(clock)
+        .seed(5)
+        .build()
+        .unwrap();
+    Setup { client, gates, quota, telemetry }
+}
+
+fn ask() -> Request {
+    Request::chat(vec![Message::user("hi")])
+}
+
+fn text(chunk: &Chunk) -> &str {
+    chunk["choices"][0]["delta"]["content"].as_str().unwrap_or_default()
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_before_the_commit_point_are_retried_unseen() {
+    let upstream = Arc::new(Scripted::default());
+    upstream.plan(
+        "s1",
+        vec![
+            Err(OutcomeClass::Transient),
+            Ok(vec![Event::Empty, Event::Break("truncated_stream")]),
+            Ok(vec![Event::Empty]),
+            Ok(vec![Event::Empty, Event::Text("Hel", Duration::ZERO), Event::Text("lo", Duration::from_secs(1))]),
+        ],
+    );
+    let s = setup(1, upstream, json!({"max_retries": 5}));
+    let mut stream = s.client.stream("chat", &ask()).await.unwrap();
+    assert_eq!((stream.source(), stream.attempts()), ("s1", 4), "three failed attempts, then the stream");
+    let mut seen = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        seen.push(text(&chunk.unwrap()).to_owned());
+    }
+    assert_eq!(seen, ["", "Hel", "lo"], "the caller sees the one good stream, from its first chunk");
+    let call = &s.telemetry.calls()[0];
+    assert_eq!((call.result, call.attempts), (CallResult::Ok, 4));
+    let outcomes: Vec<_> = s.telemetry.attempts().iter().map(|a| (a.class, a.detail.clone())).collect();
+    assert_eq!(
+        outcomes,
+        [
+            (OutcomeClass::Transient, "scripted".into()),
+            (OutcomeClass::Transient, "truncated_stream".into()),
+            (OutcomeClass::Transient, "empty".into()),
+            (OutcomeClass::Success, "http_200".into()),
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_break_after_the_commit_point_ends_the_stream_with_an_error_recorded_on_the_gate() {
+    let upstream = Arc::new(Scripted::default());
+    upstream.plan("s1", vec![Ok(vec![Event::Text("par", Duration::ZERO), Event::Break("watchdog")])]);
+    let s = setup(1, upstream, json!({}));
+    let mut stream = s.client.stream("chat", &ask()).await.unwrap();
+    assert_eq!(text(&stream.next().await.unwrap().unwrap()), "par");
+    let error = stream.next().await.unwrap().unwrap_err();
+    assert_eq!(error.to_string(), "the stream from s1 broke off after it began: transient(watchdog)");
+    assert!(stream.next().await.is_none(), "nothing after the error");
+    let gate = s.gates.snapshot(&GateKey::new("chat", "s1")).unwrap();
+    assert_eq!((gate.failures, gate.f0 + gate.f1), (1, 1), "recorded like any transient failure");
+    assert_eq!(s.telemetry.calls()[0].result, CallResult::StreamBroken);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_stream_holds_its_slot_until_it_ends_or_is_dropped() {
+    let upstream = Arc::new(Scripted::default());
+    upstream.plan("s1", vec![Ok(vec![Event::Text("a", Duration::ZERO), Event::Text("b", Duration::from_secs(60))])]);
+    let s = setup(1, upstream, json!({"sources": {"s1": {"timeout_s": 30, "max_concurrency": 4}}}));
+    let key = GateKey::new("chat", "s1");
+    let mut stream = s.client.stream("chat", &ask()).await.unwrap();
+    stream.next().await.unwrap().unwrap();
+    assert_eq!((s.quota.in_flight(&key), s.client.inflight("chat")), (1, 1));
+    drop(stream);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!((s.quota.in_flight(&key), s.client.inflight("chat")), (0, 0), "dropping the stream released everything");
+    assert_eq!(s.telemetry.calls()[0].result, CallResult::Cancelled);
+    let mut ended = s.client.stream("chat", &ask()).await.unwrap();
+    while ended.next().await.is_some() {}
+    assert_eq!((s.quota.in_flight(&key), s.client.inflight("chat")), (0, 0), "and so did its end");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_upstream_that_cannot_stream_is_replayed_and_embeddings_cannot_be_streamed() {
+    let fake = support::FakeUpstream::new();
+    let s = setup(1, fake, json!({}));
+    let stream = s.client.stream("chat", &ask()).await.unwrap();
+    let whole = stream.completion().await.unwrap();
+    assert_eq!((whole.content(), whole.source()), (Some("ok from s1"), Some("s1")));
+    let error = s.client.stream("chat", &Request::embeddings(vec!["a".into()])).await.unwrap_err();
+    assert_eq!(error.to_string(), "embeddings requests cannot be streamed");
+}

@@ -140,8 +140,16 @@ impl SourceAdmission {
             Blocked::FailQuotaExhausted => Err(CallError::AllSourcesExhausted { reason: Exhausted::QuotaExhausted, report: call.report() }),
             Blocked::FailStalled => Err(CallError::AllSourcesExhausted { reason: Exhausted::Stalled, report: call.report() }),
             Blocked::Wait { gate_hint } => {
-                let hint =
-                    if gate_hint { self.gates.retry_after(&scope.gates).await.map_err(|e| call.backend(e))? } else { Duration::ZERO };
+                let hint = if !gate_hint {
+                    Duration::ZERO
+                } else if pushed_back == 0 {
+                    self.gates.retry_after(&scope.gates).await.map_err(|e| call.backend(e))?
+                } else {
+                    // The pushed-back sources' gates are closed (a 0 hint): the wait is for the others.
+                    let refused: Vec<_> =
+                        scope.gates.iter().enumerate().filter(|(i, _)| !call.is_pushed_back(*i, now)).map(|(_, g)| g.clone()).collect();
+                    self.gates.retry_after(&refused).await.map_err(|e| call.backend(e))?
+                };
                 let remaining = call.stall.remaining(policy.stall_window, self.clock.now());
                 let sleep = nap(hint, policy.poll_interval, remaining, &mut *self.rng());
                 tokio::time::sleep(sleep).await;

@@ -93,7 +93,7 @@ impl Loader {
             let mut data = toml.data().map_err(|e| ConfigError {
                 key: path.display().to_string(),
                 layer: "TOML file".into(),
-                message: format!("not valid TOML: {}", e.kind),
+                message: format!("not valid TOML: {}", without_source(&e.kind.to_string())),
             })?;
             for dict in data.values_mut() {
                 dict.retain(|key, _| !self.reserved.contains(key));
@@ -213,8 +213,19 @@ fn from_figment(error: figment::Error, file: &Option<PathBuf>) -> ConfigError {
     let (layer, from_env) = layer_name(error.metadata.as_ref(), file);
     // For an unknown field the path already ends with the field's name.
     let dotted = error.path.join(".");
-    let message = if is_secret(&error.path) { Redacted(&error.kind).to_string() } else { Message(&error.kind).to_string() };
+    let message = if is_secret(&error.path) { secret_message(&error.kind) } else { Message(&error.kind).to_string() };
     ConfigError { key: key_in_layer(&dotted, from_env), layer, message }
+}
+
+/// A TOML parse error without the excerpt of the file it quotes (the line may hold a secret):
+/// the position and the reason stay.
+fn without_source(message: &str) -> String {
+    let quoted = |line: &str| {
+        let line = line.trim_start();
+        line.starts_with('|')
+            || line.split_once('|').is_some_and(|(number, _)| !number.is_empty() && number.trim().chars().all(|c| c.is_ascii_digit()))
+    };
+    message.lines().filter(|line| !line.trim().is_empty() && !quoted(line)).collect::<Vec<_>>().join("; ")
 }
 
 /// Keys whose values may be secrets (a provider key, an `Authorization` header): an error about
@@ -223,18 +234,15 @@ fn is_secret(path: &[String]) -> bool {
     path.last().is_some_and(|last| last == "api_key") || path.iter().any(|part| part == "headers")
 }
 
-/// A figment error kind without the value it was about.
-struct Redacted<'a>(&'a figment::error::Kind);
-
-impl fmt::Display for Redacted<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        use figment::error::Kind;
-        match self.0 {
-            Kind::InvalidType(_, expected) => write!(f, "invalid type (the value is not shown), expected {expected}"),
-            Kind::UnknownField(field, _) => write!(f, "unknown key {field:?}"),
-            Kind::MissingField(field) => write!(f, "required key {field:?} is missing"),
-            _ => f.write_str("invalid value (the value is not shown)"),
-        }
+/// A figment error about a secret's key, without the value it was about (for every loader of
+/// a file with secrets: the scopes here, the proxy's `[server]` table).
+pub fn secret_message(kind: &figment::error::Kind) -> String {
+    use figment::error::Kind;
+    match kind {
+        Kind::InvalidType(_, expected) => format!("invalid type (the value is not shown), expected {expected}"),
+        Kind::UnknownField(field, _) => format!("unknown key {field:?}"),
+        Kind::MissingField(field) => format!("required key {field:?} is missing"),
+        _ => "invalid value (the value is not shown)".to_owned(),
     }
 }
 

@@ -375,34 +375,38 @@ impl GatewayClient {
     /// status pages (`/v1/gateway/sources`).
     pub async fn status(&self, only_tenant: Option<&str>) -> Result<Vec<SourceStatus>, gateway_core::ports::GateError> {
         let only = only_tenant.map(str::to_ascii_lowercase);
-        let mut all = Vec::new();
+        // The local views are read first, and the partitions let go before the backend is asked:
+        // a partition held across those awaits would count as busy and could not be evicted.
+        let mut views = Vec::new();
         for partitions in self.scopes.values() {
             for partition in partitions.all() {
                 let tenant = partition.gates.first().and_then(|(key, _)| key.tenant.as_deref());
                 if only.is_some() && tenant.is_some() && tenant != only.as_deref() {
                     continue;
                 }
+                let local = partition.local();
                 for (i, (key, params)) in partition.gates.iter().enumerate() {
-                    let gate = self.admission.gates.read(key).await?;
-                    let retry_after = self.admission.gates.retry_after(std::slice::from_ref(&(key.clone(), params.clone()))).await?;
-                    let (health, aimd_limit, inflight) = {
-                        let local = partition.local();
-                        (local.health[i].value(), Some(local.aimd[i].limit()).filter(|l| l.is_finite()), local.aimd[i].inflight())
-                    };
-                    all.push(SourceStatus {
-                        scope: key.scope.to_string(),
-                        tenant: key.tenant.as_deref().map(str::to_owned),
-                        source: key.source.to_string(),
-                        state: gate.state,
-                        epoch: gate.epoch,
-                        streak: gate.streak,
-                        retry_after_s: retry_after.as_secs_f64(),
-                        health,
-                        aimd_limit,
-                        inflight,
-                    });
+                    let limit = Some(local.aimd[i].limit()).filter(|l| l.is_finite());
+                    views.push((key.clone(), params.clone(), local.health[i].value(), limit, local.aimd[i].inflight()));
                 }
             }
+        }
+        let mut all = Vec::with_capacity(views.len());
+        for (key, params, health, aimd_limit, inflight) in views {
+            let gate = self.admission.gates.read(&key).await?;
+            let retry_after = self.admission.gates.retry_after(std::slice::from_ref(&(key.clone(), params))).await?;
+            all.push(SourceStatus {
+                scope: key.scope.to_string(),
+                tenant: key.tenant.as_deref().map(str::to_owned),
+                source: key.source.to_string(),
+                state: gate.state,
+                epoch: gate.epoch,
+                streak: gate.streak,
+                retry_after_s: retry_after.as_secs_f64(),
+                health,
+                aimd_limit,
+                inflight,
+            });
         }
         Ok(all)
     }
@@ -410,6 +414,7 @@ impl GatewayClient {
     /// Waits until every release that dropped calls spawned (probe leases and quota permits
     /// handed back on a task of their own) has finished: for a shutdown that cut calls and must
     /// not exit with their leases still live in a shared backend. Calls may go on meanwhile.
+    /// One caller at a time (a shutdown): a second concurrent caller may return early.
     pub async fn released(&self) {
         let releases = &self.admission.releases;
         releases.close();

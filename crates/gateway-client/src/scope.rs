@@ -191,9 +191,11 @@ impl Partitions {
             None => self.shared.policy.clone(),
         };
         let pinned = self.pinned.contains(tenant);
-        for at_cap in [false, true] {
-            if at_cap {
-                self.evict_least_recent();
+        // At the cap, idle partitions make room; concurrent newcomers may take the room made, so
+        // the scan is repeated while it finds idle partitions (a bounded number of times).
+        for round in 0..16 {
+            if round > 0 && self.evict_least_recent() == 0 {
+                break;
             }
             let mut shard = self.shard(tenant);
             if let Some(entry) = shard.get_mut(tenant) {
@@ -231,15 +233,17 @@ impl Partitions {
 
     /// At the cap: drops the least recently used idle partitions, a 64th of the cap at a time
     /// (at least one), so a stream of new tenants pays one scan per batch, not per tenant.
-    fn evict_least_recent(&self) {
+    /// Returns how many idle partitions the scan found (0: every partition has a call).
+    fn evict_least_recent(&self) -> usize {
         let mut idle: Vec<(Timestamp, usize, Arc<str>)> = Vec::new();
         for (index, shard) in self.shards.iter().enumerate() {
             let shard = lock(shard);
             idle.extend(shard.iter().filter(|(_, e)| !e.pinned && e.idle()).map(|(name, e)| (e.last_used, index, name.clone())));
         }
-        let batch = (self.policy().max_tenants as usize / 64).max(1).min(idle.len());
+        let found = idle.len();
+        let batch = (self.policy().max_tenants as usize / 64).max(1).min(found);
         if batch == 0 {
-            return;
+            return 0;
         }
         idle.select_nth_unstable_by_key(batch - 1, |(used, _, _)| *used);
         for (used, index, name) in idle.into_iter().take(batch) {
@@ -250,6 +254,7 @@ impl Partitions {
                 self.tenants.fetch_sub(1, Ordering::AcqRel);
             }
         }
+        found
     }
 
     /// Every partition now.

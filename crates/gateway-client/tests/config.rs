@@ -227,6 +227,13 @@ fn a_secret_of_the_wrong_type_is_named_but_never_shown() {
 }
 
 #[test]
+fn a_toml_syntax_error_names_the_line_without_quoting_it() {
+    let e = load_err(&format!("{BASE}api_key = \"sk-live-secret-\\q\"\n"), &[]);
+    assert!(e.message.starts_with("not valid TOML: TOML parse error at line"), "{e}");
+    assert!(!e.to_string().contains("sk-live-secret"), "{e}");
+}
+
+#[test]
 fn kinds_take_a_list_or_one_kind_from_either_layer() {
     let path = file(&format!("{BASE}\n"));
     let scopes = Loader::new().file(&path).env_vars(env(&[("CHAT__KINDS", "embeddings")])).load().unwrap();

@@ -171,6 +171,39 @@ async fn a_churn_of_made_up_tenants_locks_out_neither_a_pinned_tenant_nor_a_new_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_newcomers_at_the_cap_all_find_room_while_idle_partitions_remain() {
+    /// Answers at once.
+    struct Quick;
+    #[async_trait]
+    impl Upstream for Quick {
+        async fn send(&self, _source: &str, _request: &Request) -> Attempt {
+            Attempt::success(Response::chat_text("ok", None), "http_200")
+        }
+    }
+    let client = Arc::new(
+        GatewayClient::builder()
+            .scope(sources(1, json!({"isolation": "per_tenant", "max_tenants": 100})))
+            .upstream(Arc::new(Quick))
+            .telemetry(Arc::new(Collector::new()))
+            .build()
+            .unwrap(),
+    );
+    for i in 0..100 {
+        client.call_as("chat", &format!("old-{i}"), &said("x")).await.unwrap();
+    }
+    let newcomers: Vec<_> = (0..32)
+        .map(|i| {
+            let client = client.clone();
+            tokio::spawn(async move { client.call_as("chat", &format!("new-{i}"), &said("x")).await })
+        })
+        .collect();
+    for call in newcomers {
+        call.await.unwrap().unwrap();
+    }
+    assert!(client.tenants("chat") <= 100);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_first_calls_cannot_pass_the_tenant_cap() {
     /// Holds every call for a while, so that every admitted tenant has a call in flight.
     struct Slow;

@@ -12,7 +12,7 @@
 //! | 401, 403, 402; error code `insufficient_quota`, `invalid_api_key`, `account_deactivated`, `billing_hard_limit_reached` (any status) | SourceDead | `http_401` …, or the code |
 //! | 404 or error code `model_not_found`, at a source that serves one kind of call | SourceDead (its own model is gone) | `http_404`, `model_not_found` |
 //! | 404 or error code `model_not_found`, at a source that serves several kinds | RequestRejected (the request chose an endpoint its model lacks) | `http_404`, `model_not_found` |
-//! | error code `context_length_exceeded` (any status but 5xx, an error inside a 2xx or a stream too) | RequestRejected | `context_length_exceeded` |
+//! | error code `context_length_exceeded` (any status, an error inside a 2xx or a stream too) | RequestRejected | `context_length_exceeded` |
 //! | 400, 413, 422 | RequestRejected | `http_400` … |
 //! | 408, 5xx, any other status | Transient | `http_503` … |
 //! | timeout (header or total), connect refused, reset | Transient | `timeout`, `header_timeout`, `connect`, `reset` |
@@ -71,11 +71,10 @@ pub fn classify_code(error_code: &str, not_found: NotFound) -> Option<OutcomeCla
 pub fn classify_status(status: StatusCode, error_code: Option<&str>, not_found: NotFound) -> (OutcomeClass, String) {
     let code = status.as_u16();
     if let Some(error_code) = error_code {
-        match classify_code(error_code, not_found) {
-            // A server that failed says so with its 5xx, whatever the code it added.
-            Some(OutcomeClass::RequestRejected) if status.is_server_error() => {}
-            Some(class) => return (class, error_code.to_owned()),
-            None => {}
+        // The code is the provider's own word on the cause, whatever status carries it (a relay
+        // may wrap an overlong context in a 500): nothing the request caused reaches the breaker.
+        if let Some(class) = classify_code(error_code, not_found) {
+            return (class, error_code.to_owned());
         }
     }
     let class = match code {
@@ -148,7 +147,7 @@ mod tests {
             (422, None, OutcomeClass::RequestRejected, "http_422"),
             (408, None, OutcomeClass::Transient, "http_408"),
             (409, None, OutcomeClass::Transient, "http_409"),
-            (500, Some("context_length_exceeded"), OutcomeClass::Transient, "http_500"),
+            (500, Some("context_length_exceeded"), OutcomeClass::RequestRejected, "context_length_exceeded"),
             (503, None, OutcomeClass::Transient, "http_503"),
         ];
         for &(code, error, class, detail) in rows {

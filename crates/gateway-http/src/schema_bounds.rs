@@ -33,17 +33,29 @@ use std::collections::HashMap;
 pub struct SchemaLimits {
     /// Largest schema, as compact JSON (default 64 KiB).
     pub max_bytes: usize,
-    /// Most subschemas applied to one instance value (default 10 000).
+    /// Most subschemas applied to one instance value (default 1 000).
     pub max_per_value: u64,
     /// Most subschemas applied over all instance depths: the size of the schema with every
-    /// reference written out, down to [`MAX_DEPTH`] (default 100 000).
+    /// reference written out, down to [`MAX_DEPTH`] (default 20 000).
     pub max_expanded: u64,
+    /// Most regular expressions (`pattern`, `patternProperties`) in one schema (default 64):
+    /// each compiles to an automaton of its own.
+    pub max_patterns: usize,
 }
 
 impl Default for SchemaLimits {
     fn default() -> Self {
-        SchemaLimits { max_bytes: 64 << 10, max_per_value: 10_000, max_expanded: 100_000 }
+        SchemaLimits { max_bytes: 64 << 10, max_per_value: 1_000, max_expanded: 20_000, max_patterns: 64 }
     }
+}
+
+/// What the walk found of an admitted schema.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SchemaCost {
+    /// The most subschemas it applies to one instance value (at any depth).
+    pub per_value: u64,
+    /// Its regular expressions.
+    pub patterns: usize,
 }
 
 /// Deepest JSON a schema may be, and the deepest instance `serde_json` parses (its recursion
@@ -77,6 +89,12 @@ pub enum SchemaRefusal {
     Cycle {
         /// JSON pointer of a subschema on the cycle.
         at: String,
+    },
+    /// More regular expressions than [`SchemaLimits::max_patterns`].
+    #[error("the schema has more than {limit} patterns")]
+    TooManyPatterns {
+        /// The limit.
+        limit: usize,
     },
     /// Too many subschemas applied to one instance value, or over all depths.
     #[error("its references expand to more than {limit} subschemas {per}")]
@@ -127,27 +145,56 @@ pub fn depth(value: &Value) -> usize {
 }
 
 /// Checks the references and the expansion of `schema` (its depth and size are checked by the
-/// caller, which serializes it anyway): `Ok` when a validator can compile it and apply it to any
-/// parsed instance within `limits`.
-pub fn check(schema: &Value, limits: &SchemaLimits) -> Result<(), SchemaRefusal> {
-    let mut graph = Graph { root: schema, ids: HashMap::new(), nodes: Vec::new(), edges: Vec::new() };
+/// caller, which serializes it anyway): its cost when a validator can compile it and apply it
+/// to any parsed instance within `limits`.
+pub fn check(schema: &Value, limits: &SchemaLimits) -> Result<SchemaCost, SchemaRefusal> {
+    // Draft 4 names a resource `id`; later drafts `$id`.
+    let draft4 = schema.get("$schema").and_then(Value::as_str).is_some_and(|s| s.contains("draft-04"));
+    let mut graph = Graph {
+        root: schema,
+        id_keyword: if draft4 { "id" } else { "$id" },
+        ids: HashMap::new(),
+        nodes: Vec::new(),
+        edges: Vec::new(),
+        anchors: Anchors::default(),
+    };
     graph.index(schema, String::new());
     graph.link_references()?;
+    let patterns = graph.nodes.iter().map(|n| n.patterns).sum();
+    if patterns > limits.max_patterns {
+        return Err(SchemaRefusal::TooManyPatterns { limit: limits.max_patterns });
+    }
     let order = graph.in_place_order()?;
-    graph.expansion(&order, limits)
+    let per_value = graph.expansion(&order, limits)?;
+    Ok(SchemaCost { per_value, patterns })
 }
 
 struct Node<'a> {
     value: &'a Value,
     pointer: String,
+    /// `unevaluatedProperties` or `unevaluatedItems`: the validator applies the in-place
+    /// subschemas once more to learn what they evaluated.
+    re_evaluates: bool,
+    /// Its regular expressions.
+    patterns: usize,
+}
+
+/// Where plain-name fragments and recursive anchors point, built from the nodes indexed so far.
+#[derive(Default)]
+struct Anchors {
+    built_for: usize,
+    names: HashMap<String, Vec<usize>>,
+    recursive: Vec<usize>,
 }
 
 struct Graph<'a> {
     root: &'a Value,
+    id_keyword: &'static str,
     /// Node id by the address of its value in the schema (a position in the document).
     ids: HashMap<*const Value, usize>,
     nodes: Vec<Node<'a>>,
     edges: Vec<Vec<(Edge, usize)>>,
+    anchors: Anchors,
 }
 
 fn escape(token: &str) -> String {
@@ -179,7 +226,13 @@ impl<'a> Graph<'a> {
             pending
                 .extend(mine.iter().filter(|(_, _, v)| !self.ids.contains_key(&std::ptr::from_ref(*v))).map(|(_, at, v)| (*v, at.clone())));
             children.push(mine.into_iter().map(|(edge, _, v)| (edge, v)).collect());
-            self.nodes.push(Node { value, pointer });
+            let map = value.as_object();
+            let re_evaluates = map.is_some_and(|m| m.contains_key("unevaluatedProperties") || m.contains_key("unevaluatedItems"));
+            let patterns = map.map_or(0, |m| {
+                usize::from(m.get("pattern").is_some_and(Value::is_string))
+                    + m.get("patternProperties").and_then(Value::as_object).map_or(0, Map::len)
+            });
+            self.nodes.push(Node { value, pointer, re_evaluates, patterns });
             self.edges.push(Vec::new());
         }
         for (offset, list) in children.into_iter().enumerate() {
@@ -219,12 +272,12 @@ impl<'a> Graph<'a> {
     /// Adds an in-place edge for every reference, indexing targets that are not yet subschemas
     /// (a pointer may name any position of the document).
     fn link_references(&mut self) -> Result<(), SchemaRefusal> {
-        let base = self.root.get("$id").and_then(Value::as_str).map(|id| id.trim_end_matches('#').to_owned());
+        let base = self.root.get(self.id_keyword).and_then(Value::as_str).map(|id| id.trim_end_matches('#').to_owned());
         let mut id = 0;
         while id < self.nodes.len() {
             let (value, pointer) = (self.nodes[id].value, self.nodes[id].pointer.clone());
             if let Value::Object(map) = value {
-                if let Some(Value::String(nested)) = map.get("$id").filter(|_| !pointer.is_empty())
+                if let Some(Value::String(nested)) = map.get(self.id_keyword).filter(|_| !pointer.is_empty())
                     && !nested.starts_with('#')
                 {
                     return Err(SchemaRefusal::Reference {
@@ -261,7 +314,7 @@ impl<'a> Graph<'a> {
         if fragment.is_empty() || fragment.starts_with('/') {
             let mut value = self.root;
             for token in fragment.split('/').skip(1) {
-                let token = percent_decode(token).replace("~1", "/").replace("~0", "~");
+                let token = percent_encoding::percent_decode_str(token).decode_utf8_lossy().replace("~1", "/").replace("~0", "~");
                 value = match value {
                     Value::Object(map) => map.get(&token),
                     Value::Array(list) => token.parse::<usize>().ok().and_then(|i| list.get(i)),
@@ -272,24 +325,39 @@ impl<'a> Graph<'a> {
             let mut targets = vec![self.index(value, fragment.to_owned())];
             if keyword == "$recursiveRef" {
                 // Resolves at run time to the outermost `$recursiveAnchor`: any of them.
-                targets.extend(self.with_keyword("$recursiveAnchor", |v| v == &Value::Bool(true)));
+                targets.extend(self.anchors().recursive.iter().copied());
             }
             return Ok(targets);
         }
         // A plain-name fragment: an `$anchor` (or, for `$dynamicRef`, any `$dynamicAnchor`),
-        // or a draft-7 fragment `$id`.
-        let anchored = |v: &Value| v.as_str() == Some(fragment);
-        let hash_id = |v: &Value| v.as_str().and_then(|s| s.strip_prefix('#')) == Some(fragment);
-        let mut targets: Vec<usize> = self.with_keyword("$anchor", anchored);
-        targets.extend(self.with_keyword("$dynamicAnchor", anchored));
-        targets.extend(self.with_keyword("$id", hash_id));
-        if targets.is_empty() { Err("no subschema has this anchor") } else { Ok(targets) }
+        // or a draft-7 (draft-4) fragment `$id` (`id`).
+        match self.anchors().names.get(fragment) {
+            Some(targets) if !targets.is_empty() => Ok(targets.clone()),
+            _ => Err("no subschema has this anchor"),
+        }
     }
 
-    /// Subschemas (anywhere in the document) whose `keyword` satisfies `test`.
-    fn with_keyword(&mut self, keyword: &str, test: impl Fn(&Value) -> bool) -> Vec<usize> {
-        let found: Vec<usize> = (0..self.nodes.len()).filter(|&i| self.nodes[i].value.get(keyword).is_some_and(&test)).collect();
-        found
+    /// The anchors of the nodes indexed so far (rebuilt when more were indexed).
+    fn anchors(&mut self) -> &Anchors {
+        if self.anchors.built_for != self.nodes.len() {
+            let mut anchors = Anchors { built_for: self.nodes.len(), ..Anchors::default() };
+            for (i, node) in self.nodes.iter().enumerate() {
+                let Value::Object(map) = node.value else { continue };
+                for keyword in ["$anchor", "$dynamicAnchor"] {
+                    if let Some(name) = map.get(keyword).and_then(Value::as_str) {
+                        anchors.names.entry(name.to_owned()).or_default().push(i);
+                    }
+                }
+                if let Some(name) = map.get(self.id_keyword).and_then(Value::as_str).and_then(|id| id.strip_prefix('#')) {
+                    anchors.names.entry(name.to_owned()).or_default().push(i);
+                }
+                if map.get("$recursiveAnchor") == Some(&Value::Bool(true)) {
+                    anchors.recursive.push(i);
+                }
+            }
+            self.anchors = anchors;
+        }
+        &self.anchors
     }
 
     /// The subschemas in an order where every in-place edge goes forward, or the cycle.
@@ -322,27 +390,29 @@ impl<'a> Graph<'a> {
 
     /// Bounds the subschemas applied to one instance value, depth by depth (see the module
     /// doc): `applied[s]` is at most what subschema `s` applies, itself included, to any one
-    /// value `depth` levels below the value it is applied to.
-    fn expansion(&self, order: &[usize], limits: &SchemaLimits) -> Result<(), SchemaRefusal> {
+    /// value `depth` levels below the value it is applied to. Returns the most at any depth.
+    fn expansion(&self, order: &[usize], limits: &SchemaLimits) -> Result<u64, SchemaRefusal> {
         let n = self.nodes.len();
         let mut above = vec![0u64; n];
-        let mut total = 0u64;
+        let (mut total, mut most) = (0u64, 0u64);
         for depth in 0..=MAX_DEPTH {
             let mut applied = vec![0u64; n];
             // Children before parents: an in-place child's count is final when its parent adds it.
             for &node in order.iter().rev() {
-                let mut count = if depth == 0 { 1 } else { self.descended(node, &above) };
-                for &(edge, to) in &self.edges[node] {
-                    if edge == Edge::InPlace {
-                        count = count.saturating_add(applied[to]);
-                    }
-                }
-                applied[node] = count;
+                let in_place = self.edges[node]
+                    .iter()
+                    .filter(|(edge, _)| *edge == Edge::InPlace)
+                    .fold(0u64, |sum, &(_, to)| sum.saturating_add(applied[to]));
+                let own = if depth == 0 { 1 } else { self.descended(node, &above) };
+                // `unevaluated*` runs the in-place subschemas once more to see what they covered.
+                let again = if self.nodes[node].re_evaluates { in_place } else { 0 };
+                applied[node] = own.saturating_add(in_place).saturating_add(again);
             }
             let at_root = applied[0];
             if at_root == 0 {
-                return Ok(());
+                return Ok(most);
             }
+            most = most.max(at_root);
             if at_root > limits.max_per_value {
                 return Err(SchemaRefusal::Expansion { limit: limits.max_per_value, per: "for one instance value" });
             }
@@ -352,7 +422,7 @@ impl<'a> Graph<'a> {
             }
             above = applied;
         }
-        Ok(())
+        Ok(most)
     }
 
     /// What `node`'s own descending edges apply to one value a level down, given what each
@@ -382,30 +452,6 @@ impl<'a> Graph<'a> {
     }
 }
 
-/// `%xx` escapes of a URI fragment decoded (invalid ones kept as written).
-fn percent_decode(token: &str) -> String {
-    if !token.contains('%') {
-        return token.to_owned();
-    }
-    let bytes = token.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| char::from(b).to_digit(16);
-        match (bytes[i], bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
-            (b'%', Some(hi), Some(lo)) => {
-                out.push(u8::try_from(hi * 16 + lo).unwrap_or(b'?'));
-                i += 3;
-            }
-            (b, _, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,10 +461,8 @@ mod tests {
         check(&schema, &SchemaLimits::default()).unwrap_err()
     }
 
-    fn accepted(schema: Value) {
-        if let Err(e) = check(&schema, &SchemaLimits::default()) {
-            panic!("{schema} refused: {e}");
-        }
+    fn accepted(schema: Value) -> SchemaCost {
+        check(&schema, &SchemaLimits::default()).unwrap_or_else(|e| panic!("{schema} refused: {e}"))
     }
 
     /// `$defs` d0..dn, each applying the next twice by `form`.
@@ -447,7 +491,27 @@ mod tests {
         // Under one member name twice over: each depth doubles on the same instance path.
         let same_member = chain(20, |r| json!({"properties": {"a": {"allOf": [r, r]}}}));
         assert!(matches!(refused(same_member), SchemaRefusal::Expansion { .. }));
-        accepted(chain(10, |r| json!({"allOf": [r, r]})));
+        accepted(chain(7, |r| json!({"allOf": [r, r]})));
+    }
+
+    #[test]
+    fn unevaluated_keywords_count_the_second_pass_over_their_siblings() {
+        // Each level's `unevaluatedProperties` re-applies the `anyOf` beside it: ×2 a level.
+        let mut nested = json!({"type": "string"});
+        for _ in 0..32 {
+            nested = json!({"anyOf": [{"properties": {"a": nested}}], "unevaluatedProperties": false});
+        }
+        assert!(matches!(refused(nested), SchemaRefusal::Expansion { .. }));
+        accepted(json!({"anyOf": [{"properties": {"a": {"type": "string"}}}], "unevaluatedProperties": false}));
+    }
+
+    #[test]
+    fn draft_4_ids_start_resources_too() {
+        let draft4 = json!({"$schema": "http://json-schema.org/draft-04/schema#", "definitions": {"d0": {"type": "string"}},
+            "properties": {"p": {"id": "http://x/y", "allOf": [{"$ref": "#/definitions/d0"}]}}});
+        assert!(refused(draft4).to_string().contains("nested $id"));
+        // In later drafts `id` is no keyword: a property may be called that.
+        accepted(json!({"properties": {"p": {"id": "http://x/y", "type": "object"}}}));
     }
 
     #[test]
@@ -504,7 +568,7 @@ mod tests {
         let wide = json!({"allOf": (0..50).map(|_| json!({"type": "string"})).collect::<Vec<_>>()});
         let tight = SchemaLimits { max_per_value: 50, ..SchemaLimits::default() };
         assert_eq!(check(&wide, &tight), Err(SchemaRefusal::Expansion { limit: 50, per: "for one instance value" }));
-        assert!(check(&wide, &SchemaLimits { max_per_value: 51, ..tight }).is_ok());
+        assert_eq!(check(&wide, &SchemaLimits { max_per_value: 51, ..tight }).map(|c| c.per_value), Ok(51));
         let recursive = json!({"properties": {"a": {"$ref": "#"}}});
         let small_total = SchemaLimits { max_expanded: 100, ..SchemaLimits::default() };
         assert_eq!(check(&recursive, &small_total), Err(SchemaRefusal::Expansion { limit: 100, per: "in all" }));

@@ -2,11 +2,14 @@
 //! `ResultInvalid` (the provider is up; ask again).
 //!
 //! A schema comes from the caller, so it is bounded before it is compiled
-//! ([`schema_bounds`](crate::schema_bounds): depth, size, references, expansion), and each
-//! distinct schema is compiled once: [`Schemas`] keeps the compiled validators (and the refusals)
-//! in a cache keyed by the SHA-256 of the schema's JSON, bounded by the schema bytes it holds.
+//! ([`schema_bounds`](crate::schema_bounds): depth, size, references, patterns, expansion), and
+//! each distinct schema is compiled once: [`Schemas`] keeps the compiled validators (and the
+//! refusals) in a cache keyed by the SHA-256 of the schema's JSON, bounded by entries and by a
+//! weight that counts what a compiled schema can hold (its patterns' automata above all).
+//! Patterns use the linear-time `regex` engine (no backtracking: no lookaround or back-references),
+//! and a validation is refused when the answer is too large for its schema's budget.
 
-pub use crate::schema_bounds::{MAX_DEPTH, SchemaLimits, SchemaRefusal};
+pub use crate::schema_bounds::{MAX_DEPTH, SchemaCost, SchemaLimits, SchemaRefusal};
 use crate::schema_bounds::{check as check_bounds, depth};
 use gateway_core::request::Structured;
 use jsonschema::{PatternOptions, Validator};
@@ -27,29 +30,83 @@ pub enum SchemaError {
     Invalid(String),
 }
 
-/// Backtracking steps one `pattern` may take on one string (fancy-regex's default is 10⁶), and
-/// the size of one compiled pattern and of its lazy DFA cache.
-const BACKTRACK_LIMIT: usize = 100_000;
-const REGEX_SIZE_LIMIT: usize = 1 << 20;
+/// The size of one compiled pattern, and of its lazy DFA cache.
+const REGEX_SIZE_LIMIT: usize = 128 << 10;
+/// What a cache entry weighs beyond its JSON and its patterns (the compiled tree).
+const ENTRY_WEIGHT: usize = 16 << 10;
+/// The most subschema applications one validation may make (instance values × the schema's
+/// subschemas per value); a larger answer is refused as invalid rather than validated.
+const MAX_VALIDATION_WORK: u64 = 10_000_000;
+
+/// A compiled schema and what the walk found of it.
+pub struct CompiledSchema {
+    validator: Validator,
+    cost: SchemaCost,
+}
+
+impl std::fmt::Debug for CompiledSchema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompiledSchema").field("cost", &self.cost).finish_non_exhaustive()
+    }
+}
+
+impl CompiledSchema {
+    /// What the walk found of the schema.
+    pub fn cost(&self) -> SchemaCost {
+        self.cost
+    }
+
+    /// `Err(why)` when `instance` does not satisfy the schema (or is too large to validate
+    /// within the work budget).
+    pub fn validate(&self, instance: &Value) -> Result<(), String> {
+        let values = count_values(instance, MAX_VALIDATION_WORK / self.cost.per_value.max(1) + 1);
+        if values.saturating_mul(self.cost.per_value) > MAX_VALIDATION_WORK {
+            return Err(format!("too large to validate: more than {values} values × {} subschemas per value", self.cost.per_value));
+        }
+        match self.validator.iter_errors(instance).next() {
+            None => Ok(()),
+            Some(error) => Err(format!("schema: {error} at {}", error.instance_path())),
+        }
+    }
+}
+
+/// The values in `value` (objects, arrays and scalars), counted up to `cap`, without recursion.
+fn count_values(value: &Value, cap: u64) -> u64 {
+    let (mut count, mut stack) = (0u64, vec![value]);
+    while let Some(v) = stack.pop() {
+        count += 1;
+        if count >= cap {
+            break;
+        }
+        match v {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(map) => stack.extend(map.values()),
+            _ => {}
+        }
+    }
+    count
+}
 
 /// Compiled schemas, bounded by [`SchemaLimits`] and cached by digest.
 pub struct Schemas {
     limits: SchemaLimits,
-    /// Most schema bytes the cache holds (each entry counts its schema's JSON length).
+    /// Most weight the cache holds.
     capacity: usize,
+    /// Most entries it holds.
+    max_entries: usize,
     cache: Mutex<Cache>,
 }
 
 #[derive(Default)]
 struct Cache {
     entries: HashMap<[u8; 32], Entry>,
-    bytes: usize,
+    weight: usize,
     clock: u64,
 }
 
 struct Entry {
-    compiled: Result<Arc<Validator>, SchemaError>,
-    bytes: usize,
+    compiled: Result<Arc<CompiledSchema>, SchemaError>,
+    weight: usize,
     used: u64,
 }
 
@@ -86,10 +143,10 @@ impl Write for Capped {
 }
 
 impl Schemas {
-    /// Schemas within `limits`, with a cache of 4 MiB of schemas (64 of the largest, thousands of
-    /// the usual few hundred bytes).
+    /// Schemas within `limits`, with a cache of 1 024 entries weighing at most 32 MiB (an entry
+    /// weighs its JSON, 16 KiB, and 128 KiB per pattern).
     pub fn new(limits: SchemaLimits) -> Self {
-        Schemas { limits, capacity: 4 << 20, cache: Mutex::default() }
+        Schemas { limits, capacity: 32 << 20, max_entries: 1024, cache: Mutex::default() }
     }
 
     /// The limits schemas are held to.
@@ -99,7 +156,7 @@ impl Schemas {
 
     /// The validator of `schema`, compiled once per distinct schema; an error says why the schema
     /// cannot be used (bounds first, then the validator's own verdict).
-    pub fn compile(&self, schema: &Value) -> Result<Arc<Validator>, SchemaError> {
+    pub fn compile(&self, schema: &Value) -> Result<Arc<CompiledSchema>, SchemaError> {
         // Depth before serializing: serde_json serializes (and drops) recursively.
         if depth(schema) > MAX_DEPTH {
             return Err(SchemaRefusal::TooDeep.into());
@@ -112,19 +169,15 @@ impl Schemas {
         if let Some(found) = self.lookup(&digest) {
             return found;
         }
-        let compiled = check_bounds(schema, &self.limits).map_err(SchemaError::from).and_then(|()| {
+        let compiled = check_bounds(schema, &self.limits).map_err(SchemaError::from).and_then(|cost| {
             jsonschema::options()
-                .with_pattern_options(
-                    PatternOptions::fancy_regex()
-                        .backtrack_limit(BACKTRACK_LIMIT)
-                        .size_limit(REGEX_SIZE_LIMIT)
-                        .dfa_size_limit(REGEX_SIZE_LIMIT),
-                )
+                .with_pattern_options(PatternOptions::regex().size_limit(REGEX_SIZE_LIMIT).dfa_size_limit(REGEX_SIZE_LIMIT))
                 .build(schema)
-                .map(Arc::new)
+                .map(|validator| Arc::new(CompiledSchema { validator, cost }))
                 .map_err(|e| SchemaError::Invalid(e.to_string()))
         });
-        self.insert(digest, json.bytes.len(), compiled.clone());
+        let patterns = compiled.as_ref().map_or(0, |c| c.cost.patterns);
+        self.insert(digest, json.bytes.len() + ENTRY_WEIGHT + patterns * REGEX_SIZE_LIMIT, compiled.clone());
         compiled
     }
 
@@ -132,7 +185,7 @@ impl Schemas {
         self.cache.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn lookup(&self, digest: &[u8; 32]) -> Option<Result<Arc<Validator>, SchemaError>> {
+    fn lookup(&self, digest: &[u8; 32]) -> Option<Result<Arc<CompiledSchema>, SchemaError>> {
         let mut cache = self.lock();
         cache.clock += 1;
         let now = cache.clock;
@@ -141,21 +194,25 @@ impl Schemas {
         Some(entry.compiled.clone())
     }
 
-    /// Keeps `compiled`, dropping the least recently used entries to stay within the capacity.
-    fn insert(&self, digest: [u8; 32], bytes: usize, compiled: Result<Arc<Validator>, SchemaError>) {
+    /// Keeps `compiled`, dropping the least recently used entries to stay within the capacity
+    /// (an entry heavier than the whole cache is not kept).
+    fn insert(&self, digest: [u8; 32], weight: usize, compiled: Result<Arc<CompiledSchema>, SchemaError>) {
+        if weight > self.capacity {
+            return;
+        }
         let mut cache = self.lock();
-        while cache.bytes + bytes > self.capacity {
+        while cache.weight + weight > self.capacity || cache.entries.len() >= self.max_entries {
             let Some(oldest) = cache.entries.iter().min_by_key(|(_, e)| e.used).map(|(d, _)| *d) else { break };
             if let Some(dropped) = cache.entries.remove(&oldest) {
-                cache.bytes -= dropped.bytes;
+                cache.weight -= dropped.weight;
             }
         }
         cache.clock += 1;
         let used = cache.clock;
-        if let Some(replaced) = cache.entries.insert(digest, Entry { compiled, bytes, used }) {
-            cache.bytes -= replaced.bytes;
+        if let Some(replaced) = cache.entries.insert(digest, Entry { compiled, weight, used }) {
+            cache.weight -= replaced.weight;
         }
-        cache.bytes += bytes;
+        cache.weight += weight;
     }
 
     /// Schemas in the cache (compiled or refused).
@@ -168,12 +225,9 @@ impl Schemas {
         match structured {
             Structured::Parse(parse) => parse(content).map_err(|why| format!("parse: {why}")),
             Structured::JsonSchema(schema) => {
-                let validator = self.compile(schema).map_err(|e| format!("invalid schema: {e}"))?;
+                let compiled = self.compile(schema).map_err(|e| format!("invalid schema: {e}"))?;
                 let value: Value = serde_json::from_str(strip_fences(content)).map_err(|e| format!("not json: {e}"))?;
-                match validator.iter_errors(&value).next() {
-                    None => Ok(()),
-                    Some(error) => Err(format!("schema: {error} at {}", error.instance_path())),
-                }
+                compiled.validate(&value)
             }
         }
     }
@@ -221,17 +275,52 @@ mod tests {
     }
 
     #[test]
-    fn the_cache_keeps_the_most_recently_used_within_its_bytes() {
-        let schemas = Schemas { capacity: 200, ..Schemas::default() };
+    fn the_cache_keeps_the_most_recently_used_within_its_weight_and_entries() {
+        let schemas = Schemas { capacity: 3 * ENTRY_WEIGHT + 300, ..Schemas::default() };
         let schema = |i: usize| json!({"type": "string", "description": format!("{i:040}")});
         let first = schemas.compile(&schema(0)).unwrap();
         for i in 1..20 {
             schemas.compile(&schema(i)).unwrap();
             schemas.compile(&schema(0)).unwrap(); // keep 0 recent
         }
-        assert!(schemas.cached() <= 200 / 60 + 1, "{} entries", schemas.cached());
+        assert_eq!(schemas.cached(), 3, "three entries fit the weight");
         assert!(Arc::ptr_eq(&first, &schemas.compile(&schema(0)).unwrap()), "the recently used entry stayed");
-        assert!(schemas.lock().bytes <= 200);
+        let few = Schemas { max_entries: 2, ..Schemas::default() };
+        for i in 0..10 {
+            few.compile(&schema(i)).unwrap();
+        }
+        assert_eq!(few.cached(), 2, "and the entry cap holds");
+        // A pattern weighs its automaton: a schema of many fills the cache alone, or is not kept.
+        let patterned = json!({"properties": (0..8).map(|i| (format!("p{i}"), json!({"pattern": format!("^a{{{i}}}$")}))).collect::<serde_json::Map<_, _>>()});
+        let light = Schemas { capacity: 4 * REGEX_SIZE_LIMIT, ..Schemas::default() };
+        assert_eq!(light.compile(&patterned).unwrap().cost().patterns, 8);
+        assert_eq!(light.cached(), 0, "heavier than the whole cache: compiled, not kept");
+    }
+
+    #[test]
+    fn patterns_are_linear_time_and_counted() {
+        let schemas = Schemas::default();
+        let backtracking = json!({"type": "string", "pattern": "^(a+)+\\1$"});
+        assert!(matches!(schemas.compile(&backtracking), Err(SchemaError::Invalid(_))), "back-references need backtracking: refused");
+        let many = json!({"patternProperties": (0..65).map(|i| (format!("^p{i}$"), json!({}))).collect::<serde_json::Map<_, _>>()});
+        assert_eq!(schemas.compile(&many).unwrap_err(), SchemaError::Refused(SchemaRefusal::TooManyPatterns { limit: 64 }));
+        let fine = Structured::JsonSchema(json!({"type": "string", "pattern": "^(a+)+$"}));
+        assert!(
+            schemas.check(&fine, &format!("\"{}b\"", "a".repeat(5000))).unwrap_err().starts_with("schema:"),
+            "no catastrophic backtracking"
+        );
+    }
+
+    #[test]
+    fn an_answer_too_large_for_its_schemas_budget_is_refused_not_validated() {
+        let schemas = Schemas::default();
+        let wide = json!({"type": "array", "items": {"anyOf": (0..500).map(|i| json!({"const": i})).collect::<Vec<_>>()}});
+        let compiled = schemas.compile(&wide).unwrap();
+        assert!(compiled.cost().per_value > 500);
+        let small: Value = json!([1, 2, 3]);
+        assert!(compiled.validate(&small).is_ok());
+        let huge = Value::Array(vec![json!(1); 50_000]);
+        assert!(compiled.validate(&huge).unwrap_err().starts_with("too large to validate"));
     }
 
     #[test]

@@ -23,6 +23,8 @@ struct Key {
 /// The gateway keys and the metrics key, as checked per request.
 pub(crate) struct Keys {
     keys: Vec<Key>,
+    /// Tenants a key is bound to: no other key may name them.
+    bound: std::collections::HashSet<String>,
     metrics: Option<[u8; 32]>,
     /// How long a tenant a key named keeps counting against its cap without being named again.
     tenant_idle: Duration,
@@ -60,7 +62,8 @@ impl Keys {
                 named: k.max_tenants.filter(|_| k.tenant.is_none()).map(|max| (max, Mutex::default())),
             })
             .collect();
-        Keys { keys, metrics: config.metrics_key.as_deref().map(digest), tenant_idle }
+        let bound = config.bound_tenants().map(str::to_ascii_lowercase).collect();
+        Keys { keys, bound, metrics: config.metrics_key.as_deref().map(digest), tenant_idle }
     }
 
     /// The configured key `given` is, compared with every key in constant time and without
@@ -97,21 +100,32 @@ impl Keys {
             )),
             (Some(bound), _) => Ok(Caller { tenant: Some(bound.clone()), bound: true }),
             (None, Some(asked)) => {
-                self.count_named(key, &asked)?;
+                // A malformed name is the client's own to learn of (named in the call's error);
+                // a well-formed one must not be another key's tenant, and counts against the cap.
+                if let Ok(name) = gateway_client::tenant_name(&asked) {
+                    if self.bound.contains(&name) {
+                        return Err(ApiError::new(
+                            StatusCode::FORBIDDEN,
+                            "permission_error",
+                            "tenant_bound_to_another_key",
+                            format!("tenant {name:?} is bound to a key of its own; only that key may name it"),
+                        ));
+                    }
+                    self.count_named(key, &name)?;
+                }
                 Ok(Caller { tenant: Some(asked), bound: false })
             }
             (None, None) => Ok(Caller { tenant: None, bound: false }),
         }
     }
 
-    /// Holds an unbound key to its `max_tenants`: a tenant it has named within the idle time
-    /// counts, a new one past the cap is refused.
+    /// Holds an unbound key to its `max_tenants`: a tenant (a valid, normalised name) it has
+    /// named within the idle time counts, a new one past the cap is refused.
     fn count_named(&self, key: &Key, tenant: &str) -> Result<(), ApiError> {
         let Some((max, named)) = &key.named else { return Ok(()) };
         let now = Instant::now();
         let mut named = named.lock().unwrap_or_else(PoisonError::into_inner);
-        let tenant = tenant.to_ascii_lowercase();
-        if let Some(seen) = named.get_mut(&tenant) {
+        if let Some(seen) = named.get_mut(tenant) {
             *seen = now;
             return Ok(());
         }
@@ -128,7 +142,7 @@ impl Keys {
                 ),
             ));
         }
-        named.insert(tenant, now);
+        named.insert(tenant.to_owned(), now);
         Ok(())
     }
 

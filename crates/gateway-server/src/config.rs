@@ -180,7 +180,7 @@ impl ServerConfig {
         }
         for (name, key) in &self.api_keys {
             if let Some(Err(why)) = key.tenant.as_deref().map(gateway_client::tenant_name) {
-                let shown: String = key.tenant.as_deref().unwrap_or_default().chars().take(64).collect();
+                let shown = gateway_client::echoed(key.tenant.as_deref().unwrap_or_default());
                 return Err(ConfigError(format!("server.api_keys.{name}.tenant: value {shown:?} is invalid ({why})")));
             }
             match (key.max_tenants, &key.tenant) {
@@ -219,13 +219,10 @@ pub fn load(path: &Path) -> Result<(ServerConfig, Vec<ScopePolicy>), ConfigError
             let inner: Vec<&str> = e.path.iter().map(String::as_str).filter(|p| *p != "server").collect();
             let key = std::iter::once("server").chain(inner).collect::<Vec<_>>().join(".");
             let message = match &e.kind {
+                // A secret's value is never printed, whatever is wrong with it.
+                kind if is_secret(&key) => gateway_client::config::secret_message(kind),
                 figment::error::Kind::UnknownField(field, _) => format!("unknown key {field:?}"),
                 figment::error::Kind::MissingField(field) => format!("required key {field:?} is missing"),
-                // A secret's value is never printed, whatever is wrong with it.
-                figment::error::Kind::InvalidType(_, expected) if is_secret(&key) => {
-                    format!("invalid type (the value is not shown), expected {expected}")
-                }
-                _ if is_secret(&key) => "invalid value (the value is not shown)".to_owned(),
                 other => other.to_string(),
             };
             ConfigError(format!("{key}: {message}"))

@@ -96,8 +96,10 @@ fn cut(state: &AppState) -> ApiError {
 /// what it holds).
 async fn governed<T>(state: &AppState, call: impl Future<Output = Result<T, CallError>>) -> Result<T, ApiError> {
     tokio::select! {
-        result = call => result.map_err(|e| openai::call_error(&e)),
+        // After the deadline no call may start and take leases.
+        biased;
         () = state.cut.cancelled() => Err(cut(state)),
+        result = call => result.map_err(|e| openai::call_error(&e)),
     }
 }
 

@@ -1,9 +1,12 @@
 //! Serving connections: an accept loop under a connection cap kept below the process's
-//! file-descriptor limit (a connection past it is answered 503 and closed), HTTP/1.1 on hyper,
-//! and a watch per connection that closes it when it idles past `idle_timeout_s` or takes more
-//! than `header_timeout_s` from its first byte to a complete request head. The body has its own
-//! timeout in the handlers. Shutdown: stop accepting, let in-flight requests finish within the
-//! grace, then cut the calls still running (503) and wait for what they held to be released.
+//! file-descriptor limit (at the cap the connection idle the longest makes room; a newcomer that
+//! still finds none is answered 503 and closed), HTTP/1.1 on hyper, and a watch per connection
+//! that closes it when its first request does not begin within `header_timeout_s`, it idles past
+//! `idle_timeout_s`, a request head takes more than `header_timeout_s` from its first byte, or
+//! its answer waits more than `body_timeout_s` on a client that stopped reading. The body has its
+//! own timeout in the handlers. Shutdown: stop accepting, let in-flight requests finish within
+//! the grace, then cut the calls still running (503), drop the connections that still hang on,
+//! and wait for what they held to be released.
 
 use crate::AppState;
 use crate::config::ServerConfig;
@@ -87,11 +90,23 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: impl F
         None => None,
     };
     let stop = CancellationToken::new();
+    let kill = CancellationToken::new();
     let connections = TaskTracker::new();
     let limits = Limits::of(config);
-    let main = accept(listener, crate::router(state.clone()), Arc::new(Semaphore::new(cap)), limits, stop.clone(), connections.clone());
-    let metrics = metrics_listener
-        .map(|l| accept(l, crate::metrics_router(state.clone()), Arc::new(Semaphore::new(64)), limits, stop.clone(), connections.clone()));
+    let main = Acceptor {
+        router: crate::router(state.clone()),
+        slots: Arc::new(Semaphore::new(cap)),
+        ..Acceptor::new(&limits, &stop, &kill, &connections)
+    };
+    let metrics = metrics_listener.map(|l| {
+        let acceptor = Acceptor {
+            router: crate::metrics_router(state.clone()),
+            slots: Arc::new(Semaphore::new(64)),
+            ..Acceptor::new(&limits, &stop, &kill, &connections)
+        };
+        acceptor.run(l)
+    });
+    let main = main.run(listener);
     let accepting = tokio::spawn(async move {
         match metrics {
             Some(metrics) => drop(tokio::join!(main, metrics)),
@@ -108,6 +123,10 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: impl F
         tracing::warn!(grace_s = config.shutdown_grace_s, "shutdown deadline: ending the calls still running with 503");
         state.cut.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(2), connections.wait()).await;
+        // A connection that still has not finished (a client that stopped reading its answer)
+        // is dropped now, so its call's releases are spawned before they are waited for.
+        kill.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(1), connections.wait()).await;
     }
     // Leases and permits of cut (or abandoned) calls are handed back before the process exits.
     if tokio::time::timeout(RELEASE_WAIT, state.client.released()).await.is_err() {
@@ -121,46 +140,115 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: impl F
 struct Limits {
     idle: Duration,
     header: Duration,
+    /// How long a response may wait on a client that stopped reading it (the body timeout).
+    write: Duration,
 }
 
 impl Limits {
     fn of(config: &ServerConfig) -> Self {
-        Limits { idle: Duration::from_secs_f64(config.idle_timeout_s), header: Duration::from_secs_f64(config.header_timeout_s) }
+        Limits {
+            idle: Duration::from_secs_f64(config.idle_timeout_s),
+            header: Duration::from_secs_f64(config.header_timeout_s),
+            write: Duration::from_secs_f64(config.body_timeout_s),
+        }
     }
 }
 
 /// Accepts connections until `stop`, each on a task of `connections`, at most `slots` at once.
-async fn accept(
-    listener: TcpListener,
+/// At the cap, the connection idle the longest is closed to make room; a newcomer that still
+/// finds no room within a moment is answered 503.
+struct Acceptor {
     router: Router,
     slots: Arc<Semaphore>,
     limits: Limits,
     stop: CancellationToken,
+    kill: CancellationToken,
     connections: TaskTracker,
-) {
-    loop {
-        let accepted = tokio::select! {
-            () = stop.cancelled() => return,
-            accepted = listener.accept() => accepted,
-        };
-        match accepted {
-            Ok((stream, _)) => match slots.clone().try_acquire_owned() {
-                Ok(slot) => {
-                    let (router, stop) = (router.clone(), stop.clone());
-                    connections.spawn(async move {
-                        connection(stream, router, limits, stop).await;
+    open: Arc<Open>,
+}
+
+/// The watches of the open connections, to find the one idle the longest.
+#[derive(Default)]
+struct Open {
+    next: std::sync::atomic::AtomicU64,
+    watches: std::sync::Mutex<std::collections::HashMap<u64, Arc<Watch>>>,
+}
+
+impl Open {
+    fn add(&self, watch: Arc<Watch>) -> u64 {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.watches.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(id, watch);
+        id
+    }
+
+    fn remove(&self, id: u64) {
+        self.watches.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&id);
+    }
+
+    /// Asks the connection idle the longest (no request in flight, none arriving) to close.
+    fn close_longest_idle(&self) -> bool {
+        let watches = self.watches.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let idlest = watches.values().filter_map(|w| w.idle_since().map(|since| (since, w))).min_by_key(|(since, _)| *since);
+        match idlest {
+            Some((_, watch)) => {
+                watch.close.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl Acceptor {
+    fn new(limits: &Limits, stop: &CancellationToken, kill: &CancellationToken, connections: &TaskTracker) -> Self {
+        Acceptor {
+            router: Router::new(),
+            slots: Arc::new(Semaphore::new(0)),
+            limits: *limits,
+            stop: stop.clone(),
+            kill: kill.clone(),
+            connections: connections.clone(),
+            open: Arc::default(),
+        }
+    }
+
+    async fn run(self, listener: TcpListener) {
+        loop {
+            let accepted = tokio::select! {
+                () = self.stop.cancelled() => return,
+                accepted = listener.accept() => accepted,
+            };
+            match accepted {
+                Ok((stream, _)) => {
+                    let slot = match self.slots.clone().try_acquire_owned() {
+                        Ok(slot) => Ok(slot),
+                        Err(_) if self.open.close_longest_idle() => Err(true),
+                        Err(_) => Err(false),
+                    };
+                    let (router, limits, stop, kill, open, slots) =
+                        (self.router.clone(), self.limits, self.stop.clone(), self.kill.clone(), self.open.clone(), self.slots.clone());
+                    self.connections.spawn(async move {
+                        let slot = match slot {
+                            Ok(slot) => slot,
+                            // An idle connection was asked to close: its place comes in a moment.
+                            Err(true) => match tokio::time::timeout(Duration::from_millis(100), slots.acquire_owned()).await {
+                                Ok(Ok(slot)) => slot,
+                                _ => return refuse(stream).await,
+                            },
+                            Err(false) => return refuse(stream).await,
+                        };
+                        connection(stream, router, limits, stop, kill, &open).await;
                         drop(slot);
                     });
                 }
-                Err(_) => drop(connections.spawn(refuse(stream))),
-            },
-            Err(e) => {
-                // Out of file descriptors (or a connection reset before it was accepted): wait
-                // a moment rather than spin.
-                tracing::warn!("accept failed: {e}");
-                tokio::select! {
-                    () = stop.cancelled() => return,
-                    () = tokio::time::sleep(Duration::from_millis(50)) => {}
+                Err(e) => {
+                    // Out of file descriptors (or a connection reset before it was accepted):
+                    // wait a moment rather than spin.
+                    tracing::warn!("accept failed: {e}");
+                    tokio::select! {
+                        () = self.stop.cancelled() => return,
+                        () = tokio::time::sleep(Duration::from_millis(50)) => {}
+                    }
                 }
             }
         }
@@ -181,13 +269,14 @@ async fn refuse(mut stream: TcpStream) {
     .await;
 }
 
-/// One connection: HTTP/1.1 until the client closes it, it times out, or `stop` (then hyper
-/// finishes the request in flight and closes).
-async fn connection(stream: TcpStream, router: Router, limits: Limits, stop: CancellationToken) {
+/// One connection: HTTP/1.1 until the client closes it, it times out or is asked to close
+/// (made room for), `stop` (then hyper finishes the request in flight and closes) or `kill`.
+async fn connection(stream: TcpStream, router: Router, limits: Limits, stop: CancellationToken, kill: CancellationToken, open: &Open) {
     // A streamed chunk goes out when it is written: without this, Nagle holds a small chunk that
     // follows the response head until the client's delayed ACK (40 ms on Linux).
     let _ = stream.set_nodelay(true);
     let watch = Arc::new(Watch::new());
+    let id = open.add(watch.clone());
     let io = TokioIo::new(Watched { inner: stream, watch: watch.clone() });
     let requests = watch.clone();
     let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
@@ -199,8 +288,9 @@ async fn connection(stream: TcpStream, router: Router, limits: Limits, stop: Can
         }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
-    // The watch times headers from the first byte, so idle connections may wait longer.
-    builder.header_read_timeout(None).keep_alive(true);
+    // The watch times headers from the first byte, so idle connections may wait longer; a head
+    // (with its read buffer) is held to 64 KiB.
+    builder.header_read_timeout(None).keep_alive(true).max_buf_size(64 << 10);
     let mut conn = std::pin::pin!(builder.serve_connection(io, service));
     let mut draining = false;
     loop {
@@ -209,7 +299,7 @@ async fn connection(stream: TcpStream, router: Router, limits: Limits, stop: Can
                 if let Err(e) = result {
                     tracing::debug!("connection ended: {e}");
                 }
-                return;
+                break;
             }
             () = stop.cancelled(), if !draining => {
                 draining = true;
@@ -217,28 +307,52 @@ async fn connection(stream: TcpStream, router: Router, limits: Limits, stop: Can
             }
             why = watch.expired(limits) => {
                 tracing::debug!("closing a connection: {why}");
-                return;
+                break;
             }
+            () = watch.close.cancelled() => {
+                tracing::debug!("closing the connection idle the longest: the connection cap is reached");
+                break;
+            }
+            () = kill.cancelled() => break,
         }
     }
+    open.remove(id);
 }
 
-/// Where a connection is: between requests (since when, and since when a next one started
-/// arriving), or serving `n` of them.
+/// Where a connection is: just opened (no request yet), between requests (since when, and
+/// since when a next one started arriving), or serving `n` of them (and since when a write of
+/// the answer has waited on the client, if one has).
 #[derive(Clone, Copy, Debug)]
 enum Phase {
+    Fresh { since: Instant },
     Idle { since: Instant, first_byte: Option<Instant> },
-    Busy(usize),
+    Busy { requests: usize, write_stalled: Option<Instant> },
 }
 
-/// A connection's phase, moved by its reads and by requests starting and ending.
+/// A connection's phase, moved by its reads and writes and by requests starting and ending.
 struct Watch {
     phase: watch::Sender<Phase>,
+    /// A write is waiting on the client (read without the lock on every write).
+    stalled: std::sync::atomic::AtomicBool,
+    /// Asks the connection to close (the connection cap needs its place).
+    close: CancellationToken,
 }
 
 impl Watch {
     fn new() -> Self {
-        Watch { phase: watch::Sender::new(Phase::Idle { since: Instant::now(), first_byte: None }) }
+        Watch {
+            phase: watch::Sender::new(Phase::Fresh { since: Instant::now() }),
+            stalled: std::sync::atomic::AtomicBool::new(false),
+            close: CancellationToken::new(),
+        }
+    }
+
+    /// Since when the connection has had nothing to do, if it has nothing to do.
+    fn idle_since(&self) -> Option<Instant> {
+        match *self.phase.borrow() {
+            Phase::Fresh { since } | Phase::Idle { since, first_byte: None } => Some(since),
+            _ => None,
+        }
     }
 
     /// Bytes came in: a next request head has started, if the connection was idle.
@@ -246,6 +360,39 @@ impl Watch {
         self.phase.send_if_modified(|phase| match phase {
             Phase::Idle { first_byte: first @ None, .. } => {
                 *first = Some(Instant::now());
+                true
+            }
+            // A first request's head is timed from the connection's opening, not its first byte.
+            Phase::Fresh { since } => {
+                *phase = Phase::Idle { since: *since, first_byte: Some(*since) };
+                true
+            }
+            _ => false,
+        });
+    }
+
+    /// A write could not go out: the client is not reading.
+    fn write_waits(&self) {
+        if self.stalled.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        self.phase.send_if_modified(|phase| match phase {
+            Phase::Busy { write_stalled: stalled @ None, .. } => {
+                *stalled = Some(Instant::now());
+                true
+            }
+            _ => false,
+        });
+    }
+
+    /// A write went out.
+    fn wrote(&self) {
+        if !self.stalled.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        self.phase.send_if_modified(|phase| match phase {
+            Phase::Busy { write_stalled: stalled @ Some(_), .. } => {
+                *stalled = None;
                 true
             }
             _ => false,
@@ -257,22 +404,26 @@ impl Watch {
     fn begin(self: &Arc<Self>) -> Busy {
         self.phase.send_modify(|phase| {
             *phase = match *phase {
-                Phase::Busy(n) => Phase::Busy(n + 1),
-                Phase::Idle { .. } => Phase::Busy(1),
+                Phase::Busy { requests, write_stalled } => Phase::Busy { requests: requests + 1, write_stalled },
+                Phase::Fresh { .. } | Phase::Idle { .. } => Phase::Busy { requests: 1, write_stalled: None },
             }
         });
         Busy(self.clone())
     }
 
-    /// Resolves when the connection has idled past `limits.idle`, or taken longer than
-    /// `limits.header` from a request's first byte to its complete head.
+    /// Resolves when the connection should close: a first request not begun within
+    /// `limits.header`, an idle time past `limits.idle`, a request head slower than
+    /// `limits.header` from its first byte, or an answer the client has not read for
+    /// `limits.write`.
     async fn expired(&self, limits: Limits) -> &'static str {
         let mut phase = self.phase.subscribe();
         loop {
             let deadline = match *phase.borrow_and_update() {
+                Phase::Fresh { since } => Some((since + limits.header, "no request within header_timeout_s of connecting")),
                 Phase::Idle { since, first_byte: None } => Some((since + limits.idle, "idle past idle_timeout_s")),
                 Phase::Idle { first_byte: Some(first), .. } => Some((first + limits.header, "request head slower than header_timeout_s")),
-                Phase::Busy(_) => None,
+                Phase::Busy { write_stalled: Some(since), .. } => Some((since + limits.write, "the client stopped reading its answer")),
+                Phase::Busy { write_stalled: None, .. } => None,
             };
             let changed = async {
                 // The sender lives as long as `self`: `changed` cannot fail while we wait.
@@ -298,7 +449,7 @@ impl Drop for Busy {
     fn drop(&mut self) {
         self.0.phase.send_modify(|phase| {
             *phase = match *phase {
-                Phase::Busy(n) if n > 1 => Phase::Busy(n - 1),
+                Phase::Busy { requests, write_stalled } if requests > 1 => Phase::Busy { requests: requests - 1, write_stalled },
                 _ => Phase::Idle { since: Instant::now(), first_byte: None },
             }
         });
@@ -345,13 +496,26 @@ impl AsyncRead for Watched {
     }
 }
 
+impl Watched {
+    /// Tells the watch whether a write went out or waits on the client.
+    fn note_write<T>(&self, polled: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        match &polled {
+            Poll::Pending => self.watch.write_waits(),
+            Poll::Ready(_) => self.watch.wrote(),
+        }
+        polled
+    }
+}
+
 impl AsyncWrite for Watched {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.note_write(polled)
     }
 
     fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.note_write(polled)
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -212,24 +212,67 @@ async fn an_idle_keep_alive_connection_is_closed_at_the_idle_timeout_and_not_bef
     assert!(idle_from.elapsed() >= Duration::from_secs(50));
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_connection_that_sends_nothing_is_closed_at_the_header_timeout() {
+    let address = paused_proxy("header_timeout_s = 5\nidle_timeout_s = 60").await;
+    let mut stream = TcpStream::connect(address).await.unwrap();
+    let began = tokio::time::Instant::now();
+    assert!(until_closed(&mut stream).await.is_empty());
+    let held = began.elapsed();
+    assert!(held >= Duration::from_secs(5) && held < Duration::from_secs(6), "a first request is owed within the header timeout: {held:?}");
+}
+
+/// A connection whose request is in flight: its head is in, its body still owed.
+async fn busy_connection(address: std::net::SocketAddr) -> TcpStream {
+    let mut stream = TcpStream::connect(address).await.unwrap();
+    let head = format!("POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {KEY}\r\ncontent-length: 100\r\n\r\n{{");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connections_past_the_cap_get_503_and_are_closed() {
+async fn at_the_connection_cap_an_idle_connection_makes_room_and_busy_ones_are_kept() {
     let state = support::answering_state("max_connections = 2", "");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     tokio::spawn(gateway_server::serve(listener, state, std::future::pending()));
-    let held = [TcpStream::connect(address).await.unwrap(), TcpStream::connect(address).await.unwrap()];
+    let health = b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n";
+    // Two idle connections: a newcomer takes the place of the one idle the longest.
+    let mut idle = TcpStream::connect(address).await.unwrap();
+    let _other = TcpStream::connect(address).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut newcomer = TcpStream::connect(address).await.unwrap();
+    newcomer.write_all(health).await.unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(5), until_closed(&mut newcomer)).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(tokio::time::timeout(Duration::from_secs(5), until_closed(&mut idle)).await.unwrap().is_empty(), "the idlest was closed");
+    drop(_other);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Two connections with requests in flight: a newcomer is answered 503 and closed.
+    let _busy = [busy_connection(address).await, busy_connection(address).await];
     tokio::time::sleep(Duration::from_millis(50)).await;
     let mut third = TcpStream::connect(address).await.unwrap();
     let answer = tokio::time::timeout(Duration::from_secs(5), until_closed(&mut third)).await.unwrap();
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
     assert!(answer.contains("connection: close") && answer.contains("too_many_connections"), "{answer}");
-    drop(held);
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let mut again = TcpStream::connect(address).await.unwrap();
-    again.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await.unwrap();
-    let answer = tokio::time::timeout(Duration::from_secs(5), until_closed(&mut again)).await.unwrap();
-    assert!(answer.starts_with("HTTP/1.1 200"), "a freed place is taken again: {answer}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_the_client_stops_reading_is_given_up_at_the_body_timeout() {
+    let address = paused_proxy("max_body_bytes = 16777216\nbody_timeout_s = 2").await;
+    let mut stream = TcpStream::connect(address).await.unwrap();
+    let body = chat(&"z".repeat(8 << 20)).to_string();
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {KEY}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    stream.write_all(body.as_bytes()).await.unwrap();
+    // The echo is as long as the request; the client does not read it for a minute.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer).await;
+    assert!(answer.len() < body.len(), "the server gave up the answer: {} of about {} bytes came", answer.len(), body.len());
 }
 
 #[tokio::test]
@@ -285,6 +328,15 @@ async fn a_churn_of_made_up_tenants_leaves_a_bound_and_a_new_tenant_served_and_a
     let text = String::from_utf8_lossy(&scrape);
     assert!(text.contains("tenant_id=\"_other\""), "tenants past the cap share one label");
     let _ = writeln!(std::io::stderr(), "scrape after a 10 000-tenant churn: {} bytes", scrape.len());
+}
+
+#[tokio::test]
+async fn no_other_key_may_name_a_key_bound_tenant() {
+    let state = support::answering_state("", "");
+    let (status, _, body) = oneshot(&state, post("/v1/chat/completions", KEY, Some("ACME"), &chat("hi"))).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (403, Some("tenant_bound_to_another_key")), "{body}");
+    let (status, _, _) = oneshot(&state, post("/v1/chat/completions", ACME_KEY, None, &chat("hi"))).await;
+    assert_eq!(status, 200, "its own key may");
 }
 
 #[tokio::test]

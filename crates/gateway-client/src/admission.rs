@@ -6,35 +6,41 @@
 use crate::call::CallState;
 use crate::error::{CallError, Exhausted};
 use crate::scope::Scope;
-use crate::slot::Slot;
+use crate::slot::{Holders, Slot};
 use gateway_core::admission::{Blocked, SkipReason, nap, when_blocked};
 use gateway_core::breaker::{Reply, Verdict};
-use gateway_core::ports::{BreakerGate, QuotaDecision, QuotaGate, Telemetry};
+use gateway_core::ports::{PaceDecision, QuotaDecision, Telemetry};
 use gateway_core::select::demote;
 use gateway_core::telemetry::GateEvent;
 use gateway_core::time::Clock;
 use rand_chacha::ChaCha8Rng;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
-use tokio_util::task::TaskTracker;
 
 /// What `pick` found.
 pub(crate) enum Pick {
     /// An admitted attempt.
     Slot(Slot),
-    /// No candidate was runnable; `gate_rejections` of them were refused by the breaker side,
-    /// `pushed_back` skipped for a 429 that asked this call to wait past its stall budget.
-    Blocked { gate_rejections: usize, pushed_back: usize },
+    /// No candidate was runnable; `gate_rejections` of them were refused by the breaker side;
+    /// `pushed_back` (source, time left) were skipped for a 429 that asked this call to wait
+    /// past its stall budget.
+    Blocked { gate_rejections: usize, pushed_back: Vec<(usize, Duration)> },
+}
+
+/// How a blocked call waits.
+pub(crate) struct Wait {
+    /// The nap.
+    pub(crate) nap: Duration,
+    /// It waits for capacity (a quota or an account's limit): first come, first served.
+    pub(crate) for_capacity: bool,
 }
 
 pub(crate) struct SourceAdmission {
-    pub(crate) gates: Arc<dyn BreakerGate>,
-    pub(crate) quota: Arc<dyn QuotaGate>,
+    /// The gates, quota and pacers (and where dropped slots release to them).
+    pub(crate) holders: Arc<Holders>,
     pub(crate) telemetry: Arc<dyn Telemetry>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) rng: Arc<Mutex<ChaCha8Rng>>,
-    /// The releases dropped slots spawned.
-    pub(crate) releases: TaskTracker,
 }
 
 impl SourceAdmission {
@@ -60,56 +66,87 @@ impl SourceAdmission {
             let health: Option<Vec<f64>> = scope.selector.uses_health().then(|| views.iter().map(|v| v.health).collect());
             demote(&mut order, &call.fails, health.as_deref());
         }
-        let (mut gate_rejections, mut pushed_back) = (0, 0);
+        let (mut gate_rejections, mut pushed_back) = (0, Vec::new());
+        let holders = &self.holders;
         for source in order {
             let now = self.clock.now();
-            if call.is_pushed_back(source, now) {
-                pushed_back += 1;
-                call.skipped(scope.source_name(source), SkipReason::RateLimited);
-                continue;
-            }
-            // 1. memo, then 2. AIMD, under one short lock
+            let remaining_stall = call.stall.remaining(scope.policy.stall_window, now);
+            // 1. the memo, and the account's 429 pushback, under one short lock
             let refused = {
-                let mut local = scope.local();
-                if local.memo.active(source, now) {
-                    Some(SkipReason::Cooldown)
-                } else if !local.aimd[source].try_acquire() {
-                    Some(SkipReason::AdaptivePaced)
+                let local = scope.local();
+                let account_until = local.pushed_back[scope.account_of[source]];
+                let away = call.pushed_back_until(source).max(account_until).saturating_since(now);
+                if away > remaining_stall {
+                    // Asked to stay away for longer than this call may wait.
+                    Some(Err(away))
+                } else if local.memo.active(source, now) {
+                    Some(Ok(SkipReason::Cooldown))
+                } else if account_until > now {
+                    Some(Ok(SkipReason::RateLimited))
                 } else {
                     None
                 }
             };
-            if let Some(reason) = refused {
-                gate_rejections += usize::from(reason.is_gate_rejection());
-                call.skipped(scope.source_name(source), reason);
-                continue;
+            match refused {
+                Some(Err(away)) => {
+                    pushed_back.push((source, away));
+                    call.skipped(scope.source_name(source), SkipReason::RateLimited);
+                    continue;
+                }
+                Some(Ok(reason)) => {
+                    gate_rejections += usize::from(reason.is_gate_rejection());
+                    call.skipped(scope.source_name(source), reason);
+                    continue;
+                }
+                None => {}
             }
-            // From here the slot holds the in-flight count: every exit below releases it.
-            let mut slot = Slot::counted(scope.clone(), self.gates.clone(), self.quota.clone(), self.releases.clone(), source);
+            // 2. the account's learned limit
+            let pace = if scope.behaviour.aimd {
+                match holders.pacer.try_acquire(scope.account(source), &scope.pacer).await.map_err(|e| call.backend(e))? {
+                    PaceDecision::Granted(lease) => Some(lease),
+                    PaceDecision::Paced(_) => {
+                        call.skipped(scope.source_name(source), SkipReason::AdaptivePaced);
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
+            // From here the slot holds the in-flight count and the account's place: every exit
+            // below hands them back.
+            scope.local().inflight[source] += 1;
+            let mut slot = Slot::counted(scope.clone(), holders.clone(), source, pace);
             // 3. the gate
             let (key, params) = &scope.gates[source];
-            let entry = self.gates.try_enter(key, params).await.map_err(|e| call.backend(e))?;
+            let entry = match holders.gates.try_enter(key, params).await {
+                Ok(entry) => entry,
+                Err(e) => {
+                    slot.abandon().await;
+                    return Err(call.backend(e));
+                }
+            };
             self.gate_event(scope, source, &entry.reply);
             if entry.verdict == Verdict::Denied {
                 // retry_after is 0 unless OPEN: a HALF_OPEN denial never memoes the source.
                 scope.local().memo.note_denial(source, self.clock.now(), entry.reply.retry_after);
                 gate_rejections += 1;
                 call.skipped(scope.source_name(source), SkipReason::CircuitOpen);
+                slot.abandon().await;
                 continue;
             }
             slot.admitted(entry);
             // 4. the quota (sources without local limits need no permit)
             let limits = &scope.policy.sources[source].quota;
             if limits.max_concurrency.is_some() || limits.rpm.is_some() || limits.tpm.is_some() {
-                match self.quota.acquire(key, limits, estimated_tokens).await {
+                match holders.quota.acquire(key, limits, estimated_tokens).await {
                     Ok(QuotaDecision::Granted(permit)) => slot.hold_permit(permit),
                     Ok(QuotaDecision::Refused { .. }) => {
-                        slot.release_probe().await;
+                        slot.abandon().await;
                         call.skipped(scope.source_name(source), SkipReason::RateLimited);
                         continue;
                     }
                     Err(e) => {
-                        slot.release_probe().await;
+                        slot.abandon().await;
                         return Err(call.backend(e));
                     }
                 }
@@ -120,40 +157,42 @@ impl SourceAdmission {
     }
 
     /// SPEC §6 "No candidate runnable": fail fast by the reason the sources were refused, or
-    /// nap (to the earliest certain retry moment when the breaker side refused them all).
+    /// say how to wait (to the earliest certain retry moment when the breaker side refused them
+    /// all; in turn, for capacity, when a quota or an account's limit did).
     pub(crate) async fn on_no_runnable(
         &self,
         scope: &Scope,
         call: &mut CallState,
         gate_rejections: usize,
-        pushed_back: usize,
-    ) -> Result<(), CallError> {
+        pushed_back: &[(usize, Duration)],
+    ) -> Result<Wait, CallError> {
         let policy = &scope.policy;
         let now = self.clock.now();
         let stalled = call.stall.stalled(&scope.local().progress, policy.stall_window, now);
-        match when_blocked(gate_rejections, pushed_back, policy.sources.len(), policy.circuit_open, policy.quota_full, stalled) {
+        match when_blocked(gate_rejections, pushed_back.len(), policy.sources.len(), policy.circuit_open, policy.quota_full, stalled) {
             Blocked::FailCircuitOpen => {
-                let retry_after = self.gates.retry_after(&scope.gates).await.map_err(|e| call.backend(e))?;
+                let retry_after = self.holders.gates.retry_after(&scope.gates).await.map_err(|e| call.backend(e))?;
                 Err(CallError::CircuitOpen { retry_after, report: call.report() })
             }
-            Blocked::FailRateLimited => Err(CallError::RateLimited { retry_after: call.pushback_remaining(now), report: call.report() }),
+            Blocked::FailRateLimited => {
+                let retry_after = pushed_back.iter().map(|(_, away)| *away).min().unwrap_or_default();
+                Err(CallError::RateLimited { retry_after, report: call.report() })
+            }
             Blocked::FailQuotaExhausted => Err(CallError::AllSourcesExhausted { reason: Exhausted::QuotaExhausted, report: call.report() }),
             Blocked::FailStalled => Err(CallError::AllSourcesExhausted { reason: Exhausted::Stalled, report: call.report() }),
             Blocked::Wait { gate_hint } => {
                 let hint = if !gate_hint {
                     Duration::ZERO
-                } else if pushed_back == 0 {
-                    self.gates.retry_after(&scope.gates).await.map_err(|e| call.backend(e))?
+                } else if pushed_back.is_empty() {
+                    self.holders.gates.retry_after(&scope.gates).await.map_err(|e| call.backend(e))?
                 } else {
                     // The pushed-back sources' gates are closed (a 0 hint): the wait is for the others.
-                    let refused: Vec<_> =
-                        scope.gates.iter().enumerate().filter(|(i, _)| !call.is_pushed_back(*i, now)).map(|(_, g)| g.clone()).collect();
-                    self.gates.retry_after(&refused).await.map_err(|e| call.backend(e))?
+                    let away = |i: usize| pushed_back.iter().any(|(s, _)| *s == i);
+                    let refused: Vec<_> = scope.gates.iter().enumerate().filter(|(i, _)| !away(*i)).map(|(_, g)| g.clone()).collect();
+                    self.holders.gates.retry_after(&refused).await.map_err(|e| call.backend(e))?
                 };
                 let remaining = call.stall.remaining(policy.stall_window, self.clock.now());
-                let sleep = nap(hint, policy.poll_interval, remaining, &mut *self.rng());
-                tokio::time::sleep(sleep).await;
-                Ok(())
+                Ok(Wait { nap: nap(hint, policy.poll_interval, remaining, &mut *self.rng()), for_capacity: !gate_hint })
             }
         }
     }

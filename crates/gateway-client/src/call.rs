@@ -6,6 +6,7 @@ use crate::admission::{Pick, SourceAdmission};
 use crate::error::{AttemptRecord, CallError, CallReport, Exhausted};
 use crate::scope::Scope;
 use crate::slot::Slot;
+use crate::turns::Place;
 use gateway_core::admission::SkipReason;
 use gateway_core::breaker::CircuitState;
 use gateway_core::outcome::{BudgetEffect, Effects, NextStep, OutcomeClass};
@@ -18,7 +19,6 @@ use gateway_core::telemetry::{AttemptEvent, CallEvent, CallResult, SourceReason}
 use gateway_core::time::{Clock, Timestamp};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Everything one call keeps: never shared with other calls.
 pub(crate) struct CallState {
@@ -61,14 +61,14 @@ impl CallState {
         }
     }
 
-    /// Whether a 429 asked this call to stay away from `source` past `now`.
-    pub(crate) fn is_pushed_back(&self, source: usize, now: Timestamp) -> bool {
-        self.pushed_back.get(source).copied().flatten().is_some_and(|until| now < until)
+    /// Until when a 429 asked this call to stay away from `source` (the past when it did not).
+    pub(crate) fn pushed_back_until(&self, source: usize) -> Timestamp {
+        self.pushed_back.get(source).copied().flatten().unwrap_or_default()
     }
 
-    /// The soonest moment a source that pushed this call back will take it again.
-    pub(crate) fn pushback_remaining(&self, now: Timestamp) -> Duration {
-        self.pushed_back.iter().flatten().filter(|until| now < **until).map(|until| until.saturating_since(now)).min().unwrap_or_default()
+    /// The call's place among the partition's waiters: by its start, then its id.
+    pub(crate) fn order(&self) -> (Timestamp, u64) {
+        (self.started, self.id)
     }
 
     /// Attempts settled so far.
@@ -262,18 +262,49 @@ impl CallLoop<'_> {
     ) -> Result<Delivered, CallError> {
         let clock = &self.admission.clock;
         let policy = &scope.policy;
+        // The call's place among the waiters for capacity, while it has one.
+        let mut place: Option<Place> = None;
         loop {
             // the stall check, before each pick
             if call.stall.stalled(&scope.local().progress, policy.stall_window, clock.now()) {
                 return Err(CallError::AllSourcesExhausted { reason: Exhausted::Stalled, report: call.report() });
             }
+            // First come, first served: a call younger than a waiter queues behind it, and only
+            // the oldest waiter picks.
+            if place.is_none() && !scope.turns.may_pick(call.order()) {
+                place = Some(scope.turns.join(call.order(), None));
+            }
+            if let Some(waiting) = place.as_ref().filter(|p| !p.is_first()) {
+                let bound = call.stall.remaining(policy.stall_window, clock.now()) + policy.poll_interval;
+                tokio::select! {
+                    biased;
+                    () = waiting.woken() => {}
+                    () = tokio::time::sleep(bound) => {}
+                }
+                continue;
+            }
             let slot = match self.admission.pick(scope, call, request.estimated_tokens).await? {
                 Pick::Slot(slot) => slot,
                 Pick::Blocked { gate_rejections, pushed_back } => {
-                    self.admission.on_no_runnable(scope, call, gate_rejections, pushed_back).await?;
+                    let wait = self.admission.on_no_runnable(scope, call, gate_rejections, &pushed_back).await?;
+                    if !wait.for_capacity {
+                        // Waiting for the breaker side is no turn for capacity.
+                        place = None;
+                        tokio::time::sleep(wait.nap).await;
+                        continue;
+                    }
+                    let waiting = scope.turns.join(call.order(), place.take());
+                    tokio::select! {
+                        biased;
+                        () = waiting.woken() => {}
+                        () = tokio::time::sleep(wait.nap) => {}
+                    }
+                    place = Some(waiting);
                     continue;
                 }
             };
+            // The turn passes on to the next waiter, which may find room too.
+            place = None;
             let source = slot.source;
             let facts = Facts {
                 source,
@@ -327,11 +358,17 @@ impl CallLoop<'_> {
                 NextStep::BackOffAndRepick { honour_retry_after: true }
                     if outcome.retry_after.is_some_and(|wait| wait > call.stall.remaining(policy.stall_window, clock.now())) =>
                 {
-                    // The provider asks for longer than this call may wait: try the others now.
+                    // The provider asks for longer than this call may wait: try the others now
+                    // (every call of the partition keeps away from the account meanwhile).
                     let until = clock.now().saturating_add(outcome.retry_after.unwrap_or_default());
                     call.pushed_back[source] = Some(until);
+                    scope.note_pushback(source, until);
                 }
                 NextStep::BackOffAndRepick { honour_retry_after } => {
+                    if let Some(wait) = outcome.retry_after.filter(|_| honour_retry_after) {
+                        // The account's Retry-After holds for every call of the partition.
+                        scope.note_pushback(source, clock.now().saturating_add(wait));
+                    }
                     let delay = {
                         let mut rng = self.admission.rng();
                         if honour_retry_after {

@@ -19,6 +19,7 @@ mod scope;
 mod slot;
 mod stream;
 mod telemetry;
+mod turns;
 
 pub use clock::TokioClock;
 pub use error::{AttemptRecord, CallError, CallReport, Exhausted, TenantRefusal};
@@ -30,14 +31,15 @@ pub use telemetry::{Collector, TracingTelemetry};
 use admission::SourceAdmission;
 use call::{CallGuard, CallLoop, CallState, Delivered, Delivery};
 use gateway_core::policy::ScopePolicy;
-use gateway_core::ports::{BreakerGate, QuotaGate, Telemetry, Upstream};
+use gateway_core::ports::{BreakerGate, PacerGate, QuotaGate, Telemetry, Upstream};
 use gateway_core::request::{Request, Response};
 use gateway_core::time::Clock;
-use gateway_memory::{MemoryGates, MemoryQuota};
+use gateway_memory::{MemoryGates, MemoryPacer, MemoryQuota};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
 use scope::Partitions;
 pub use scope::tenant_name;
+use slot::Holders;
 use std::collections::BTreeMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -86,7 +88,8 @@ pub struct SourceStatus {
     pub retry_after_s: f64,
     /// Health EWMA in this process.
     pub health: f64,
-    /// AIMD limit in this process (none when unpaced).
+    /// The learned AIMD limit of its provider account (shared by every process on a shared
+    /// backend; none when unpaced).
     pub aimd_limit: Option<f64>,
     /// Attempts in flight from this process.
     pub inflight: u32,
@@ -129,6 +132,7 @@ pub struct GatewayClientBuilder {
     preset: Preset,
     gates: Option<Arc<dyn BreakerGate>>,
     quota: Option<Arc<dyn QuotaGate>>,
+    pacer: Option<Arc<dyn PacerGate>>,
     upstream: Option<Arc<dyn Upstream>>,
     telemetry: Option<Arc<dyn Telemetry>>,
     clock: Option<Arc<dyn Clock>>,
@@ -167,6 +171,13 @@ impl GatewayClientBuilder {
     /// The quota gate.
     pub fn quota(mut self, quota: Arc<dyn QuotaGate>) -> Self {
         self.quota = Some(quota);
+        self
+    }
+
+    /// The AIMD pacers of provider accounts (e.g. `RedisPacer`, so that every process learns
+    /// and respects one limit per account).
+    pub fn pacer(mut self, pacer: Arc<dyn PacerGate>) -> Self {
+        self.pacer = Some(pacer);
         self
     }
 
@@ -212,6 +223,7 @@ impl GatewayClientBuilder {
         let clock: Arc<dyn Clock> = self.clock.unwrap_or_else(|| Arc::new(TokioClock::new()));
         let gates = self.gates.unwrap_or_else(|| Arc::new(MemoryGates::new(clock.clone())));
         let quota = self.quota.unwrap_or_else(|| Arc::new(MemoryQuota::new(clock.clone())));
+        let pacer = self.pacer.unwrap_or_else(|| Arc::new(MemoryPacer::new(clock.clone())));
         // A per-process seed (std's RandomState is seeded from the OS) keeps workers' jitter apart.
         let seed = self.seed.unwrap_or_else(|| std::collections::hash_map::RandomState::new().hash_one(0u8));
         let scopes: BTreeMap<String, Partitions> = self
@@ -231,12 +243,10 @@ impl GatewayClientBuilder {
         Ok(GatewayClient {
             scopes,
             admission: Arc::new(SourceAdmission {
-                gates,
-                quota,
+                holders: Arc::new(Holders { gates, quota, pacer, releases: TaskTracker::new() }),
                 telemetry: self.telemetry.unwrap_or_else(|| Arc::new(TracingTelemetry)),
                 clock,
                 rng: Arc::new(Mutex::new(ChaCha8Rng::seed_from_u64(seed))),
-                releases: TaskTracker::new(),
             }),
             upstream,
             next_call: AtomicU64::new(1),
@@ -386,15 +396,20 @@ impl GatewayClient {
                 }
                 let local = partition.local();
                 for (i, (key, params)) in partition.gates.iter().enumerate() {
-                    let limit = Some(local.aimd[i].limit()).filter(|l| l.is_finite());
-                    views.push((key.clone(), params.clone(), local.health[i].value(), limit, local.aimd[i].inflight()));
+                    let account = partition.behaviour.aimd.then(|| (partition.account(i).clone(), partition.pacer));
+                    views.push((key.clone(), params.clone(), local.health[i].value(), account, local.inflight[i]));
                 }
             }
         }
+        let holders = &self.admission.holders;
         let mut all = Vec::with_capacity(views.len());
-        for (key, params, health, aimd_limit, inflight) in views {
-            let gate = self.admission.gates.read(&key).await?;
-            let retry_after = self.admission.gates.retry_after(std::slice::from_ref(&(key.clone(), params))).await?;
+        for (key, params, health, account, inflight) in views {
+            let gate = holders.gates.read(&key).await?;
+            let retry_after = holders.gates.retry_after(std::slice::from_ref(&(key.clone(), params))).await?;
+            let aimd_limit = match account {
+                Some((account, pacer)) => Some(holders.pacer.read(&account, &pacer).await?.limit),
+                None => None,
+            };
             all.push(SourceStatus {
                 scope: key.scope.to_string(),
                 tenant: key.tenant.as_deref().map(str::to_owned),
@@ -416,7 +431,7 @@ impl GatewayClient {
     /// not exit with their leases still live in a shared backend. Calls may go on meanwhile.
     /// One caller at a time (a shutdown): a second concurrent caller may return early.
     pub async fn released(&self) {
-        let releases = &self.admission.releases;
+        let releases = &self.admission.holders.releases;
         releases.close();
         releases.wait().await;
         releases.reopen();

@@ -8,7 +8,7 @@
 
 use crate::error::TenantRefusal;
 use crate::preset::{Behaviour, Preset};
-use gateway_core::aimd::AimdPacer;
+use gateway_core::aimd::PacerParams;
 use gateway_core::breaker::GateParams;
 use gateway_core::health::Ewma;
 use gateway_core::memo::Memo;
@@ -26,7 +26,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 pub(crate) struct Local {
     pub(crate) memo: Memo,
     pub(crate) health: Vec<Ewma>,
-    pub(crate) aimd: Vec<AimdPacer>,
+    /// Attempts in flight from this process, per source (what the selectors weigh).
+    pub(crate) inflight: Vec<u32>,
+    /// Per account, until when a 429's Retry-After asked everyone to stay away.
+    pub(crate) pushed_back: Vec<Timestamp>,
     pub(crate) progress: ScopeProgress,
 }
 
@@ -34,7 +37,14 @@ pub(crate) struct Scope {
     pub(crate) policy: Arc<ScopePolicy>,
     pub(crate) behaviour: Behaviour,
     pub(crate) gates: Vec<(GateKey, GateParams)>,
+    /// The partition's provider accounts (`GateKey::source` is the account's name).
+    pub(crate) accounts: Vec<GateKey>,
+    /// The account of each source, by index into `accounts`.
+    pub(crate) account_of: Vec<usize>,
+    pub(crate) pacer: PacerParams,
     pub(crate) selector: Selector,
+    /// Calls waiting for capacity, oldest first.
+    pub(crate) turns: Arc<crate::turns::Turns>,
     local: Mutex<Local>,
 }
 
@@ -49,13 +59,37 @@ impl Scope {
                 Some((if let Some(tenant) = tenant { key.with_tenant(tenant.clone()) } else { key }, params))
             })
             .collect();
+        let mut accounts: Vec<GateKey> = Vec::new();
+        let account_of = policy
+            .sources
+            .iter()
+            .map(|source| match accounts.iter().position(|a| a.source.as_ref() == source.account) {
+                Some(at) => at,
+                None => {
+                    let key = GateKey::new(policy.name.as_str(), source.account.as_str());
+                    accounts.push(if let Some(tenant) = tenant { key.with_tenant(tenant.clone()) } else { key });
+                    accounts.len() - 1
+                }
+            })
+            .collect();
         let local = Local {
             memo: Memo::new(n),
             health: vec![Ewma::new(); n],
-            aimd: vec![if behaviour.aimd { AimdPacer::new(policy.concurrency) } else { AimdPacer::unlimited() }; n],
+            inflight: vec![0; n],
+            pushed_back: vec![Timestamp::default(); accounts.len()],
             progress: ScopeProgress::new(),
         };
-        Scope { selector: Selector::new(policy.selector), policy, behaviour, gates, local: Mutex::new(local) }
+        Scope {
+            selector: Selector::new(policy.selector),
+            pacer: policy.pacer_params(),
+            policy,
+            behaviour,
+            gates,
+            accounts,
+            account_of,
+            turns: Arc::default(),
+            local: Mutex::new(local),
+        }
     }
 
     /// The shared local state. The lock is held for a few field updates, never across an await.
@@ -70,12 +104,24 @@ impl Scope {
     /// What the selector sees of each source now.
     pub(crate) fn views(&self) -> Vec<SourceView> {
         let local = self.local();
-        local.health.iter().zip(&local.aimd).map(|(h, a)| SourceView { health: h.value(), inflight: a.inflight() }).collect()
+        local.health.iter().zip(&local.inflight).map(|(h, i)| SourceView { health: h.value(), inflight: *i }).collect()
     }
 
-    /// Attempts counted in flight by the AIMD pacers (zero once every call has ended).
+    /// Attempts of this process in flight (zero once every call has ended).
     pub(crate) fn inflight(&self) -> u32 {
-        self.local().aimd.iter().map(AimdPacer::inflight).sum()
+        self.local().inflight.iter().sum()
+    }
+
+    /// The account of `source`.
+    pub(crate) fn account(&self, source: usize) -> &GateKey {
+        &self.accounts[self.account_of[source]]
+    }
+
+    /// A 429 asked everyone to keep away from `source`'s account until `until`.
+    pub(crate) fn note_pushback(&self, source: usize, until: Timestamp) {
+        let mut local = self.local();
+        let at = &mut local.pushed_back[self.account_of[source]];
+        *at = (*at).max(until);
     }
 }
 

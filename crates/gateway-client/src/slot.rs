@@ -1,43 +1,47 @@
-//! An admitted attempt and everything it holds: the AIMD in-flight count, the probe lease and
-//! the quota permit. `Slot` is a guard: `finish` settles them in order; if the call is dropped
-//! at any await point first, `Drop` releases what is still held (the in-flight count at once,
-//! the lease and the permit on a spawned task), so no path can leak them.
+//! An admitted attempt and everything it holds: the local in-flight count, the place on its
+//! account's learned limit (a pacer lease), the probe lease and the quota permit. `Slot` is a
+//! guard: `finish` settles them in order, `abandon` hands them back when the attempt is not
+//! made; if the call is dropped at any await point first, `Drop` releases what is still held
+//! (the in-flight count at once, the leases and the permit on a spawned task), so no path can
+//! leak them. The end of every attempt made wakes the partition's oldest waiter.
 
 use crate::scope::Scope;
 use gateway_core::breaker::{Entry, Reply, Verdict};
-use gateway_core::outcome::{BreakerEffect, OutcomeClass};
-use gateway_core::ports::{BreakerGate, Permit, QuotaGate};
+use gateway_core::outcome::{AimdEffect, BreakerEffect, OutcomeClass};
+use gateway_core::ports::{BreakerGate, PaceLease, PacerGate, Permit, QuotaGate};
 use gateway_core::time::Timestamp;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::task::TaskTracker;
 
-pub(crate) struct Slot {
-    pub(crate) scope: Arc<Scope>,
+/// The adapters a slot releases to.
+pub(crate) struct Holders {
     pub(crate) gates: Arc<dyn BreakerGate>,
     pub(crate) quota: Arc<dyn QuotaGate>,
+    pub(crate) pacer: Arc<dyn PacerGate>,
     /// Where a dropped slot's releases run, so a shutdown can wait for them.
-    releases: TaskTracker,
+    pub(crate) releases: TaskTracker,
+}
+
+pub(crate) struct Slot {
+    pub(crate) scope: Arc<Scope>,
+    holders: Arc<Holders>,
     pub(crate) source: usize,
     entry: Option<Entry>,
-    /// The AIMD in-flight count is held.
+    /// The local in-flight count is held.
     inflight: bool,
+    /// The place on the account's learned limit.
+    pace: Option<PaceLease>,
     /// The probe lease is held and not yet settled or released.
     probe: bool,
     permit: Option<Permit>,
 }
 
 impl Slot {
-    /// A slot holding the in-flight count of `source` (already counted by the caller), before
-    /// the gate is asked.
-    pub(crate) fn counted(
-        scope: Arc<Scope>,
-        gates: Arc<dyn BreakerGate>,
-        quota: Arc<dyn QuotaGate>,
-        releases: TaskTracker,
-        source: usize,
-    ) -> Self {
-        Slot { scope, gates, quota, releases, source, entry: None, inflight: true, probe: false, permit: None }
+    /// A slot holding the local in-flight count of `source` (already counted by the caller) and,
+    /// when the scope paces, its account's lease, before the gate is asked.
+    pub(crate) fn counted(scope: Arc<Scope>, holders: Arc<Holders>, source: usize, pace: Option<PaceLease>) -> Self {
+        Slot { scope, holders, source, entry: None, inflight: true, pace, probe: false, permit: None }
     }
 
     /// The gate admitted the attempt with `entry`.
@@ -64,14 +68,30 @@ impl Slot {
         self.entry.is_some_and(|e| e.verdict == Verdict::Probe)
     }
 
-    /// Hands back a probe lease that proved nothing (the quota refused the attempt).
-    pub(crate) async fn release_probe(&mut self) {
+    /// Hands everything back for an attempt that will not be made (the gate denied it or the
+    /// quota refused it): the probe lease, the account's place, the in-flight count. It wakes
+    /// no waiter: it frees only what it took a moment ago, and the caller (often the oldest
+    /// waiter itself) goes on to wait or fail.
+    pub(crate) async fn abandon(mut self) {
         if self.probe {
             // Cleared before the await: a call dropped while the release is in flight must not
             // send a second release, which could clear the next prober's lease.
             self.probe = false;
             let (key, params) = &self.scope.gates[self.source];
-            let _ = self.gates.release_probe(key, params, self.epoch()).await;
+            let _ = self.holders.gates.release_probe(key, params, self.epoch()).await;
+        }
+        if let Some(pace) = self.pace.take() {
+            let _ = self.holders.pacer.release(&pace, AimdEffect::Nothing, &self.scope.pacer).await;
+        }
+        self.end_inflight();
+        // No attempt was made: nobody is woken when the slot goes.
+        self.entry = None;
+    }
+
+    fn end_inflight(&mut self) {
+        if std::mem::take(&mut self.inflight) {
+            let mut local = self.scope.local();
+            local.inflight[self.source] = local.inflight[self.source].saturating_sub(1);
         }
     }
 
@@ -79,46 +99,50 @@ impl Slot {
     /// then the breaker effect of the outcome table (or the probe release), then the quota
     /// permit with the actual token count. `latency` decides, for a real success, whether the slow-call channel hears of it.
     pub(crate) async fn finish(mut self, class: OutcomeClass, latency: Duration, actual_tokens: Option<u32>, now: Timestamp) -> Finished {
-        let (health, aimd_limit) = {
+        let health = {
             let mut local = self.scope.local();
             local.health[self.source].observe_class(class);
-            local.aimd[self.source].observe_class(class);
-            local.aimd[self.source].release();
             if class == OutcomeClass::Success {
                 local.progress.record(now);
             }
-            (local.health[self.source].value(), Some(local.aimd[self.source].limit()).filter(|l| l.is_finite()))
+            local.health[self.source].value()
         };
-        self.inflight = false;
+        self.end_inflight();
+        // The account's place, with the outcome's effect on its learned limit.
+        let aimd_limit = match self.pace.take() {
+            Some(pace) => self.holders.pacer.release(&pace, class.effects().aimd, &self.scope.pacer).await.ok(),
+            None => None,
+        };
         let (key, params) = &self.scope.gates[self.source];
         let epoch = self.epoch();
         // The outcome settles the probe: cleared before the await, so a call dropped while the
         // record is in flight does not also release the lease (the next prober's, by then).
         let probe = std::mem::take(&mut self.probe);
         // A record the backend cannot take is logged and counted by the adapter; the call goes on.
+        let gates = &self.holders.gates;
         let reply = match class.effects().breaker {
             BreakerEffect::RecordSuccess { real: true } if self.scope.policy.breaker.slow_call.is_some_and(|slow| latency > slow) => {
-                self.gates.record_slow_success(key, params, epoch).await.ok()
+                gates.record_slow_success(key, params, epoch).await.ok()
             }
-            BreakerEffect::RecordSuccess { real } => self.gates.record_success(key, params, epoch, real).await.ok(),
-            BreakerEffect::RecordFailure => self.gates.record_failure(key, params, epoch).await.ok(),
-            BreakerEffect::ForceOpen => self.gates.force_open(key, params).await.ok(),
-            BreakerEffect::Nothing if probe => self.gates.release_probe(key, params, epoch).await.ok(),
+            BreakerEffect::RecordSuccess { real } => gates.record_success(key, params, epoch, real).await.ok(),
+            BreakerEffect::RecordFailure => gates.record_failure(key, params, epoch).await.ok(),
+            BreakerEffect::ForceOpen => gates.force_open(key, params).await.ok(),
+            BreakerEffect::Nothing if probe => gates.release_probe(key, params, epoch).await.ok(),
             BreakerEffect::Nothing => None,
         };
         if let Some(permit) = &self.permit {
             if let Some(tokens) = actual_tokens {
-                let _ = self.quota.settle(permit, tokens).await;
+                let _ = self.holders.quota.settle(permit, tokens).await;
             }
-            let _ = self.quota.release(permit).await;
+            let _ = self.holders.quota.release(permit).await;
         }
         self.permit = None;
         Finished { reply, health, aimd_limit }
     }
 }
 
-/// What settling an attempt left: the gate's reply (if the gate was told) and the source's
-/// health and AIMD limit after the outcome (none when unpaced), read under the same lock.
+/// What settling an attempt left: the gate's reply (if the gate was told), the source's health
+/// after the outcome and its account's AIMD limit (none when unpaced).
 pub(crate) struct Finished {
     pub(crate) reply: Option<Reply>,
     pub(crate) health: f64,
@@ -127,26 +151,35 @@ pub(crate) struct Finished {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        if self.inflight {
-            self.scope.local().aimd[self.source].release();
-        }
+        self.end_inflight();
         let probe = self.probe.then_some(self.epoch());
-        let permit = self.permit.take();
-        if probe.is_none() && permit.is_none() {
+        let (permit, pace) = (self.permit.take(), self.pace.take());
+        // An attempt was admitted (settled by `finish` or cut short by the call's drop): its
+        // capacity is free once what it still holds is released, and the oldest waiter's turn.
+        let made = self.entry.is_some();
+        if probe.is_none() && permit.is_none() && pace.is_none() {
+            if made {
+                self.scope.turns.freed();
+            }
             return;
         }
-        let (gates, quota, scope, source) = (self.gates.clone(), self.quota.clone(), self.scope.clone(), self.source);
+        let (holders, scope, source) = (self.holders.clone(), self.scope.clone(), self.source);
+        let releases = self.holders.releases.clone();
         let release = async move {
             let (key, params) = &scope.gates[source];
             if let Some(epoch) = probe {
-                let _ = gates.release_probe(key, params, epoch).await;
+                let _ = holders.gates.release_probe(key, params, epoch).await;
+            }
+            if let Some(pace) = pace {
+                let _ = holders.pacer.release(&pace, AimdEffect::Nothing, &scope.pacer).await;
             }
             if let Some(permit) = permit {
-                let _ = quota.release(&permit).await;
+                let _ = holders.quota.release(&permit).await;
             }
+            scope.turns.freed();
         };
         match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => drop(self.releases.spawn_on(release, &runtime)),
+            Ok(runtime) => drop(releases.spawn_on(release, &runtime)),
             // No runtime to release on: the probe lease and the permit lease expire by themselves.
             Err(_) => tracing::warn!(source = scope_name(&self.scope, source), "attempt dropped outside a runtime; its leases will expire"),
         }

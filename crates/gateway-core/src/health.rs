@@ -1,5 +1,6 @@
 //! The per-source health score (SPEC §4): an EWMA of attempt successes, fed through the outcome
-//! table, so a class that says nothing about the service (a bad payload, a bad result) is not fed.
+//! table, so a class that says nothing about the service (a bad payload) is not fed, and an
+//! answer that fails the caller's structure counts against the source.
 
 use crate::outcome::{HealthEffect, OutcomeClass};
 
@@ -67,11 +68,12 @@ mod tests {
     fn fed_through_the_table() {
         let mut e = Ewma::new();
         e.observe_class(OutcomeClass::RequestRejected);
+        assert_eq!(e.value(), 1.0, "a bad payload says nothing of the source");
         e.observe_class(OutcomeClass::ResultInvalid);
-        assert_eq!(e.value(), 1.0);
+        assert!((e.value() - 0.8).abs() < 1e-12, "an answer that fails the caller's structure counts against it");
         e.observe_class(OutcomeClass::RateLimited);
-        assert!((e.value() - 0.8).abs() < 1e-12);
+        assert!((e.value() - 0.64).abs() < 1e-12);
         e.observe_class(OutcomeClass::Success);
-        assert!((e.value() - 0.84).abs() < 1e-12);
+        assert!((e.value() - 0.712).abs() < 1e-12);
     }
 }

@@ -83,7 +83,7 @@ pub enum HealthEffect {
     Ok,
     /// Counts as a failure.
     Fail,
-    /// Not fed: a bad payload or a bad result says nothing about the service.
+    /// Not fed: a bad payload says nothing about the service.
     Nothing,
 }
 
@@ -227,7 +227,9 @@ pub const OUTCOME_TABLE: [Effects; 6] = [
     Effects {
         class: OutcomeClass::ResultInvalid,
         breaker: BreakerEffect::RecordSuccess { real: false },
-        health: HealthEffect::Nothing,
+        // A source whose answers fail the caller's structure is a worse pick for the next
+        // structured call (the breaker and the window never hear of it: the provider is up).
+        health: HealthEffect::Fail,
         aimd: AimdEffect::Nothing,
         budget: BudgetEffect::StructuredReask,
         counts_as_call_failure: false,

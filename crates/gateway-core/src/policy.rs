@@ -290,6 +290,10 @@ pub struct SourceConfig {
     pub base_url: Option<String>,
     /// Provider API key: it names the provider account.
     pub api_key: Option<Secret>,
+    /// The provider account the source draws on (default: a digest of its `api_key`, so sources
+    /// with one key share one account; the source's own name without a key). Sources of one
+    /// account share its learned limit and in-flight count.
+    pub account: Option<String>,
     /// Model name sent upstream.
     pub model: Option<String>,
     /// Whole-attempt timeout in seconds (default 60).
@@ -315,6 +319,8 @@ pub struct SourcePolicy {
     pub base_url: Option<String>,
     /// Provider API key.
     pub api_key: Option<Secret>,
+    /// The provider account: explicit, a digest of the key (`key-…`), or the source's name.
+    pub account: String,
     /// Model name sent upstream.
     pub model: Option<String>,
     /// Whole-attempt timeout.
@@ -354,10 +360,23 @@ impl SourceConfig {
         check_name(name, prefix)?;
         let positive = |field: &str, v: Option<u32>| v.map(|v| f.int(field, v, 1, u32::MAX)).transpose();
         let timeout = f.secs("timeout_s", self.timeout_s.unwrap_or(60.0), 0.001, DAY_S)?;
+        let account = match (&self.account, &self.api_key) {
+            (Some(account), _) => {
+                check_name(account, &f.key("account"))?;
+                account.clone()
+            }
+            (None, Some(key)) => {
+                use sha2::Digest;
+                let digest = sha2::Sha256::digest(key.expose().as_bytes());
+                format!("key-{}", digest.iter().take(8).map(|b| format!("{b:02x}")).collect::<String>())
+            }
+            (None, None) => name.to_owned(),
+        };
         Ok(SourcePolicy {
             name: name.to_owned(),
             base_url: self.base_url.clone(),
             api_key: self.api_key.clone(),
+            account,
             model: self.model.clone(),
             timeout,
             watchdog: self.watchdog_s.map(|s| f.secs("watchdog_s", s, 0.001, DAY_S)).transpose()?,
@@ -690,6 +709,13 @@ impl ScopeConfig {
 }
 
 impl ScopePolicy {
+    /// The AIMD pacer parameters of the scope's accounts: the scope's concurrency as the
+    /// ceiling, leases living twice the slowest source's timeout.
+    pub fn pacer_params(&self) -> crate::aimd::PacerParams {
+        let slowest = self.sources.iter().map(|s| s.timeout).max().unwrap_or_default();
+        crate::aimd::PacerParams { ceiling: f64::from(self.concurrency), lease_ttl: slowest.saturating_mul(2) }
+    }
+
     /// The breaker parameters of the source at `index` in [`ScopePolicy::sources`], or `None`
     /// when there is no such source.
     pub fn gate_params(&self, index: usize) -> Option<GateParams> {
@@ -842,6 +868,23 @@ mod tests {
         assert!(e.contains("unknown field `fail_treshold`"), "{e}");
         let e = serde_json::from_str::<ScopeConfig>(r#"{"circuit_open": "sometimes"}"#).unwrap_err().to_string();
         assert!(e.contains("unknown variant `sometimes`"), "{e}");
+    }
+
+    #[test]
+    fn sources_of_one_key_share_an_account_unless_they_name_another() {
+        let mut config = scope(required());
+        let key = Some(Secret::new("sk-shared"));
+        config.sources.insert("s1".into(), SourceConfig { api_key: key.clone(), ..SourceConfig::default() });
+        config.sources.insert("s2".into(), SourceConfig { api_key: key.clone(), ..SourceConfig::default() });
+        config.sources.insert("s3".into(), SourceConfig { api_key: key, account: Some("k9".into()), ..SourceConfig::default() });
+        config.sources.insert("s4".into(), SourceConfig::default());
+        let p = config.resolve("chat").unwrap();
+        let accounts: Vec<&str> = p.sources.iter().map(|s| s.account.as_str()).collect();
+        assert_eq!(accounts[0], accounts[1]);
+        assert!(accounts[0].starts_with("key-") && accounts[0].len() == 20 && !accounts[0].contains("shared"), "{}", accounts[0]);
+        assert_eq!(&accounts[2..], ["k9", "s4"]);
+        config.sources.insert("s5".into(), SourceConfig { account: Some("K 1".into()), ..SourceConfig::default() });
+        assert!(err(&config).starts_with("chat.sources.s5.account: value \"K 1\" is invalid"), "{}", err(&config));
     }
 
     #[test]

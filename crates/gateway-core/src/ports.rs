@@ -149,6 +149,45 @@ pub trait QuotaGate: Send + Sync {
     async fn release(&self, permit: &Permit) -> Result<(), GateError>;
 }
 
+/// A place taken on a provider account's learned concurrency (release it when the attempt ends;
+/// a guard in the client does it on every path).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PaceLease {
+    /// The account (`GateKey::source` is the account's name).
+    pub key: GateKey,
+    /// The lease, with the cut generation it was taken in.
+    pub lease: crate::aimd::Lease,
+}
+
+/// The answer to a place on an account. Full is a value, not an error.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PaceDecision {
+    /// Go ahead; release the lease when the attempt ends.
+    Granted(PaceLease),
+    /// The account has its learned limit in flight.
+    Paced(crate::aimd::Paced),
+}
+
+/// The AIMD pacers of provider accounts (SPEC §4): one learned limit and one in-flight count per
+/// (scope partition, account), shared by every process when the backend is shared. Every
+/// operation is atomic per account and uses the backend's clock.
+#[async_trait]
+pub trait PacerGate: Send + Sync {
+    /// A place on `key`'s account if one more attempt fits under its limit.
+    async fn try_acquire(&self, key: &GateKey, params: &crate::aimd::PacerParams) -> Result<PaceDecision, GateError>;
+    /// Ends the attempt of `lease` and applies `effect` (a cut only when no cut came since the
+    /// lease was taken); the limit after.
+    async fn release(
+        &self,
+        lease: &PaceLease,
+        effect: crate::outcome::AimdEffect,
+        params: &crate::aimd::PacerParams,
+    ) -> Result<f64, GateError>;
+    /// The account's limit and the leases in flight now, for status pages (a fresh account's
+    /// when it was never used).
+    async fn read(&self, key: &GateKey, params: &crate::aimd::PacerParams) -> Result<crate::aimd::Paced, GateError>;
+}
+
 /// One upstream transport (HTTP, the simulator, a scripted fake).
 #[async_trait]
 pub trait Upstream: Send + Sync {
@@ -216,5 +255,5 @@ pub trait Telemetry: Send + Sync {
 }
 
 /// Proves the ports are object safe.
-const _: fn(&dyn BreakerGate, &dyn QuotaGate, &dyn Telemetry) = |_, _, _| {};
+const _: fn(&dyn BreakerGate, &dyn QuotaGate, &dyn PacerGate, &dyn Telemetry) = |_, _, _, _| {};
 const _: fn(&dyn Upstream, &dyn ChunkSource) = |_, _| {};

@@ -1,14 +1,16 @@
-//! `gateway-memory`: the in-process gates. [`MemoryGates`] implements `BreakerGate` and
-//! [`MemoryQuota`] implements `QuotaGate` by running gateway-core's state machines under
-//! sharded locks (no global lock on the hot path). They are the reference implementation the
-//! contract suite holds the Redis gates to.
+//! `gateway-memory`: the in-process gates. [`MemoryGates`] implements `BreakerGate`,
+//! [`MemoryQuota`] implements `QuotaGate` and [`MemoryPacer`] implements `PacerGate` by running
+//! gateway-core's state machines under sharded locks (no global lock on the hot path). They are
+//! the reference implementation the contract suite holds the Redis gates to.
 
 mod sharded;
 
 use async_trait::async_trait;
+use gateway_core::aimd::{AccountPacer, Paced, PacerParams};
 use gateway_core::breaker::{Entry, Gate, GateParams, Reply};
+use gateway_core::outcome::AimdEffect;
 use gateway_core::policy::QuotaLimits;
-use gateway_core::ports::{BreakerGate, GateError, GateKey, Permit, QuotaDecision, QuotaGate};
+use gateway_core::ports::{BreakerGate, GateError, GateKey, PaceDecision, PaceLease, PacerGate, Permit, QuotaDecision, QuotaGate};
 use gateway_core::quota::QuotaAccount;
 use gateway_core::time::Clock;
 use sharded::Sharded;
@@ -147,5 +149,58 @@ impl QuotaGate for MemoryQuota {
         let now = self.clock.now();
         self.accounts.with(&permit.key, now, now, |account| account.in_flight(now) == 0, |account| account.release(permit.id));
         Ok(())
+    }
+}
+
+/// Every provider account's AIMD pacer in one process.
+pub struct MemoryPacer {
+    accounts: Sharded<Option<AccountPacer>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl MemoryPacer {
+    /// Pacers on `clock`.
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        MemoryPacer { accounts: Sharded::new(), clock }
+    }
+
+    /// Leases of `key`'s account in flight now.
+    pub fn in_flight(&self, key: &GateKey) -> u32 {
+        let now = self.clock.now();
+        self.accounts.get(key).flatten().map_or(0, |pacer| pacer.inflight(now))
+    }
+
+    fn with<R>(&self, key: &GateKey, params: &PacerParams, op: impl FnOnce(&mut AccountPacer, gateway_core::Timestamp) -> R) -> R {
+        let now = self.clock.now();
+        // Kept an hour past its last lease's life, as the Redis key is; never dropped with a
+        // lease in flight.
+        let keep_until = now.saturating_add(params.lease_ttl.saturating_mul(2)).saturating_add(Duration::from_secs(3600));
+        self.accounts.with(
+            key,
+            now,
+            keep_until,
+            |pacer| pacer.as_ref().is_none_or(|p| p.inflight(now) == 0),
+            |pacer| op(pacer.get_or_insert_with(|| AccountPacer::new(params)), now),
+        )
+    }
+}
+
+#[async_trait]
+impl PacerGate for MemoryPacer {
+    async fn try_acquire(&self, key: &GateKey, params: &PacerParams) -> Result<PaceDecision, GateError> {
+        Ok(match self.with(key, params, |pacer, now| pacer.try_acquire(params, now)) {
+            Ok(lease) => PaceDecision::Granted(PaceLease { key: key.clone(), lease }),
+            Err(paced) => PaceDecision::Paced(paced),
+        })
+    }
+
+    async fn release(&self, lease: &PaceLease, effect: AimdEffect, params: &PacerParams) -> Result<f64, GateError> {
+        Ok(self.with(&lease.key, params, |pacer, _| pacer.release(lease.lease, effect, params)))
+    }
+
+    async fn read(&self, key: &GateKey, params: &PacerParams) -> Result<Paced, GateError> {
+        let now = self.clock.now();
+        let pacer = self.accounts.get(key).flatten().unwrap_or_else(|| AccountPacer::new(params));
+        Ok(Paced { limit: pacer.limit(), inflight: pacer.inflight(now) })
     }
 }

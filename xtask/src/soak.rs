@@ -265,9 +265,9 @@ fn run_one(
     let (result, ceiling) = match real {
         Some(scope) => (run_upstreams(scenario, scope.clone(), &config, progress)?, None),
         None if o.processes > 1 => {
-            (run_processes(&o.scenario, scenario, &config, o.processes, &launch_worker, progress)?, Some(scenario.ceiling()))
+            (run_processes(&o.scenario, scenario, &config, o.processes, &launch_worker, progress)?, Some(scenario.ceiling(config.stream)))
         }
-        None => (run(scenario, &config, progress)?, Some(scenario.ceiling())),
+        None => (run(scenario, &config, progress)?, Some(scenario.ceiling(config.stream))),
     };
     bar.finish_and_clear();
     let verdicts = invariants::check(&result);

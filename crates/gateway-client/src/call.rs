@@ -170,6 +170,9 @@ pub(crate) struct Facts {
     pub(crate) started: Timestamp,
     pub(crate) probe: bool,
     pub(crate) admitted_in: CircuitState,
+    /// When a stream reached its commit point (its time to first token is what the slow-call
+    /// channel judges: a long generation is no slow source).
+    pub(crate) committed: Option<Timestamp>,
 }
 
 /// How an attempt ended: its outcome, the tokens it used (the provider's usage), and when.
@@ -194,8 +197,9 @@ pub(crate) async fn settle(
     let Ending { outcome, tokens, at: ended } = ending;
     let class = outcome.class;
     let latency = ended.saturating_since(facts.started);
+    let responsiveness = facts.committed.unwrap_or(ended).saturating_since(facts.started);
     call.stall.attempt_ended(ended);
-    let finished = slot.finish(class, latency, tokens, ended).await;
+    let finished = slot.finish(class, responsiveness, tokens, ended).await;
     if let Some(reply) = &finished.reply {
         admission.gate_event(scope, facts.source, reply);
     }
@@ -312,6 +316,7 @@ impl CallLoop<'_> {
                 started: clock.now(),
                 probe: slot.is_probe(),
                 admitted_in: slot.admitted_in(),
+                committed: None,
             };
             call.stall.attempt_started(facts.started);
             let attempt = match delivery {
@@ -319,7 +324,10 @@ impl CallLoop<'_> {
                 Delivery::Stream => match self.upstream.stream(&facts.name, request).await {
                     Streamed::Ended(attempt) => attempt,
                     Streamed::Chunks(mut rest) => match to_commit_point(&mut *rest).await {
-                        Ok(preamble) => return Ok(Delivered::Stream(Committed { slot, facts, preamble, rest })),
+                        Ok(preamble) => {
+                            let facts = Facts { committed: Some(clock.now()), ..facts };
+                            return Ok(Delivered::Stream(Committed { slot, facts, preamble, rest }));
+                        }
                         Err(outcome) => Attempt::ended(outcome),
                     },
                 },

@@ -278,8 +278,9 @@ impl GatewayClient {
 
     /// Runs one chat call in `scope` as a stream: governed like any call up to its commit point
     /// (the first chunk with content, a tool-call delta or a refusal), so failures before it
-    /// retry, switch source or wait unseen; from it on, the chunks as they arrive. The stream
-    /// holds the attempt's permit, AIMD count and probe lease until it ends or is dropped.
+    /// retry, switch source or wait unseen; from it on, the chunks as they arrive. The
+    /// attempt's permit, AIMD place and probe lease are held until the stream ends, is dropped,
+    /// or outlives the source's timeout.
     pub async fn stream(&self, scope: &str, request: &Request) -> Result<ChatStream, CallError> {
         Ok(into_stream(self.deliver(scope, None, request, Delivery::Stream).await?))
     }
@@ -426,9 +427,11 @@ impl GatewayClient {
         Ok(all)
     }
 
-    /// Waits until every release that dropped calls spawned (probe leases and quota permits
-    /// handed back on a task of their own) has finished: for a shutdown that cut calls and must
-    /// not exit with their leases still live in a shared backend. Calls may go on meanwhile.
+    /// Waits until every release that dropped calls spawned (probe leases, pacer leases and
+    /// quota permits handed back on a task of their own) and every stream's relay (it settles
+    /// the attempt when the stream ends, is dropped, or outlives the source's timeout) has
+    /// finished: for a shutdown that cut calls and must not exit with their leases still live
+    /// in a shared backend. Calls may go on meanwhile.
     /// One caller at a time (a shutdown): a second concurrent caller may return early.
     pub async fn released(&self) {
         let releases = &self.admission.holders.releases;

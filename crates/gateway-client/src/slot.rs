@@ -97,8 +97,16 @@ impl Slot {
 
     /// Settles the attempt that ended with `class` at `now`: local health, AIMD and progress,
     /// then the breaker effect of the outcome table (or the probe release), then the quota
-    /// permit with the actual token count. `latency` decides, for a real success, whether the slow-call channel hears of it.
-    pub(crate) async fn finish(mut self, class: OutcomeClass, latency: Duration, actual_tokens: Option<u32>, now: Timestamp) -> Finished {
+    /// permit with the actual token count. `responsiveness` (the whole attempt, or a stream's
+    /// time to its commit point) decides, for a real success, whether the slow-call channel
+    /// hears of it.
+    pub(crate) async fn finish(
+        mut self,
+        class: OutcomeClass,
+        responsiveness: Duration,
+        actual_tokens: Option<u32>,
+        now: Timestamp,
+    ) -> Finished {
         let health = {
             let mut local = self.scope.local();
             local.health[self.source].observe_class(class);
@@ -121,7 +129,9 @@ impl Slot {
         // A record the backend cannot take is logged and counted by the adapter; the call goes on.
         let gates = &self.holders.gates;
         let reply = match class.effects().breaker {
-            BreakerEffect::RecordSuccess { real: true } if self.scope.policy.breaker.slow_call.is_some_and(|slow| latency > slow) => {
+            BreakerEffect::RecordSuccess { real: true }
+                if self.scope.policy.breaker.slow_call.is_some_and(|slow| responsiveness > slow) =>
+            {
                 gates.record_slow_success(key, params, epoch).await.ok()
             }
             BreakerEffect::RecordSuccess { real } => gates.record_success(key, params, epoch, real).await.ok(),

@@ -26,6 +26,10 @@ use support::sources;
 #[derive(Clone)]
 enum Event {
     Text(&'static str, Duration),
+    /// The last content of the choice, with its finish reason.
+    Finish(&'static str),
+    /// A wait before whatever comes next (the end, if nothing).
+    Hold(Duration),
     Empty,
     Break(&'static str),
 }
@@ -54,11 +58,20 @@ fn text_chunk(text: &str) -> Chunk {
 #[async_trait]
 impl ChunkSource for Chunks {
     async fn next_chunk(&mut self) -> Option<Result<Chunk, Outcome>> {
+        while let Some(Event::Hold(wait)) = self.0.front() {
+            tokio::time::sleep(*wait).await;
+            self.0.pop_front();
+        }
         match self.0.pop_front()? {
             Event::Text(text, after) => {
                 tokio::time::sleep(after).await;
                 Some(Ok(text_chunk(text)))
             }
+            Event::Finish(text) => {
+                let chunk = json!({"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": "stop"}]});
+                Some(Ok(chunk.as_object().cloned().unwrap()))
+            }
+            Event::Hold(_) => None,
             Event::Empty => {
                 Some(Ok(json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}).as_object().cloned().unwrap()))
             }
@@ -196,4 +209,64 @@ async fn an_upstream_that_cannot_stream_is_replayed_and_embeddings_cannot_be_str
     assert_eq!((whole.content(), whole.source()), (Some("ok from s1"), Some("s1")));
     let error = s.client.stream("chat", &Request::embeddings(vec!["a".into()])).await.unwrap_err();
     assert_eq!(error.to_string(), "embeddings requests cannot be streamed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_dropped_once_every_choice_finished_counts_as_the_success_it_was() {
+    let upstream = Arc::new(Scripted::default());
+    // The answer is whole; the provider is slow to send its usage and [DONE].
+    upstream.plan("s1", vec![Ok(vec![Event::Text("an", Duration::ZERO), Event::Finish("swer"), Event::Hold(Duration::from_secs(20))])]);
+    let s = setup(1, upstream, json!({}));
+    let mut stream = s.client.stream("chat", &ask()).await.unwrap();
+    assert_eq!(text(&stream.next().await.unwrap().unwrap()), "an");
+    assert_eq!(text(&stream.next().await.unwrap().unwrap()), "swer");
+    drop(stream);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(s.client.inflight("chat"), 0);
+    assert_eq!(s.telemetry.calls()[0].result, CallResult::Ok);
+    let attempt = &s.telemetry.attempts()[0];
+    assert_eq!(attempt.class, OutcomeClass::Success);
+    let gate = s.gates.snapshot(&GateKey::new("chat", "s1")).unwrap();
+    assert_eq!((gate.a0 + gate.a1, gate.f0 + gate.f1), (1, 0), "the success reached the rate window");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_caller_that_stops_reading_holds_the_attempt_no_longer_than_the_source_timeout() {
+    let upstream = Arc::new(Scripted::default());
+    let events: Vec<Event> = (0..100).map(|_| Event::Text("x", Duration::ZERO)).collect();
+    upstream.plan("s1", vec![Ok(events)]);
+    let s = setup(1, upstream, json!({"sources": {"s1": {"timeout_s": 30, "max_concurrency": 4}}}));
+    let key = GateKey::new("chat", "s1");
+    let mut stream = s.client.stream("chat", &ask()).await.unwrap();
+    stream.next().await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert_eq!((s.quota.in_flight(&key), s.client.inflight("chat")), (1, 1), "held while the source's timeout runs");
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert_eq!((s.quota.in_flight(&key), s.client.inflight("chat")), (0, 0), "released at the attempt's deadline");
+    assert_eq!(s.telemetry.calls()[0].result, CallResult::Cancelled);
+    assert!(s.telemetry.attempts().is_empty(), "nothing recorded: the provider was not at fault");
+    let gate = s.gates.snapshot(&GateKey::new("chat", "s1")).unwrap_or_default();
+    assert_eq!(gate.failures, 0);
+    let mut read = 1;
+    let end = loop {
+        match stream.next().await {
+            Some(Ok(_)) => read += 1,
+            other => break other,
+        }
+    };
+    assert!(read > 1 && read < 100, "what was read ahead, then the end: {read}");
+    assert_eq!(end.unwrap().unwrap_err().detail, "timeout", "never a clean-looking end");
+    assert!(stream.next().await.is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_long_stream_is_judged_slow_by_its_first_token_not_its_length() {
+    let upstream = Arc::new(Scripted::default());
+    upstream.plan("s1", vec![Ok(vec![Event::Text("a", Duration::ZERO), Event::Text("b", Duration::from_secs(5)), Event::Finish("c")])]);
+    let s = setup(1, upstream, json!({"breaker": {"fail_threshold": 5, "cooldown_s": 60, "slow_call_s": 1}}));
+    let mut stream = s.client.stream("chat", &ask()).await.unwrap();
+    while stream.next().await.is_some() {}
+    let gate = s.gates.snapshot(&GateKey::new("chat", "s1")).unwrap();
+    assert_eq!((gate.a0 + gate.a1, gate.s0 + gate.s1), (1, 0), "a 5 s generation after a 10 ms first token is no slow call");
+    assert!(s.telemetry.attempts()[0].latency >= Duration::from_secs(5), "the attempt event keeps the whole length");
 }

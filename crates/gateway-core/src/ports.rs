@@ -229,6 +229,11 @@ pub trait ChunkSource: Send {
     /// The next chunk; `None` when the stream ended as it should (`[DONE]`); `Err` with the
     /// outcome when it broke off (a watchdog, a cut connection, an error event).
     async fn next_chunk(&mut self) -> Option<Result<Chunk, Outcome>>;
+
+    /// The provider's id of the request (its `x-request-id`), when it gave one.
+    fn request_id(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// The chunks of a whole answer, replayed.

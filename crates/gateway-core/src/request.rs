@@ -474,12 +474,17 @@ fn nonempty_array(value: Option<&Value>) -> bool {
     value.and_then(Value::as_array).is_some_and(|a| !a.is_empty())
 }
 
-/// A message (or a stream delta) that carries something: text, tool calls, a refusal, audio.
+/// A message (or a stream delta) that carries something: text, tool calls, a refusal, audio,
+/// or a call of the legacy `functions` API (`function_call`).
 pub fn message_is_usable(message: &Object) -> bool {
     nonempty_string(message.get("content"))
         || nonempty_array(message.get("tool_calls"))
         || nonempty_string(message.get("refusal"))
         || message.get("audio").is_some_and(|a| a.is_object())
+        || message
+            .get("function_call")
+            .and_then(Value::as_object)
+            .is_some_and(|call| nonempty_string(call.get("name")) || nonempty_string(call.get("arguments")))
 }
 
 /// A provider's own error answer to a request it refused, passed on to the caller as it came.
@@ -620,6 +625,10 @@ mod tests {
         assert!(chat_answer(json!({"content": null, "tool_calls": [{"id": "t"}]})).is_usable());
         assert!(chat_answer(json!({"content": null, "refusal": "no"})).is_usable());
         assert!(chat_answer(json!({"content": null, "audio": {"id": "a"}})).is_usable());
+        assert!(
+            chat_answer(json!({"content": null, "function_call": {"name": "get", "arguments": "{}"}})).is_usable(),
+            "the legacy functions API"
+        );
         assert!(!chat_answer(json!({"content": "  "})).is_usable());
         assert!(!chat_answer(json!({"content": null, "tool_calls": []})).is_usable());
         assert_eq!(chat_answer(json!({"content": null, "tool_calls": [{"id": "t"}]})).text_answers().count(), 0);

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 pub type Chunk = Object;
 
 /// Whether `chunk` is the commit point: some choice's delta carries content, a tool call, a
-/// refusal or audio.
+/// refusal, audio or a legacy `function_call`.
 pub fn commits(chunk: &Chunk) -> bool {
     chunk
         .get("choices")
@@ -22,11 +22,15 @@ pub fn commits(chunk: &Chunk) -> bool {
         .is_some_and(|choices| choices.iter().any(|c| c.get("delta").and_then(Value::as_object).is_some_and(message_is_usable)))
 }
 
-/// The `chat.completion` the chunks of one stream make: per choice index, the role, the
-/// content, the refusal and the logprobs concatenated, tool calls merged by their index (id,
-/// type and name from the first delta that has them, arguments concatenated), the last finish
-/// reason; the usage of the chunk that carries it; `id`, `created`, `model`,
-/// `system_fingerprint` and `service_tier` from the first chunk that has them.
+/// The `chat.completion` the chunks of one stream make. Per choice index: the deltas merged
+/// into one message — text that streams in pieces (`content`, `refusal`, `reasoning_content`,
+/// `reasoning`, and inside objects `arguments`, `data` and `transcript`, as in `audio` and a
+/// legacy `function_call`) concatenated, nested objects merged the same way, arrays extended,
+/// any other value kept from the first delta that has it; tool calls merged by their index
+/// (a delta without one continues the last call unless it brings a new `id`); logprobs
+/// concatenated (nulls skipped); the last finish reason. The usage of the chunk that carries
+/// it; `id`, `created`, `model`, `system_fingerprint` and `service_tier` from the first chunk
+/// that has them.
 pub fn assemble(chunks: &[Chunk]) -> Response {
     let mut body = Object::new();
     body.insert("object".into(), json!("chat.completion"));
@@ -65,11 +69,25 @@ pub fn assemble(chunks: &[Chunk]) -> Response {
     Response::new(Kind::Chat, body)
 }
 
-fn append_text(target: &mut Object, field: &str, piece: &str) {
-    match target.get_mut(field) {
-        Some(Value::String(text)) => text.push_str(piece),
-        _ => {
-            target.insert(field.to_owned(), Value::String(piece.to_owned()));
+/// Fields whose string values stream in pieces.
+fn streams_in_pieces(field: &str) -> bool {
+    matches!(field, "content" | "refusal" | "reasoning_content" | "reasoning" | "arguments" | "data" | "transcript")
+}
+
+/// Merges one delta object into what the earlier deltas made (see [`assemble`]).
+fn merge_object(into: &mut Object, delta: &Object) {
+    for (field, value) in delta {
+        match (into.get_mut(field.as_str()), value) {
+            (_, Value::Null) => {}
+            (Some(Value::String(have)), Value::String(piece)) if streams_in_pieces(field) => have.push_str(piece),
+            (Some(Value::Object(have)), Value::Object(more)) => merge_object(have, more),
+            (Some(Value::Array(have)), Value::Array(more)) => have.extend(more.iter().cloned()),
+            // A placeholder (null, or an empty name) gives way to the first real value.
+            (Some(have), _) if have.is_null() || have.as_str() == Some("") => *have = value.clone(),
+            (Some(_), _) => {}
+            (None, _) => {
+                into.insert(field.clone(), value.clone());
+            }
         }
     }
 }
@@ -81,7 +99,7 @@ fn merge_choice(choice: &mut Object, chunk_choice: &Value) {
     if let Some(logprobs) = chunk_choice.get("logprobs").and_then(Value::as_object) {
         let merged = choice.entry("logprobs").or_insert_with(|| json!({}));
         if let Some(merged) = merged.as_object_mut() {
-            for (field, items) in logprobs {
+            for (field, items) in logprobs.iter().filter(|(_, items)| !items.is_null()) {
                 match (merged.get_mut(field), items) {
                     (Some(Value::Array(have)), Value::Array(more)) => have.extend(more.iter().cloned()),
                     _ => {
@@ -93,54 +111,48 @@ fn merge_choice(choice: &mut Object, chunk_choice: &Value) {
     }
     let Some(delta) = chunk_choice.get("delta").and_then(Value::as_object) else { return };
     let Some(message) = choice.get_mut("message").and_then(Value::as_object_mut) else { return };
-    for (field, value) in delta {
-        match (field.as_str(), value) {
-            ("content" | "refusal", Value::String(piece)) => append_text(message, field, piece),
-            ("tool_calls", Value::Array(calls)) => merge_tool_calls(message, calls),
-            (_, Value::Null) => {}
-            _ => {
-                message.insert(field.clone(), value.clone());
-            }
-        }
+    if let Some(Value::Array(calls)) = delta.get("tool_calls") {
+        merge_tool_calls(message, calls);
     }
+    let rest: Object = delta.iter().filter(|(field, _)| *field != "tool_calls").map(|(f, v)| (f.clone(), v.clone())).collect();
+    merge_object(message, &rest);
 }
 
 fn merge_tool_calls(message: &mut Object, deltas: &[Value]) {
     let calls = message.entry("tool_calls").or_insert_with(|| json!([]));
     let Some(calls) = calls.as_array_mut() else { return };
-    for delta in deltas {
-        let index = delta.get("index").and_then(Value::as_u64).unwrap_or(0);
-        let at = calls.iter().position(|c| c.get("index").and_then(Value::as_u64) == Some(index));
-        let call = match at {
-            Some(at) => &mut calls[at],
+    for delta in deltas.iter().filter_map(Value::as_object) {
+        let id = delta.get("id").and_then(Value::as_str).filter(|id| !id.is_empty());
+        let index = match delta.get("index").and_then(Value::as_u64) {
+            Some(index) => index,
+            // Without an index: the last call goes on, unless the delta brings another id.
+            None => match calls.last() {
+                None => 0,
+                Some(last) => {
+                    let last_index = last.get("index").and_then(Value::as_u64).unwrap_or(0);
+                    let last_id = last.get("id").and_then(Value::as_str);
+                    let another = matches!((id, last_id), (Some(new), Some(have)) if new != have);
+                    last_index + u64::from(another)
+                }
+            },
+        };
+        let at = match calls.iter().position(|c| c.get("index").and_then(Value::as_u64) == Some(index)) {
+            Some(at) => at,
             None => {
                 calls.push(json!({"index": index, "function": {"name": "", "arguments": ""}}));
-                let last = calls.len() - 1;
-                &mut calls[last]
+                calls.len() - 1
             }
         };
-        let Some(call) = call.as_object_mut() else { continue };
-        for field in ["id", "type"] {
-            if let Some(value) = delta.get(field).filter(|v| !v.is_null()) {
-                call.entry(field).or_insert_with(|| value.clone());
-            }
-        }
-        if let (Some(function), Some(Value::Object(into))) = (delta.get("function").and_then(Value::as_object), call.get_mut("function")) {
-            if let Some(name) = function.get("name").and_then(Value::as_str)
-                && into.get("name").and_then(Value::as_str).is_none_or(str::is_empty)
-            {
-                into.insert("name".into(), json!(name));
-            }
-            if let Some(arguments) = function.get("arguments").and_then(Value::as_str) {
-                append_text(into, "arguments", arguments);
-            }
+        if let Some(call) = calls[at].as_object_mut() {
+            let fields: Object = delta.iter().filter(|(field, _)| *field != "index").map(|(f, v)| (f.clone(), v.clone())).collect();
+            merge_object(call, &fields);
         }
     }
 }
 
 /// The chunks of a whole chat answer (for an upstream that answers whole where a stream was
-/// asked for): one chunk per choice with its whole message as the delta, then one with the
-/// usage, if any.
+/// asked for): one chunk per choice with its whole message as the delta (and its logprobs),
+/// then one with the usage, if any.
 pub fn chunks_of(response: &Response) -> Vec<Chunk> {
     let body = response.body();
     let head = |choices: Value| {
@@ -168,7 +180,11 @@ pub fn chunks_of(response: &Response) -> Vec<Chunk> {
             }
             let index = choice.get("index").cloned().unwrap_or(json!(0));
             let finish = choice.get("finish_reason").cloned().unwrap_or(Value::Null);
-            head(json!([{"index": index, "delta": delta, "finish_reason": finish}]))
+            let mut streamed = json!({"index": index, "delta": delta, "finish_reason": finish});
+            if let Some(logprobs) = choice.get("logprobs").filter(|l| !l.is_null()) {
+                streamed["logprobs"] = logprobs.clone();
+            }
+            head(json!([streamed]))
         })
         .collect();
     if let Some(usage) = body.get("usage") {
@@ -194,6 +210,65 @@ mod tests {
         assert!(commits(&chunk(json!({"choices": [{"index": 0, "delta": {"content": "Hel"}}]}))));
         assert!(commits(&chunk(json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "c1"}]}}]}))));
         assert!(commits(&chunk(json!({"choices": [{"index": 0, "delta": {"refusal": "I can't"}}]}))));
+        assert!(
+            commits(&chunk(json!({"choices": [{"index": 0, "delta": {"function_call": {"name": "get"}}}]}))),
+            "the legacy functions API"
+        );
+        assert!(!commits(&chunk(json!({"choices": [{"index": 0, "delta": {"function_call": {"arguments": ""}}}]}))));
+    }
+
+    fn assembled(deltas: &[Value]) -> Response {
+        let chunks: Vec<Chunk> = deltas.iter().map(|delta| chunk(json!({"choices": [{"index": 0, "delta": delta}]}))).collect();
+        assemble(&chunks)
+    }
+
+    #[test]
+    fn every_field_that_streams_in_pieces_is_concatenated() {
+        let whole = assembled(&[
+            json!({"role": "assistant", "audio": {"id": "au1", "data": "AAA", "transcript": "he", "expires_at": 7}}),
+            json!({"audio": {"data": "BBB", "transcript": "llo"}}),
+            json!({"reasoning_content": "think "}),
+            json!({"reasoning_content": "more", "reasoning": "r"}),
+            json!({"function_call": {"name": "get", "arguments": "{\"a\""}}),
+            json!({"function_call": {"name": "get", "arguments": ": 1}"}}),
+            json!({"annotations": [{"type": "url_citation"}]}),
+            json!({"annotations": [{"type": "file_citation"}]}),
+        ]);
+        let message = &whole.choices()[0]["message"];
+        assert_eq!(message["audio"], json!({"id": "au1", "data": "AAABBB", "transcript": "hello", "expires_at": 7}));
+        assert_eq!((message["reasoning_content"].as_str(), message["reasoning"].as_str()), (Some("think more"), Some("r")));
+        assert_eq!(message["function_call"], json!({"name": "get", "arguments": "{\"a\": 1}"}));
+        assert_eq!(message["annotations"], json!([{"type": "url_citation"}, {"type": "file_citation"}]));
+        assert_eq!(message["role"], "assistant");
+    }
+
+    #[test]
+    fn tool_calls_without_an_index_are_told_apart_by_their_id() {
+        let whole = assembled(&[
+            json!({"tool_calls": [{"id": "c1", "type": "function", "function": {"name": "a", "arguments": "{\"a\":"}}]}),
+            json!({"tool_calls": [{"function": {"arguments": "1}"}}]}),
+            json!({"tool_calls": [{"id": "c2", "type": "function", "function": {"name": "b", "arguments": "{\"b\":2}"}}]}),
+        ]);
+        assert_eq!(
+            Value::Array(whole.tool_calls().to_vec()),
+            json!([
+                {"id": "c1", "type": "function", "function": {"name": "a", "arguments": "{\"a\":1}"}},
+                {"id": "c2", "type": "function", "function": {"name": "b", "arguments": "{\"b\":2}"}}
+            ])
+        );
+    }
+
+    #[test]
+    fn a_null_in_the_logprobs_keeps_what_was_collected() {
+        let chunks: Vec<Chunk> = [
+            json!({"choices": [{"index": 0, "delta": {"content": "a"}, "logprobs": {"content": [{"token": "a"}], "refusal": null}}]}),
+            json!({"choices": [{"index": 0, "delta": {"content": "b"}, "logprobs": {"content": null, "refusal": null}}]}),
+            json!({"choices": [{"index": 0, "delta": {"content": "c"}, "logprobs": {"content": [{"token": "c"}]}}]}),
+        ]
+        .into_iter()
+        .map(chunk)
+        .collect();
+        assert_eq!(assemble(&chunks).choices()[0]["logprobs"], json!({"content": [{"token": "a"}, {"token": "c"}]}));
     }
 
     #[test]
@@ -232,5 +307,9 @@ mod tests {
         let again = assemble(&chunks);
         assert_eq!(again.tool_calls(), whole.tool_calls());
         assert_eq!((again.finish_reason(), again.usage()), (whole.finish_reason(), whole.usage()));
+
+        let with_logprobs = json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "logprobs": {"content": [{"token": "hi", "logprob": -0.1}]}, "finish_reason": "stop"}]});
+        let whole = Response::new(Kind::Chat, chunk(with_logprobs));
+        assert_eq!(assemble(&chunks_of(&whole)).choices()[0]["logprobs"], whole.choices()[0]["logprobs"], "logprobs replayed");
     }
 }

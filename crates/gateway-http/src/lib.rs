@@ -27,7 +27,9 @@ use std::time::Duration;
 /// Limits of every attempt, beyond the source's own `timeout_s` and `watchdog_s`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HttpLimits {
-    /// Largest response body read (an answer above it is `Transient(body_too_large)`).
+    /// Largest response body read (an answer above it is `Transient(body_too_large)`), and
+    /// largest event of a stream (`Transient(event_too_large)`; a stream's length is bounded by
+    /// the source's timeout).
     pub max_response_bytes: usize,
     /// Longest wait for the response headers; `None` waits up to the source timeout.
     pub header_timeout: Option<Duration>,
@@ -36,6 +38,18 @@ pub struct HttpLimits {
 impl Default for HttpLimits {
     fn default() -> Self {
         HttpLimits { max_response_bytes: 8 << 20, header_timeout: None }
+    }
+}
+
+/// The longest wait for an attempt's response headers and what a cut-off there is called: the
+/// header timeout (the source's timeout without one), or, for an attempt streamed from a source
+/// with a watchdog, the watchdog when it is shorter (it bounds the first token from the
+/// attempt's start, SPEC §13). The simulated upstream asks the same.
+pub fn header_wait(timeout: Duration, streamed_watchdog: Option<Duration>, header_timeout: Option<Duration>) -> (Duration, &'static str) {
+    let wait = header_timeout.unwrap_or(timeout);
+    match streamed_watchdog {
+        Some(watchdog) if watchdog < wait => (watchdog, "watchdog"),
+        _ => (wait, "header_timeout"),
     }
 }
 
@@ -209,7 +223,7 @@ impl Upstream for HttpUpstream {
             return Streamed::Ended(Attempt::failure(OutcomeClass::SourceDead, "unknown_source", None));
         };
         // The chunks keep the source's deadline themselves; this bounds the wait for headers.
-        match tokio::time::timeout(src.timeout, openai::open(src, request, &self.limits, &*self.wall)).await {
+        match tokio::time::timeout(src.timeout, openai::open_checked(src, request, &self.limits, &*self.wall, &self.schemas)).await {
             Ok(streamed) => streamed,
             Err(_) => Streamed::Ended(Attempt::failure(OutcomeClass::Transient, "timeout", None)),
         }

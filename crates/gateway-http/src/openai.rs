@@ -1,18 +1,24 @@
 //! The OpenAI chat-completions and embeddings dialect on the wire: the body of one attempt (the
-//! caller's native body with the source's `model`; `stream` and `stream_options` the
-//! gateway's), a whole answer read and checked, and a stream of `chat.completion.chunk` events
-//! read one at a time under the watchdog and the source's deadline.
+//! caller's native body with the source's `model`; `stream` and `stream_options.include_usage`
+//! the gateway's), a whole answer read and checked, and a stream of `chat.completion.chunk`
+//! events read one at a time under the watchdog and the source's deadline.
+//!
+//! The watchdog (SPEC §13): before the commit point it bounds the time from the attempt's start
+//! (the wait for headers included) to the first chunk with something to show, whatever else
+//! arrives meanwhile (role-only chunks, SSE comments); after it, every gap between chunks.
 
-use crate::classify::{classify_code, classify_status, classify_transport, retry_after};
+use crate::classify::{NotFound, classify_code, classify_status, classify_transport, retry_after};
 use crate::structured::Schemas;
-use crate::{HttpLimits, Source};
+use crate::{HttpLimits, Source, header_wait};
 use async_trait::async_trait;
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::ports::{ChunkSource, Streamed};
-use gateway_core::request::{Attempt, Kind, Object, Outcome, ProviderError, Request, Response};
-use gateway_core::stream::{Chunk, assemble};
+use gateway_core::request::{Attempt, Kind, Object, Outcome, ProviderError, Request, Response, Structured};
+use gateway_core::stream::{Chunk, assemble, commits};
 use gateway_core::time::WallClock;
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -24,11 +30,16 @@ fn transient(detail: &str) -> Outcome {
 fn attempt_body(src: &Source, request: &Request, stream: bool) -> Object {
     let mut body = request.body().clone();
     body.insert("model".into(), json!(src.model));
-    body.remove("stream_options");
+    let options = body.remove("stream_options");
     if stream {
         body.insert("stream".into(), json!(true));
-        // Always asked for: the usage settles the token quota.
-        body.insert("stream_options".into(), json!({"include_usage": true}));
+        // The caller's options, with the usage always asked for: it settles the token quota.
+        let mut options = match options {
+            Some(Value::Object(options)) => options,
+            _ => Object::new(),
+        };
+        options.insert("include_usage".into(), json!(true));
+        body.insert("stream_options".into(), Value::Object(options));
     } else {
         body.remove("stream");
     }
@@ -42,9 +53,9 @@ async fn post(src: &Source, request: &Request, stream: bool, limits: &HttpLimits
     if let Some(key) = &src.api_key {
         builder = builder.bearer_auth(key.expose());
     }
-    let header_timeout = limits.header_timeout.unwrap_or(src.timeout);
-    match tokio::time::timeout(header_timeout, builder.send()).await {
-        Err(_) => Err(transient("header_timeout")),
+    let (wait, cause) = header_wait(src.timeout, src.watchdog.filter(|_| stream), limits.header_timeout);
+    match tokio::time::timeout(wait, builder.send()).await {
+        Err(_) => Err(transient(cause)),
         Ok(Err(e)) => {
             let (class, detail) = classify_transport(&e);
             Err(Outcome::new(class, detail))
@@ -116,7 +127,7 @@ async fn whole(src: &Source, request: &Request, limits: &HttpLimits, wall: &dyn 
     let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(&body) else { return Err(transient("malformed_json")) };
     if let Some(error) = body.get("error") {
         // Some relays answer an error with a 2xx status.
-        return Err(error_in_answer(src, error, "error_in_2xx"));
+        return Err(error_in_answer(src.not_found, error, "error_in_2xx"));
     }
     Ok((Response::new(request.kind(), body).with_request_id(id), detail))
 }
@@ -131,13 +142,35 @@ async fn assembled(src: &Source, request: &Request, limits: &HttpLimits, wall: &
     while let Some(chunk) = chunks.next_chunk().await {
         all.push(chunk?);
     }
-    Ok((assemble(&all), "http_200".to_owned()))
+    let id = chunks.request_id().map(str::to_owned);
+    Ok((assemble(&all).with_request_id(id), "http_200".to_owned()))
+}
+
+/// A streamed attempt for a caller that takes it as a stream: [`open`], with the request's
+/// structured check run on the text answers when the stream ends.
+pub(crate) async fn open_checked(
+    src: &Source,
+    request: &Request,
+    limits: &HttpLimits,
+    wall: &dyn WallClock,
+    schemas: &Arc<Schemas>,
+) -> Streamed {
+    match (open(src, request, limits, wall).await, &request.structured) {
+        (Streamed::Chunks(inner), Some(structured)) => Streamed::Chunks(Box::new(Checked {
+            inner,
+            schemas: schemas.clone(),
+            structured: structured.clone(),
+            answers: BTreeMap::new(),
+        })),
+        (streamed, _) => streamed,
+    }
 }
 
 /// Opens a streamed chat attempt: the chunks, or how it ended without them. A source that
 /// answers a stream request with a whole JSON answer is replayed as chunks.
 pub(crate) async fn open(src: &Source, request: &Request, limits: &HttpLimits, wall: &dyn WallClock) -> Streamed {
-    let deadline = Instant::now() + src.timeout;
+    let started = Instant::now();
+    let deadline = started + src.timeout;
     let mut response = match post(src, request, true, limits).await {
         Ok(response) => response,
         Err(outcome) => return Streamed::Ended(Attempt::ended(outcome)),
@@ -153,34 +186,47 @@ pub(crate) async fn open(src: &Source, request: &Request, limits: &HttpLimits, w
         };
         return match serde_json::from_slice::<Value>(&body) {
             Ok(Value::Object(body)) if body.get("error").is_some() => {
-                Streamed::Ended(Attempt::ended(error_in_answer(src, &body["error"], "error_in_2xx")))
+                Streamed::Ended(Attempt::ended(error_in_answer(src.not_found, &body["error"], "error_in_2xx")))
             }
             Ok(Value::Object(body)) => {
                 let chunks = gateway_core::stream::chunks_of(&Response::new(Kind::Chat, body));
-                Streamed::Chunks(Box::new(Replayed(chunks.into())))
+                Streamed::Chunks(Box::new(Replayed { chunks: chunks.into(), request_id: request_id(&response) }))
             }
             _ => Streamed::Ended(Attempt::ended(transient("malformed_json"))),
         };
     }
+    let request_id = request_id(&response);
     Streamed::Chunks(Box::new(Sse {
         response,
         buffer: Vec::new(),
-        received: 0,
+        scanned: 0,
         cap: limits.max_response_bytes,
         watchdog: src.watchdog,
         deadline,
+        watch_from: started,
+        committed: false,
+        choices: BTreeMap::new(),
         not_found: src.not_found,
+        request_id,
+        eof: false,
         done: false,
     }))
 }
 
 /// A whole answer's chunks.
-struct Replayed(std::collections::VecDeque<Chunk>);
+struct Replayed {
+    chunks: std::collections::VecDeque<Chunk>,
+    request_id: Option<String>,
+}
 
 #[async_trait]
 impl ChunkSource for Replayed {
     async fn next_chunk(&mut self) -> Option<Result<Chunk, Outcome>> {
-        self.0.pop_front().map(Ok)
+        self.chunks.pop_front().map(Ok)
+    }
+
+    fn request_id(&self) -> Option<&str> {
+        self.request_id.as_deref()
     }
 }
 
@@ -188,46 +234,85 @@ impl ChunkSource for Replayed {
 struct Sse {
     response: reqwest::Response,
     buffer: Vec<u8>,
-    received: usize,
+    /// Bytes of `buffer` known to hold no line end.
+    scanned: usize,
+    /// Longest event (a line).
     cap: usize,
     watchdog: Option<Duration>,
     deadline: Instant,
-    not_found: crate::classify::NotFound,
+    /// Where the watchdog's wait began: the attempt's start until the commit point, then the
+    /// last chunk.
+    watch_from: Instant,
+    committed: bool,
+    /// Per choice index, whether it has its finish reason.
+    choices: BTreeMap<u64, bool>,
+    not_found: NotFound,
+    request_id: Option<String>,
+    /// The connection has closed (what is left in the buffer is the last of it).
+    eof: bool,
     done: bool,
 }
 
 impl Sse {
     /// The next complete `data:` payload in the buffer, if one is there.
     fn buffered_event(&mut self) -> Option<Result<String, Outcome>> {
-        while let Some(end) = self.buffer.iter().position(|&b| b == b'\n') {
+        while let Some(end) = self.buffer[self.scanned..].iter().position(|&b| b == b'\n').map(|at| self.scanned + at) {
             let line: Vec<u8> = self.buffer.drain(..=end).collect();
+            self.scanned = 0;
             let Ok(line) = std::str::from_utf8(&line) else { return Some(Err(transient("malformed_sse"))) };
             if let Some(data) = line.trim_end_matches(['\r', '\n']).strip_prefix("data:") {
                 return Some(Ok(data.trim().to_owned()));
             }
             // Comments, `event:` and `id:` lines, blank separators: nothing to relay.
         }
+        self.scanned = self.buffer.len();
         None
     }
 
-    /// Reads more bytes within the watchdog (from the last chunk) and the deadline.
+    /// Whether every choice seen has its finish reason (a stream that closes then is whole,
+    /// even without `[DONE]`).
+    fn finished(&self) -> bool {
+        !self.choices.is_empty() && self.choices.values().all(|finished| *finished)
+    }
+
+    /// Reads more bytes within the watchdog and the deadline.
     async fn fill(&mut self) -> Result<(), Outcome> {
-        let now = Instant::now();
         let (until, cause) = match self.watchdog {
-            Some(limit) if now + limit < self.deadline => (now + limit, "watchdog"),
+            Some(limit) if self.watch_from + limit < self.deadline => (self.watch_from + limit, "watchdog"),
             _ => (self.deadline, "timeout"),
         };
         match tokio::time::timeout_at(until, self.response.chunk()).await {
             Err(_) => Err(transient(cause)),
             Ok(Ok(Some(bytes))) => {
-                self.received += bytes.len();
-                if self.received > self.cap {
-                    return Err(transient("body_too_large"));
-                }
                 self.buffer.extend_from_slice(&bytes);
+                if self.buffer.len() > self.cap {
+                    return Err(transient("event_too_large"));
+                }
+                Ok(())
+            }
+            Ok(Ok(None)) if !self.eof => {
+                self.eof = true;
+                if !self.buffer.is_empty() {
+                    // The last line may lack its line end.
+                    self.buffer.push(b'\n');
+                }
                 Ok(())
             }
             Ok(Ok(None) | Err(_)) => Err(transient("truncated_stream")),
+        }
+    }
+
+    /// Notes what `event` says of the stream: the commit point, the watchdog's restart, the
+    /// choices and their finish.
+    fn note(&mut self, event: &Chunk) {
+        if self.committed || commits(event) {
+            self.committed = true;
+            self.watch_from = Instant::now();
+        }
+        for choice in event.get("choices").and_then(Value::as_array).into_iter().flatten() {
+            let index = choice.get("index").and_then(Value::as_u64).unwrap_or(0);
+            let finished = choice.get("finish_reason").is_some_and(|r| !r.is_null());
+            *self.choices.entry(index).or_default() |= finished;
         }
     }
 }
@@ -242,6 +327,10 @@ impl ChunkSource for Sse {
             let data = match self.buffered_event() {
                 Some(Ok(data)) => data,
                 Some(Err(outcome)) => return Some(Err(outcome)),
+                None if self.eof && self.finished() => {
+                    self.done = true;
+                    return None;
+                }
                 None => match self.fill().await {
                     Ok(()) => continue,
                     Err(outcome) => return Some(Err(outcome)),
@@ -253,18 +342,73 @@ impl ChunkSource for Sse {
             }
             return Some(match serde_json::from_str::<Value>(&data) {
                 Ok(Value::Object(event)) => match event.get("error") {
-                    Some(error) => {
-                        let code = error_code_of(error);
-                        Err(match code.as_deref().and_then(|code| classify_code(code, self.not_found)) {
-                            Some(class) => Outcome::new(class, code.unwrap_or_default()),
-                            None => transient("error_in_stream"),
-                        })
+                    Some(error) => Err(error_in_answer(self.not_found, error, "error_in_stream")),
+                    None => {
+                        self.note(&event);
+                        Ok(event)
                     }
-                    None => Ok(event),
                 },
                 _ => Err(transient("malformed_sse")),
             });
         }
+    }
+
+    fn request_id(&self) -> Option<&str> {
+        self.request_id.as_deref()
+    }
+}
+
+/// A stream whose text answers are checked against the request's structure when it ends: an
+/// answer that fails it ends the stream `ResultInvalid` instead of cleanly.
+struct Checked {
+    inner: Box<dyn ChunkSource>,
+    schemas: Arc<Schemas>,
+    structured: Structured,
+    /// Per choice index, its text so far, or `None` once it carries a tool call or a refusal
+    /// (not a text answer: not checked, as in a whole answer).
+    answers: BTreeMap<u64, Option<String>>,
+}
+
+impl Checked {
+    fn note(&mut self, chunk: &Chunk) {
+        for choice in chunk.get("choices").and_then(Value::as_array).into_iter().flatten() {
+            let index = choice.get("index").and_then(Value::as_u64).unwrap_or(0);
+            let Some(delta) = choice.get("delta").and_then(Value::as_object) else { continue };
+            let answer = self.answers.entry(index).or_insert_with(|| Some(String::new()));
+            let other = delta.get("tool_calls").and_then(Value::as_array).is_some_and(|calls| !calls.is_empty())
+                || delta.get("refusal").and_then(Value::as_str).is_some_and(|r| !r.is_empty());
+            match (other, answer.as_mut(), delta.get("content").and_then(Value::as_str)) {
+                (true, _, _) => *answer = None,
+                (false, Some(text), Some(piece)) => text.push_str(piece),
+                _ => {}
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl ChunkSource for Checked {
+    async fn next_chunk(&mut self) -> Option<Result<Chunk, Outcome>> {
+        match self.inner.next_chunk().await {
+            Some(Ok(chunk)) => {
+                self.note(&chunk);
+                Some(Ok(chunk))
+            }
+            None => {
+                let texts = std::mem::take(&mut self.answers).into_values().flatten();
+                for text in texts.filter(|t| !t.trim().is_empty()) {
+                    if let Err(why) = self.schemas.check(&self.structured, &text) {
+                        return Some(Err(Outcome::new(OutcomeClass::ResultInvalid, why)));
+                    }
+                }
+                None
+            }
+            broken => broken,
+        }
+    }
+
+    fn request_id(&self) -> Option<&str> {
+        self.inner.request_id()
     }
 }
 
@@ -285,11 +429,11 @@ async fn read_body(response: &mut reqwest::Response, cap: usize) -> Result<Vec<u
     }
 }
 
-/// An error object inside a 2xx answer: the class its code decides (a refused request keeps
-/// the provider's error, as a 400), else `Transient(otherwise)`.
-fn error_in_answer(src: &Source, error: &Value, otherwise: &str) -> Outcome {
+/// An error object inside a 2xx answer or a stream: the class its code decides (a refused
+/// request keeps the provider's error, as a 400), else `Transient(otherwise)`.
+fn error_in_answer(not_found: NotFound, error: &Value, otherwise: &str) -> Outcome {
     let code = error_code_of(error);
-    match code.as_deref().and_then(|code| classify_code(code, src.not_found)) {
+    match code.as_deref().and_then(|code| classify_code(code, not_found)) {
         Some(class) => Outcome {
             provider_error: (class == OutcomeClass::RequestRejected)
                 .then(|| Box::new(ProviderError { status: 400, body: json!({"error": error}) })),

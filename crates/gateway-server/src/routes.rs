@@ -1,4 +1,5 @@
-//! The handlers: chat completions (whole, or SSE relayed chunk by chunk from the commit point),
+//! The handlers: chat completions (whole, or SSE relayed chunk by chunk from the commit point;
+//! a stream that fails before it within `keepalive_s` is answered with its status),
 //! embeddings, models, sources, metrics and health. Bodies go to the provider as the caller
 //! wrote them and answers come back as the provider wrote them. Each call runs under the
 //! shutdown cut (at the deadline it ends with 503 and releases what it holds); a body is read
@@ -130,7 +131,7 @@ async fn chat_inner(state: Arc<AppState>, request: HttpRequest) -> Result<Respon
         let response = whole_call(&state, &model, tenant.as_deref(), &ask.request).await?;
         return Ok(answer(&model, response));
     }
-    Ok(sse(state, model, tenant, ask.request, ask.include_usage))
+    sse(state, model, tenant, ask.request, ask.include_usage).await
 }
 
 /// Where a streamed answer is.
@@ -142,13 +143,24 @@ enum Relay {
     Done,
 }
 
-/// A streamed answer: headers now, keep-alive comments until the commit point, then each chunk
-/// as an SSE event as it arrives, then `[DONE]`. A failure after the commit point is an SSE
-/// `error` event and the stream closes without `[DONE]`. The call runs inside the body, so a
-/// dropped connection drops the call.
-fn sse(state: Arc<AppState>, scope: String, tenant: Option<String>, request: Request, include_usage: bool) -> Response {
+/// A streamed answer. The call runs first: one that fails before its commit point within
+/// `keepalive_s` is answered with its status, as OpenAI answers a stream it cannot start (so an
+/// SDK raises `RateLimitError`, `BadRequestError`… and its retries see the status). One that
+/// commits is answered `text/event-stream` with who serves it (`x-gateway-source`,
+/// `x-gateway-attempts`, the provider's `x-request-id`). One that needs longer (a quota or
+/// breaker wait) is answered at `keepalive_s` with keep-alive comments until its commit point;
+/// its failure then can only be an SSE `error` event. After the commit point, each chunk as an
+/// SSE event as it arrives, then `[DONE]`; a failure is an `error` event and the stream closes
+/// without `[DONE]`. The call runs inside the body, so a dropped connection drops the call.
+async fn sse(
+    state: Arc<AppState>,
+    scope: String,
+    tenant: Option<String>,
+    request: Request,
+    include_usage: bool,
+) -> Result<Response, ApiError> {
     let keepalive = Duration::from_secs_f64(state.config.keepalive_s);
-    let calling = {
+    let mut calling: Pin<Box<dyn Future<Output = Result<ChatStream, ApiError>> + Send>> = {
         let (state, scope) = (state.clone(), scope.clone());
         Box::pin(async move {
             governed(&state, async {
@@ -160,7 +172,19 @@ fn sse(state: Arc<AppState>, scope: String, tenant: Option<String>, request: Req
             .await
         })
     };
-    let body = futures_util::stream::unfold(Relay::Calling(calling), move |relay| {
+    let (relay, served) = match tokio::time::timeout(keepalive, &mut calling).await {
+        Ok(Ok(stream)) => {
+            let served = [
+                ("x-gateway-source", Some(stream.source().to_owned())),
+                ("x-gateway-attempts", Some(stream.attempts().to_string())),
+                ("x-request-id", stream.request_id().map(str::to_owned)),
+            ];
+            (Relay::Streaming(stream), served.into_iter().filter_map(|(name, value)| Some((name, value?))).collect())
+        }
+        Ok(Err(error)) => return Err(error),
+        Err(_) => (Relay::Calling(calling), Vec::new()),
+    };
+    let body = futures_util::stream::unfold(relay, move |relay| {
         let state = state.clone();
         async move {
             let mut relay = relay;
@@ -194,10 +218,12 @@ fn sse(state: Arc<AppState>, scope: String, tenant: Option<String>, request: Req
     let headers = response.headers_mut();
     headers.insert("content-type", HeaderValue::from_static("text/event-stream"));
     headers.insert("cache-control", HeaderValue::from_static("no-cache"));
-    if let Ok(scope) = HeaderValue::from_str(&scope) {
-        headers.insert("x-gateway-scope", scope);
+    for (name, value) in std::iter::once(("x-gateway-scope", scope)).chain(served) {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(name, value);
+        }
     }
-    response
+    Ok(response)
 }
 
 pub(crate) async fn embeddings(State(state): State<Arc<AppState>>, request: HttpRequest) -> Response {

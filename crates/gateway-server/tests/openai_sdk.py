@@ -3,7 +3,8 @@ against a mock provider that records what it receives (the Rust side then checks
 upstream). Plain and streamed chat, tools and a tool round trip, tool-call deltas reassembled by
 the SDK's stream helper, image and audio parts, JSON modes, sampling fields, n, logprobs,
 finish reasons, usage details, a refusal, a provider's own 400, embeddings (dimensions, base64,
-token arrays), an unknown model, an open circuit, and a stream cut after its commit point.
+token arrays), an unknown model, an open circuit, streams refused with their status, and a
+stream cut after its commit point.
 
 Usage: python3 openai_sdk.py BASE_URL API_KEY. Exits non-zero on the first failed check.
 """
@@ -119,6 +120,18 @@ except openai.APIStatusError as e:
     assert e.status_code == 503, e
     assert e.response.headers["retry-after"] == "60", e.response.headers
     assert e.body["code"] == "circuit_open", e.body
+
+# A stream that cannot start fails as OpenAI's does: with its status, before any event.
+try:
+    client.chat.completions.create(model="chat", messages=[user("BAD400")], stream=True)
+    raise AssertionError("the provider's 400 must reach a streamed caller")
+except openai.BadRequestError as e:
+    assert e.status_code == 400 and e.body["param"] == "temperature", e.body
+try:
+    client.chat.completions.create(model="dead", messages=[user("x")], stream=True)
+    raise AssertionError("an open circuit must fail a streamed call")
+except openai.APIStatusError as e:
+    assert e.status_code == 503 and e.body["code"] == "circuit_open", e.body
 
 # A stream cut after its first content: the SDK raises, never a clean-looking end.
 got = []

@@ -48,14 +48,41 @@ fn contents(sse: &str) -> String {
 async fn each_chunk_is_relayed_as_it_arrives() {
     let r = support::start().await;
     let mut response = open(&r.url, &streamed("chat", "GATED")).await;
+    let served: Vec<_> =
+        ["x-gateway-source", "x-gateway-attempts"].iter().map(|h| response.headers()[*h].to_str().unwrap().to_owned()).collect();
+    assert_eq!(served, ["mock", "1"], "a stream that committed at once says who serves it");
+    assert!(response.headers()["x-request-id"].to_str().unwrap().starts_with("req-mock-"), "the provider's request id");
     let mut seen = String::new();
     // The provider holds its second chunk until the test has seen the first at the client.
     read_until(&mut response, &mut seen, |s| contents(s).contains("echo: ")).await;
     assert_eq!(contents(&seen), "echo: ", "the first chunk came alone: {seen}");
+    // Held for many keep-alive periods (keepalive_s = 0.05): none is sent after the commit point.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     r.provider.open_gate();
     read_until(&mut response, &mut seen, |s| s.contains("[DONE]")).await;
     assert_eq!(contents(&seen), "echo: GATED");
     assert!(!seen.contains(": keep-alive"), "no keep-alive comment after the commit point");
+    let chunks: Vec<Value> = seen.lines().filter_map(|l| l.strip_prefix("data: ")).filter_map(|d| serde_json::from_str(d).ok()).collect();
+    assert!(chunks.iter().all(|c| c["choices"].as_array().is_some_and(|a| !a.is_empty())), "no usage chunk unless asked: {seen}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_cannot_start_is_answered_with_its_status_as_openai_does() {
+    let r = support::start().await;
+    let post = |body: Value| reqwest::Client::new().post(format!("{}/v1/chat/completions", r.url)).bearer_auth(KEY).json(&body).send();
+    // The provider refuses the request: its own status and error, not a 200 and an event.
+    let refused = post(streamed("chat", "POISON")).await.unwrap();
+    assert_eq!(refused.status(), 400);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "context_length_exceeded", "{body}");
+    // The provider asks for longer than a call may wait: 429 with its Retry-After.
+    let pushed = post(streamed("chat", "PUSHBACK")).await.unwrap();
+    assert_eq!(pushed.status(), 429);
+    assert!(pushed.headers().get("retry-after").is_some(), "{:?}", pushed.headers());
+    // The only source's key is dead: an error status, never text/event-stream.
+    let dead = post(streamed("dead", "hi")).await.unwrap();
+    assert!(dead.status().is_server_error() || dead.status().is_client_error(), "{}", dead.status());
+    assert_eq!(dead.headers()["content-type"], "application/json");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -215,6 +215,13 @@ struct SimSource {
     watchdog: Option<Duration>,
 }
 
+impl SimSource {
+    /// The source as one attempt sees it: its watchdog applies only to a streamed attempt.
+    fn streamed(self, streamed: bool) -> SimSource {
+        SimSource { watchdog: self.watchdog.filter(|_| streamed), ..self }
+    }
+}
+
 /// The scenario's providers as one in-process `Upstream`.
 pub struct SimUpstream {
     providers: Providers,
@@ -251,33 +258,41 @@ enum Begun {
 
 impl SimUpstream {
     /// Plays the reply up to where its content would start (`Content` has not slept yet).
-    async fn begin(&self, source: &str, request: &Request) -> Begun {
+    /// `streamed`: the HTTP adapter would stream the attempt upstream (a stream, or a chat
+    /// answer from a source with a watchdog), so the watchdog bounds the wait for headers too.
+    async fn begin(&self, source: &str, request: &Request, streamed: bool) -> Begun {
         let (Some(src), Some(reply)) = (self.sources.get(source), self.providers.reply(source, prompt_of(request))) else {
             return Begun::Ended(fail(OutcomeClass::SourceDead, "unknown_source"));
         };
+        // The HTTP adapter's own bound on the wait for headers.
+        let (header_wait, cut) = gateway_http::header_wait(src.timeout, src.watchdog.filter(|_| streamed), None);
         match reply.answer {
             Answer::Refused => {
                 tokio::time::sleep(reply.after).await;
                 Begun::Ended(fail(OutcomeClass::Transient, "connect"))
             }
             Answer::Hang => {
-                tokio::time::sleep(src.timeout).await;
-                Begun::Ended(fail(OutcomeClass::Transient, "timeout"))
+                tokio::time::sleep(header_wait).await;
+                Begun::Ended(fail(OutcomeClass::Transient, cut))
+            }
+            Answer::Status(..) if reply.after >= header_wait => {
+                tokio::time::sleep(header_wait).await;
+                Begun::Ended(fail(OutcomeClass::Transient, cut))
             }
             Answer::Status(status, code) => {
-                tokio::time::sleep(reply.after.min(src.timeout)).await;
+                tokio::time::sleep(reply.after).await;
                 // The HTTP adapter's own table, so both transports classify a reply alike.
                 let status = axum::http::StatusCode::from_u16(status).unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
                 let (class, detail) = gateway_http::classify::classify_status(status, Some(code), self.not_found);
                 Begun::Ended(fail(class, &detail))
             }
-            Answer::Content(content) => Begun::Content { src: *src, after: reply.after, content, reply },
+            Answer::Content(content) => Begun::Content { src: src.streamed(streamed), after: reply.after, content, reply },
         }
     }
 }
 
-/// Waits for the first token `after`, bounded as the HTTP adapter bounds a chunk: the watchdog
-/// (when the source has one), else the timeout. `Err` is the cut-off.
+/// Waits for the first token `after`, bounded as the HTTP adapter bounds it: the watchdog (when
+/// the attempt is streamed from a source with one), else the timeout. `Err` is the cut-off.
 async fn first_token(src: &SimSource, after: Duration) -> Result<(), Outcome> {
     if let Some(watchdog) = src.watchdog.filter(|w| after > *w && *w < src.timeout) {
         tokio::time::sleep(watchdog).await;
@@ -297,7 +312,9 @@ impl Upstream for SimUpstream {
     /// token is bounded by the watchdog here too (SPEC §13, one watchdog); without one, the
     /// whole answer by the timeout.
     async fn send(&self, source: &str, request: &Request) -> Attempt {
-        let (src, after, content, reply) = match self.begin(source, request).await {
+        let chat = request.kind() == gateway_core::request::Kind::Chat;
+        let streamed = chat && self.sources.get(source).is_some_and(|s| s.watchdog.is_some());
+        let (src, after, content, reply) = match self.begin(source, request, streamed).await {
             Begun::Content { src, after, content, reply } => (src, after, content, reply),
             Begun::Ended(attempt) => return attempt,
         };
@@ -305,7 +322,7 @@ impl Upstream for SimUpstream {
             return Attempt::ended(outcome);
         }
         drop(reply);
-        if request.kind() == gateway_core::request::Kind::Embeddings {
+        if !chat {
             return Attempt::success(Response::embedding_vectors(&[vec![0.5; 4]], Some(USAGE)), "http_200");
         }
         if content.is_empty() {
@@ -320,20 +337,24 @@ impl Upstream for SimUpstream {
     /// The chunks of the reply as the HTTP adapter reads them from the provider server: the
     /// content when its first token comes (under the watchdog), then the usage, then the end.
     async fn stream(&self, source: &str, request: &Request) -> Streamed {
-        match self.begin(source, request).await {
+        match self.begin(source, request, true).await {
             Begun::Content { src, after, content, reply } => {
-                Streamed::Chunks(Box::new(SimChunks { wait: Some((src, after)), content, step: 0, _reply: reply }))
+                let structured = request.structured.is_some();
+                Streamed::Chunks(Box::new(SimChunks { wait: Some((src, after)), content, structured, step: 0, _reply: reply }))
             }
             Begun::Ended(attempt) => Streamed::Ended(attempt),
         }
     }
 }
 
-/// A simulated stream: the content chunk after the first-token wait, a usage chunk, the end.
-/// It holds the reply (and the account slot) until it is dropped.
+/// A simulated stream: the content chunk after the first-token wait, a usage chunk, the end
+/// (`ResultInvalid` instead when the request is structured and the content fails it, as the
+/// HTTP adapter checks a stream when it ends). It holds the reply (and the account slot) until
+/// it is dropped.
 struct SimChunks {
     wait: Option<(SimSource, Duration)>,
     content: &'static str,
+    structured: bool,
     step: u8,
     _reply: Reply,
 }
@@ -354,6 +375,7 @@ impl ChunkSource for SimChunks {
             2 => {
                 json!({"object": "chat.completion.chunk", "choices": [], "usage": {"prompt_tokens": USAGE.prompt_tokens, "completion_tokens": USAGE.completion_tokens}})
             }
+            _ if self.structured && self.content == INVALID_JSON => return Some(Err(Outcome::new(OutcomeClass::ResultInvalid, "schema"))),
             _ => return None,
         };
         chunk.as_object().cloned().map(Ok)

@@ -30,7 +30,30 @@ fn soak(scenario: &str, preset: Preset, calls: u32, seed: u64, circuit_open: Opt
         stream: false,
     };
     let result = run(&scenario, &config, Arc::new(|_| {})).unwrap();
-    Summary::of(&result, "test", seed, Some(scenario.ceiling()), invariants::check(&result))
+    Summary::of(&result, "test", seed, Some(scenario.ceiling(false)), invariants::check(&result))
+}
+
+#[test]
+fn p6_streamed_holds_every_invariant_and_an_answer_that_fails_its_structure_fails_its_call() {
+    let scenario = Scenario::load("p6").unwrap();
+    let config = RunConfig {
+        backend: Backend::Memory,
+        transport: Transport::Sim,
+        time_scale: None,
+        seed: 1,
+        preset: Preset::Default,
+        calls: Some(600),
+        workers: None,
+        circuit_open: None,
+        isolation: None,
+        stream: true,
+    };
+    let result = run(&scenario, &config, Arc::new(|_| {})).unwrap();
+    let summary = Summary::of(&result, "stream", 1, Some(scenario.ceiling(true)), invariants::check(&result));
+    assert!(summary.invariants_hold(), "{:?}", summary.invariants);
+    // A streamed answer cannot be re-asked: its structure is checked when it ends.
+    assert!(summary.results.get("stream_broken").is_some_and(|n| *n > 0), "{:?}", summary.results);
+    assert!(summary.success_rate >= 0.93 && summary.success_rate <= scenario.ceiling(false), "{}", summary.success_rate);
 }
 
 #[test]
@@ -58,7 +81,7 @@ fn tenants(isolation: gateway_core::policy::Isolation) -> Summary {
         stream: false,
     };
     let result = run(&scenario, &config, Arc::new(|_| {})).unwrap();
-    Summary::of(&result, "default", 1, Some(scenario.ceiling()), invariants::check(&result))
+    Summary::of(&result, "default", 1, Some(scenario.ceiling(false)), invariants::check(&result))
 }
 
 #[test]
@@ -135,7 +158,7 @@ fn real_time(backend: Backend, calls: u32) -> RunConfig {
 fn p6_over_loopback_http_through_the_http_adapter_holds_every_invariant() {
     let scenario = Scenario::load("p6").unwrap();
     let result = run(&scenario, &real_time(Backend::Memory, 400), Arc::new(|_| {})).unwrap();
-    let summary = Summary::of(&result, "http", 3, Some(scenario.ceiling()), invariants::check(&result));
+    let summary = Summary::of(&result, "http", 3, Some(scenario.ceiling(false)), invariants::check(&result));
     assert!(summary.invariants_hold(), "{:?}", summary.invariants);
     assert!(summary.success_rate >= 0.95, "{}", summary.success_rate);
     // Every kind of reply crossed the wire and was classified by the adapter.
@@ -181,7 +204,7 @@ fn two_processes_share_the_redis_gates_and_one_provider_server() {
     let counter = seen.clone();
     let progress = Arc::new(move |n| counter.store(n, std::sync::atomic::Ordering::Relaxed));
     let result = run_processes("p6", &scenario, &real_time(Backend::Redis(url), 400), 2, &launch, progress).unwrap();
-    let summary = Summary::of(&result, "processes", 3, Some(scenario.ceiling()), invariants::check(&result));
+    let summary = Summary::of(&result, "processes", 3, Some(scenario.ceiling(false)), invariants::check(&result));
     assert!(summary.invariants_hold(), "{:?}", summary.invariants);
     assert!(summary.success_rate >= 0.95, "{}", summary.success_rate);
     assert_eq!(seen.load(std::sync::atomic::Ordering::Relaxed), 400, "progress from both processes adds up");

@@ -116,6 +116,7 @@ fn respond(reply: Reply) -> axum::response::Response {
             });
             let mut response = axum::response::Response::new(Body::from_stream(body));
             response.headers_mut().insert("content-type", "text/event-stream".parse().unwrap());
+            response.headers_mut().insert("x-request-id", "req-mock".parse().unwrap());
             response
         }
         Reply::Broken { chunks } => {

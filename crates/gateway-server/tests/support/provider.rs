@@ -153,7 +153,7 @@ fn stream_events(body: &Value, said: &str) -> Vec<Result<String, ()>> {
     events
 }
 
-fn sse(events: Vec<Result<String, ()>>, first_after: Duration, gate: Option<Arc<tokio::sync::Semaphore>>) -> Response {
+fn sse(events: Vec<Result<String, ()>>, first_after: Duration, gate: Option<Arc<tokio::sync::Semaphore>>, id: Option<String>) -> Response {
     let body = futures_util::stream::unfold((events.into_iter(), 0usize), move |(mut events, i)| {
         let gate = gate.clone();
         async move {
@@ -169,7 +169,12 @@ fn sse(events: Vec<Result<String, ()>>, first_after: Duration, gate: Option<Arc<
             }
         }
     });
-    axum::http::Response::builder().header("content-type", "text/event-stream").body(Body::from_stream(body)).unwrap()
+    let response = axum::http::Response::builder().header("content-type", "text/event-stream");
+    let response = match id {
+        Some(id) => response.header("x-request-id", id),
+        None => response,
+    };
+    response.body(Body::from_stream(body)).unwrap()
 }
 
 fn embeddings(body: &Value) -> Value {
@@ -252,7 +257,7 @@ async fn answer(recorder: &Recorder, request: axum::extract::Request) -> Respons
     }
     if path.starts_with("/prefail/") {
         let role = chunk(&body, json!([{"index": 0, "delta": {"role": "assistant", "content": ""}}]));
-        return sse(vec![Ok(role), Err(())], Duration::ZERO, None);
+        return sse(vec![Ok(role), Err(())], Duration::ZERO, None, id);
     }
     let first_after = if said.contains("SLOWONCE") && recorder.slow_once.fetch_add(1, Ordering::Relaxed) == 0 {
         Duration::from_secs(2)
@@ -260,5 +265,5 @@ async fn answer(recorder: &Recorder, request: axum::extract::Request) -> Respons
         Duration::ZERO
     };
     let gate = said.contains("GATED").then(|| recorder.gate.clone());
-    sse(stream_events(&body, &said), first_after, gate)
+    sse(stream_events(&body, &said), first_after, gate, id)
 }

@@ -155,3 +155,74 @@ fn selectors_without_health_demote_unconditionally_keeping_relative_order() {
     demote(&mut order, &all, None);
     assert_eq!(order, [1, 0]);
 }
+
+/// Three sources behind the default selector, three calls in flight at a time, every call
+/// structured: `a` and `b` answer well, `c` fails the caller's structure 40 % of the time. Each
+/// attempt is settled through the outcome table (health, and the gate), and a `ResultInvalid`
+/// is re-asked through a new pick, as the call loop does. The attempts each source got, per
+/// half of the run.
+fn structured_run(calls: usize, seed: u64) -> ([[u32; 3]; 2], bool) {
+    use gateway_core::breaker::{CircuitState, Gate};
+    use gateway_core::outcome::BreakerEffect;
+    use gateway_core::random::unit;
+    let selector = Selector::new(SelectorKind::HealthAware);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut answers = ChaCha8Rng::seed_from_u64(seed + 1);
+    let p = gateway_core::GateParams::new(
+        &gateway_core::policy::BreakerConfig { fail_threshold: Some(5), cooldown_s: Some(60.0), ..Default::default() }
+            .resolve("chat.breaker")
+            .unwrap(),
+        16,
+        std::time::Duration::from_secs(30),
+        std::time::Duration::from_secs(30),
+    );
+    let (mut health, mut gates) = ([Ewma::new(); 3], [Gate::new(), Gate::new(), Gate::new()]);
+    let mut attempts = [[0u32; 3]; 2];
+    let mut gate_opened = false;
+    let mut order = Vec::new();
+    for batch in 0..calls.div_ceil(3) {
+        let half = usize::from(batch * 3 >= calls / 2);
+        // Three calls pick in turn; each counts in flight for the next pick.
+        let mut inflight = [0u32; 3];
+        let mut picked = Vec::new();
+        for _ in 0..3 {
+            let views: Vec<SourceView> = (0..3).map(|i| view(health[i].value(), inflight[i])).collect();
+            selector.order(&views, &mut rng, &mut order);
+            inflight[order[0]] += 1;
+            picked.push(order[0]);
+        }
+        for (i, mut source) in picked.into_iter().enumerate() {
+            let now = gateway_core::Timestamp::from_secs(u64::try_from(batch * 3 + i).unwrap());
+            // One call: up to three answers (a first and two re-asks), each picked afresh.
+            for _ in 0..3 {
+                attempts[half][source] += 1;
+                let class = if source == 2 && unit(&mut answers) < 0.4 { OutcomeClass::ResultInvalid } else { OutcomeClass::Success };
+                health[source].observe_class(class);
+                let entry = gates[source].try_enter(&p, now);
+                if let BreakerEffect::RecordSuccess { real } = class.effects().breaker {
+                    gates[source].record_success(&p, entry.reply.epoch, now, real);
+                }
+                gate_opened |= gates[source].state != CircuitState::Closed;
+                if class == OutcomeClass::Success {
+                    break;
+                }
+                let views: Vec<SourceView> = (0..3).map(|i| view(health[i].value(), 0)).collect();
+                selector.order(&views, &mut rng, &mut order);
+                source = order[0];
+            }
+        }
+    }
+    (attempts, gate_opened)
+}
+
+#[test]
+fn a_source_whose_answers_fail_the_structure_loses_its_place_but_its_gate_never_opens() {
+    for seed in 1..=5 {
+        let ([first, second], gate_opened) = structured_run(50, seed);
+        let total = |half: [u32; 3]| f64::from(half.iter().sum::<u32>());
+        let share = |half: [u32; 3], i: usize| f64::from(half[i]) / total(half);
+        // Within 50 calls its share of structured attempts falls below each healthy peer's.
+        assert!(share(second, 2) < share(second, 0) && share(second, 2) < share(second, 1), "seed {seed}: {first:?} then {second:?}");
+        assert!(!gate_opened, "seed {seed}: the provider is up: its gate never opens");
+    }
+}

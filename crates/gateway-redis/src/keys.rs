@@ -1,5 +1,6 @@
-//! Redis key names: `gw:{<scope>}:gate:[<tenant>:]<source>` and
-//! `gw:{<scope>}:quota:[<tenant>:]<source>:<part>`. The scope is the hash tag, so one script may
+//! Redis key names: `gw:{<scope>}:gate:[<tenant>:]<source>`,
+//! `gw:{<scope>}:quota:[<tenant>:]<source>:<part>` and
+//! `gw:{<scope>}:pacer:[<tenant>:]<account>:<part>`. The scope is the hash tag, so one script may
 //! touch several of a scope's keys on Redis Cluster. Key parts are restricted to the alphabet
 //! config names use, so no part can break the tag or the separators.
 
@@ -36,6 +37,12 @@ pub(crate) fn quota(key: &GateKey) -> Result<[String; 4], GateError> {
     Ok([format!("{base}:leases"), format!("{base}:starts"), format!("{base}:tokens"), format!("{base}:seq")])
 }
 
+/// The two keys of one account's pacer: state (limit, generation, lease sequence), leases.
+pub(crate) fn pacer(key: &GateKey) -> Result<[String; 2], GateError> {
+    let base = base(key, "pacer")?;
+    Ok([format!("{base}:state"), format!("{base}:leases")])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -45,6 +52,7 @@ mod tests {
         assert_eq!(gate(&GateKey::new("chat", "s1")).unwrap(), "gw:{chat}:gate:s1");
         assert_eq!(gate(&GateKey::new("chat", "s1").with_tenant("gold")).unwrap(), "gw:{chat}:gate:gold:s1");
         assert_eq!(quota(&GateKey::new("chat", "s1")).unwrap()[3], "gw:{chat}:quota:s1:seq");
+        assert_eq!(pacer(&GateKey::new("chat", "k1").with_tenant("gold")).unwrap()[1], "gw:{chat}:pacer:gold:k1:leases");
     }
 
     #[test]

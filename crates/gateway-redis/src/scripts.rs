@@ -1,5 +1,5 @@
 //! The Lua scripts, one per operation: the shared clock (`now.lua`), an optional fast path for
-//! the operation's hottest case, a shared prelude (`gate.lua`, `quota.lua`), then the
+//! the operation's hottest case, a shared prelude (`gate.lua`, `quota.lua`, `pacer.lua`), then the
 //! operation's body; with the SHA1 each is called by.
 
 use fred::util::sha1_hash;
@@ -36,12 +36,16 @@ pub(crate) struct Scripts {
     pub(crate) quota_acquire: Script,
     pub(crate) quota_settle: Script,
     pub(crate) quota_release: Script,
+    pub(crate) pacer_acquire: Script,
+    pub(crate) pacer_release: Script,
+    pub(crate) pacer_read: Script,
 }
 
 impl Scripts {
     pub(crate) fn new() -> Self {
         let gate = include_str!("../lua/gate.lua");
         let quota = include_str!("../lua/quota.lua");
+        let pacer = include_str!("../lua/pacer.lua");
         Scripts {
             try_enter: Script::with_fast_path(
                 "try_enter",
@@ -67,10 +71,13 @@ impl Scripts {
             quota_acquire: Script::new("quota_acquire", quota, include_str!("../lua/quota_acquire.lua")),
             quota_settle: Script::new("quota_settle", quota, include_str!("../lua/quota_settle.lua")),
             quota_release: Script::new("quota_release", quota, include_str!("../lua/quota_release.lua")),
+            pacer_acquire: Script::new("pacer_acquire", pacer, include_str!("../lua/pacer_acquire.lua")),
+            pacer_release: Script::new("pacer_release", pacer, include_str!("../lua/pacer_release.lua")),
+            pacer_read: Script::new("pacer_read", pacer, include_str!("../lua/pacer_read.lua")),
         }
     }
 
-    pub(crate) fn all(&self) -> [&Script; 9] {
+    pub(crate) fn all(&self) -> [&Script; 12] {
         [
             &self.try_enter,
             &self.record_success,
@@ -81,6 +88,9 @@ impl Scripts {
             &self.quota_acquire,
             &self.quota_settle,
             &self.quota_release,
+            &self.pacer_acquire,
+            &self.pacer_release,
+            &self.pacer_read,
         ]
     }
 }

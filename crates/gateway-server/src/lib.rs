@@ -132,7 +132,8 @@ pub fn metrics_router(state: Arc<AppState>) -> Router {
     Router::new().route("/metrics", get(routes::metrics_only)).fallback(routes::not_found).with_state(state)
 }
 
-/// Builds the state from a loaded configuration: the Redis gates when `redis_url` is set, else
+/// Builds the state from a loaded configuration: the Redis gates, quota and pacers when
+/// `redis_url` is set (every replica then respects one learned limit per account), else
 /// in-process ones; the HTTP upstream of the scopes' sources; metrics with at most
 /// `metrics_max_tenants` tenants of their own; the key-bound tenants pinned.
 pub async fn build(config: ServerConfig, scopes: Vec<gateway_core::policy::ScopePolicy>) -> Result<Arc<AppState>, String> {
@@ -140,20 +141,30 @@ pub async fn build(config: ServerConfig, scopes: Vec<gateway_core::policy::Scope
     let upstream = Arc::new(gateway_http::HttpUpstream::new(&scopes).map_err(|e| e.to_string())?.with_schemas(schemas.clone()));
     let metrics = Arc::new(Metrics::new(config.metrics_max_tenants));
     let clock: Arc<dyn gateway_core::time::Clock> = Arc::new(gateway_client::TokioClock::new());
-    let (gates, quota): (Arc<dyn BreakerGate>, Arc<dyn gateway_core::ports::QuotaGate>) = match &config.redis_url {
+    type Shared = (Arc<dyn BreakerGate>, Arc<dyn gateway_core::ports::QuotaGate>, Arc<dyn gateway_core::ports::PacerGate>);
+    let (gates, quota, pacer): Shared = match &config.redis_url {
         Some(url) => {
             let conn = gateway_redis::RedisConnection::connect(gateway_redis::RedisConfig { url: url.clone(), ..Default::default() })
                 .await
                 .map_err(|e| format!("server.redis_url: {e}"))?;
-            (Arc::new(gateway_redis::RedisGates::new(conn.clone())), Arc::new(gateway_redis::RedisQuota::new(conn)))
+            (
+                Arc::new(gateway_redis::RedisGates::new(conn.clone())),
+                Arc::new(gateway_redis::RedisQuota::new(conn.clone())),
+                Arc::new(gateway_redis::RedisPacer::new(conn)),
+            )
         }
-        None => (Arc::new(gateway_memory::MemoryGates::new(clock.clone())), Arc::new(gateway_memory::MemoryQuota::new(clock.clone()))),
+        None => (
+            Arc::new(gateway_memory::MemoryGates::new(clock.clone())),
+            Arc::new(gateway_memory::MemoryQuota::new(clock.clone())),
+            Arc::new(gateway_memory::MemoryPacer::new(clock.clone())),
+        ),
     };
     let client = GatewayClient::builder()
         .scopes(scopes)
         .pinned_tenants(config.bound_tenants())
         .gates(gates.clone())
         .quota(quota)
+        .pacer(pacer)
         .upstream(upstream)
         .telemetry(Arc::new(ServerTelemetry { metrics: metrics.clone() }))
         .clock(clock)

@@ -10,14 +10,14 @@ use crate::upstream::{LONG, POISON, Providers, SimUpstream};
 use gateway_client::{Collector, GatewayClient, Preset, TokioClock};
 use gateway_core::breaker::CircuitState;
 use gateway_core::policy::{Isolation, ScopePolicy, WaitMode};
-use gateway_core::ports::{BreakerGate, GateKey, QuotaGate, Upstream};
+use gateway_core::ports::{BreakerGate, GateKey, PacerGate, QuotaGate, Upstream};
 use gateway_core::random::unit;
 use gateway_core::request::{Message, Request};
 use gateway_core::telemetry::{AttemptEvent, CallEvent, GateEvent};
 use gateway_core::time::{Clock, Timestamp};
 use gateway_http::HttpUpstream;
-use gateway_memory::{MemoryGates, MemoryQuota};
-use gateway_redis::{RedisConfig, RedisConnection, RedisGates, RedisQuota};
+use gateway_memory::{MemoryGates, MemoryPacer, MemoryQuota};
+use gateway_redis::{RedisConfig, RedisConnection, RedisGates, RedisPacer, RedisQuota};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
 use serde::{Deserialize, Serialize};
@@ -88,7 +88,7 @@ pub struct RunResult {
     pub start: Timestamp,
     /// Scenario time the run took.
     pub duration: Duration,
-    /// AIMD in-flight counts left at the end.
+    /// AIMD in-flight counts left at the end (the clients' and the pacers' leases).
     pub leftover_inflight: u32,
     /// Quota permits left at the end.
     pub leftover_permits: usize,
@@ -132,10 +132,11 @@ pub fn run(scenario: &Scenario, config: &RunConfig, progress: Progress) -> Resul
     }
 }
 
-/// The gates and quota of a run, with what the end-of-run checks need to read from them.
+/// The gates, quota and pacers of a run, with what the end-of-run checks need to read from them.
 struct Gates {
     gates: Arc<dyn BreakerGate>,
     quota: Arc<dyn QuotaGate>,
+    pacer: Arc<dyn PacerGate>,
     memory: Option<(Arc<MemoryGates>, Arc<MemoryQuota>)>,
     redis: Option<(RedisGates, RedisQuota)>,
 }
@@ -144,17 +145,42 @@ impl Gates {
     async fn new(backend: &Backend, clock: Arc<dyn Clock>) -> Result<Gates, String> {
         match backend {
             Backend::Memory => {
-                let (gates, quota) = (Arc::new(MemoryGates::new(clock.clone())), Arc::new(MemoryQuota::new(clock)));
-                Ok(Gates { gates: gates.clone(), quota: quota.clone(), memory: Some((gates, quota)), redis: None })
+                let (gates, quota) = (Arc::new(MemoryGates::new(clock.clone())), Arc::new(MemoryQuota::new(clock.clone())));
+                let pacer = Arc::new(MemoryPacer::new(clock));
+                Ok(Gates { gates: gates.clone(), quota: quota.clone(), pacer, memory: Some((gates, quota)), redis: None })
             }
             Backend::Redis(url) => {
                 let conn = RedisConnection::connect(RedisConfig { url: url.clone(), ..RedisConfig::default() })
                     .await
                     .map_err(|e| e.to_string())?;
-                let (gates, quota) = (RedisGates::new(conn.clone()), RedisQuota::new(conn));
-                Ok(Gates { gates: Arc::new(gates.clone()), quota: Arc::new(quota.clone()), memory: None, redis: Some((gates, quota)) })
+                let (gates, quota, pacer) = (RedisGates::new(conn.clone()), RedisQuota::new(conn.clone()), RedisPacer::new(conn));
+                let (shared_gates, shared_quota) = (Arc::new(gates.clone()), Arc::new(quota.clone()));
+                Ok(Gates { gates: shared_gates, quota: shared_quota, pacer: Arc::new(pacer), memory: None, redis: Some((gates, quota)) })
             }
         }
+    }
+
+    /// Pacer leases still in flight on the accounts of `policy` (and of every tenant of
+    /// `scenario` when the scope isolates them).
+    async fn pacer_leftovers(&self, policy: &ScopePolicy, scenario: &Scenario) -> Result<u32, String> {
+        let mut accounts: Vec<GateKey> = Vec::new();
+        for source in &policy.sources {
+            let key = GateKey::new(policy.name.as_str(), source.account.as_str());
+            if !accounts.contains(&key) {
+                accounts.push(key);
+            }
+        }
+        if policy.isolation == Isolation::PerTenant {
+            let shared = accounts.clone();
+            for tenant in scenario.tenants.keys() {
+                accounts.extend(shared.iter().map(|key| key.clone().with_tenant(tenant.as_str())));
+            }
+        }
+        let mut inflight = 0;
+        for key in &accounts {
+            inflight += self.pacer.read(key, &policy.pacer_params()).await.map_err(|e| e.to_string())?.inflight;
+        }
+        Ok(inflight)
     }
 
     /// Permits still held and probe leases still live, over `keys`.
@@ -414,6 +440,7 @@ fn build_client(
         .scope(policy.clone())
         .gates(gates.gates.clone())
         .quota(gates.quota.clone())
+        .pacer(gates.pacer.clone())
         .upstream(upstream)
         .telemetry(telemetry)
         .clock(clock)
@@ -486,6 +513,7 @@ async fn run_target(scenario: &Scenario, config: &RunConfig, progress: Progress,
     // let released leases and permits settle
     tokio::time::sleep(Duration::from_secs(1)).await;
     let (leftover_permits, leftover_leases) = backend.leftovers(&keys, clock.now()).await?;
+    let leftover_paced = backend.pacer_leftovers(&policy, scenario).await?;
     let mut preset_policy = policy;
     config.preset.apply(&mut preset_policy);
     Ok(RunResult {
@@ -496,7 +524,7 @@ async fn run_target(scenario: &Scenario, config: &RunConfig, progress: Progress,
         gate_events: telemetry.gates(),
         start,
         duration,
-        leftover_inflight: client.inflight(&scope),
+        leftover_inflight: client.inflight(&scope) + leftover_paced,
         leftover_permits,
         leftover_leases,
         circuit_open,
@@ -741,6 +769,7 @@ pub fn run_processes(
         let backend = Gates::new(&config.backend, Arc::new(clock)).await?;
         let keys = gate_keys(&policy, &scaled);
         let (leftover_permits, leftover_leases) = backend.leftovers(&keys, clock.now()).await?;
+        let leftover_paced = backend.pacer_leftovers(&policy, &scaled).await?;
         let mut preset_policy = policy;
         config.preset.apply(&mut preset_policy);
         let mut merged = RunResult {
@@ -751,7 +780,7 @@ pub fn run_processes(
             gate_events: Vec::new(),
             start: Timestamp::from_millis(0),
             duration,
-            leftover_inflight: 0,
+            leftover_inflight: leftover_paced,
             leftover_permits,
             leftover_leases,
             circuit_open: Vec::new(),

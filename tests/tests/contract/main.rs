@@ -3,6 +3,7 @@
 //! prints the table of cases × backends.
 
 mod breaker;
+mod pacer;
 mod quota;
 mod support;
 
@@ -61,4 +62,8 @@ on_every_backend!(
     quota::quota_rpm_hints_when_the_oldest_start_leaves,
     quota::quota_tpm_charges_the_estimate_and_settle_corrects_it,
     quota::quota_refusal_names_the_first_limit_and_the_longest_wait,
+    pacer::pacer_starts_at_eight_or_its_ceiling_and_grants_up_to_its_limit,
+    pacer::pacer_cuts_once_per_round_trip_and_grows_back_by_one_over_the_limit,
+    pacer::pacer_leases_of_a_crashed_worker_expire,
+    pacer::pacer_two_processes_respect_one_limit,
 );

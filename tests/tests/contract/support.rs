@@ -7,10 +7,10 @@
 use gateway_core::breaker::{Entry, Gate, GateParams, Verdict};
 use gateway_core::outcome::{BreakerEffect, OutcomeClass};
 use gateway_core::policy::{BreakerConfig, BreakerPolicy};
-use gateway_core::ports::{BreakerGate, GateKey, QuotaGate};
+use gateway_core::ports::{BreakerGate, GateKey, PacerGate, QuotaGate};
 use gateway_core::time::{Clock, ManualClock, Timestamp};
-use gateway_memory::{MemoryGates, MemoryQuota};
-use gateway_redis::{RedisConfig, RedisConnection, RedisGates, RedisQuota};
+use gateway_memory::{MemoryGates, MemoryPacer, MemoryQuota};
+use gateway_redis::{RedisConfig, RedisConnection, RedisGates, RedisPacer, RedisQuota};
 use std::future::Future;
 use std::hash::BuildHasher;
 use std::io::Write;
@@ -32,6 +32,7 @@ pub enum Kind {
 pub struct Backend {
     pub gates: Arc<dyn BreakerGate>,
     pub quota: Arc<dyn QuotaGate>,
+    pub pacer: Arc<dyn PacerGate>,
     pub clock: Arc<ManualClock>,
     pub scope: String,
     memory: Option<Arc<MemoryGates>>,
@@ -79,6 +80,7 @@ impl Backend {
                 Some(Backend {
                     gates: gates.clone(),
                     quota: Arc::new(MemoryQuota::new(clock.clone())),
+                    pacer: Arc::new(MemoryPacer::new(clock.clone())),
                     clock,
                     scope,
                     memory: Some(gates),
@@ -91,6 +93,7 @@ impl Backend {
                     Some(Backend {
                         gates: Arc::new(gates.clone()),
                         quota: Arc::new(RedisQuota::new(conn.clone())),
+                        pacer: Arc::new(RedisPacer::new(conn.clone())),
                         clock,
                         scope,
                         memory: None,
@@ -112,6 +115,14 @@ impl Backend {
         match &self.redis {
             Some(_) => Arc::new(RedisGates::new(redis_connection(Some(self.clock.clone())).await.unwrap())),
             None => self.gates.clone(),
+        }
+    }
+
+    /// A second handle on the same pacers (another process's, for Redis).
+    pub async fn second_pacer(&self) -> Arc<dyn PacerGate> {
+        match &self.redis {
+            Some(_) => Arc::new(RedisPacer::new(redis_connection(Some(self.clock.clone())).await.unwrap())),
+            None => self.pacer.clone(),
         }
     }
 

@@ -1,0 +1,106 @@
+//! `PacerGate` on Redis: an account's learned limit, cut generation and lease sequence in one
+//! HASH, its leases in a sorted set (a crashed worker's attempts expire), one script per
+//! operation. Every process sharing the Redis respects one limit per account.
+
+use crate::connection::RedisConnection;
+use crate::keys;
+use async_trait::async_trait;
+use fred::prelude::*;
+use gateway_core::aimd::{FLOOR, INITIAL_LIMIT, Lease, Paced, PacerParams};
+use gateway_core::outcome::AimdEffect;
+use gateway_core::ports::{GateError, GateKey, PaceDecision, PaceLease, PacerGate};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The AIMD pacers of every provider account, shared by every process using one Redis.
+#[derive(Clone)]
+pub struct RedisPacer {
+    conn: Arc<RedisConnection>,
+}
+
+/// An account's keys outlive its longest lease by an hour (as the memory pacer keeps it).
+const KEY_TTL_MARGIN: Duration = Duration::from_secs(3600);
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl RedisPacer {
+    /// Pacers on `conn`.
+    pub fn new(conn: Arc<RedisConnection>) -> Self {
+        RedisPacer { conn }
+    }
+
+    /// The arguments every pacer script starts with: now, the key TTL, the initial limit.
+    fn base_args(&self, params: &PacerParams) -> Vec<Value> {
+        let ttl = params.lease_ttl.saturating_mul(2).saturating_add(KEY_TTL_MARGIN);
+        let initial = INITIAL_LIMIT.min(params.ceiling.max(FLOOR));
+        vec![self.conn.now_arg(), Value::Integer(ms(ttl)), Value::String(format!("{initial:?}").into())]
+    }
+}
+
+fn malformed(key: &GateKey, detail: String) -> GateError {
+    GateError::Malformed { backend: "redis", key: key.to_string(), detail }
+}
+
+fn pacer_keys(key: &GateKey) -> Result<Vec<Value>, GateError> {
+    Ok(keys::pacer(key)?.into_iter().map(|k| Value::String(k.into())).collect())
+}
+
+/// A `%.17g` limit from a script.
+fn limit_of(key: &GateKey, value: Option<&Value>) -> Result<f64, GateError> {
+    let text = value.and_then(Value::as_str).ok_or_else(|| malformed(key, format!("limit {value:?}")))?;
+    text.parse::<f64>().ok().filter(|l| l.is_finite()).ok_or_else(|| malformed(key, format!("limit {text:?}")))
+}
+
+fn items(key: &GateKey, op: &str, value: Value) -> Result<Vec<Value>, GateError> {
+    match value {
+        Value::Array(items) => Ok(items),
+        other => Err(malformed(key, format!("{op} reply {other:?}"))),
+    }
+}
+
+fn count(key: &GateKey, value: Option<&Value>) -> Result<u64, GateError> {
+    value.and_then(Value::as_i64).and_then(|n| u64::try_from(n).ok()).ok_or_else(|| malformed(key, format!("count {value:?}")))
+}
+
+#[async_trait]
+impl PacerGate for RedisPacer {
+    async fn try_acquire(&self, key: &GateKey, params: &PacerParams) -> Result<PaceDecision, GateError> {
+        let mut args = self.base_args(params);
+        args.push(Value::Integer(ms(params.lease_ttl)));
+        let reply = self.conn.run(&self.conn.scripts().pacer_acquire, &pacer_keys(key)?, &args, key).await?;
+        let items = items(key, "acquire", reply)?;
+        if items.first().and_then(Value::as_i64) == Some(1) {
+            let lease = Lease { id: count(key, items.get(1))?, generation: count(key, items.get(2))? };
+            return Ok(PaceDecision::Granted(PaceLease { key: key.clone(), lease }));
+        }
+        let inflight = u32::try_from(count(key, items.get(2))?).unwrap_or(u32::MAX);
+        Ok(PaceDecision::Paced(Paced { limit: limit_of(key, items.get(1))?, inflight }))
+    }
+
+    async fn release(&self, lease: &PaceLease, effect: AimdEffect, params: &PacerParams) -> Result<f64, GateError> {
+        let key = &lease.key;
+        let mut args = self.base_args(params);
+        let effect = match effect {
+            AimdEffect::Increase => "increase",
+            AimdEffect::Decrease => "decrease",
+            AimdEffect::Nothing => "nothing",
+        };
+        args.extend([
+            Value::String(lease.lease.id.to_string().into()),
+            Value::String(lease.lease.generation.to_string().into()),
+            Value::String(effect.into()),
+            Value::String(format!("{:?}", params.ceiling).into()),
+        ]);
+        let reply = self.conn.run(&self.conn.scripts().pacer_release, &pacer_keys(key)?, &args, key).await?;
+        limit_of(key, Some(&reply))
+    }
+
+    async fn read(&self, key: &GateKey, params: &PacerParams) -> Result<Paced, GateError> {
+        let reply = self.conn.run(&self.conn.scripts().pacer_read, &pacer_keys(key)?, &self.base_args(params), key).await?;
+        let items = items(key, "read", reply)?;
+        let inflight = u32::try_from(count(key, items.get(1))?).unwrap_or(u32::MAX);
+        Ok(Paced { limit: limit_of(key, items.first())?, inflight })
+    }
+}

@@ -259,6 +259,14 @@ impl Request {
     }
 }
 
+/// The object a `json!({…})` literal built, without copying it.
+fn into_object(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
+}
+
 fn type_name(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
@@ -337,7 +345,7 @@ impl Response {
         if let Some(u) = usage {
             body["usage"] = json!({"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens, "total_tokens": u.total()});
         }
-        Response::new(Kind::Chat, body.as_object().cloned().unwrap_or_default())
+        Response::new(Kind::Chat, into_object(body))
     }
 
     /// An embeddings answer of these vectors (for simulated and scripted upstreams).
@@ -348,7 +356,7 @@ impl Response {
         if let Some(u) = usage {
             body["usage"] = json!({"prompt_tokens": u.prompt_tokens, "total_tokens": u.total()});
         }
-        Response::new(Kind::Embeddings, body.as_object().cloned().unwrap_or_default())
+        Response::new(Kind::Embeddings, into_object(body))
     }
 
     /// The same answer, with the provider's request id (its `x-request-id` header).

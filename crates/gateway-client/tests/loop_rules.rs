@@ -172,6 +172,61 @@ async fn a_waiting_call_ends_within_the_stall_bound_plus_one_poll() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn calls_waiting_for_a_slot_are_served_first_come_first_served() {
+    // One slot, one-second attempts: the first call holds it while six more queue at staggered
+    // times, the last of them arriving just as a slot frees. Each must end in the order it
+    // started; polling (each waiter racing for the freed slot) served them in jittered order.
+    let narrow = json!({"max_concurrency": 1, "timeout_s": 30});
+    let h = Harness::new(sources(1, json!({"sources": {"s1": narrow}})), Preset::Default);
+    h.upstream.plan("s1", |_| (Step::Ok, Duration::from_secs(1)));
+    let ended = std::sync::Mutex::new(Vec::new());
+    let starts_ms = [0u64, 100, 130, 160, 400, 700, 1000];
+    let calls = starts_ms.iter().enumerate().map(|(i, &start)| {
+        let (h, ended) = (&h, &ended);
+        async move {
+            tokio::time::sleep(Duration::from_millis(start)).await;
+            h.call().await.unwrap();
+            ended.lock().unwrap().push((i, h.now_s()));
+        }
+    });
+    futures_util::future::join_all(calls).await;
+    let ended = ended.into_inner().unwrap();
+    let order: Vec<usize> = ended.iter().map(|(i, _)| *i).collect();
+    assert_eq!(order, [0, 1, 2, 3, 4, 5, 6], "served in the order they started: {ended:?}");
+    // Each takes the slot as the one before frees it: no slot sits idle while a call waits.
+    for (k, (_, t)) in ended.iter().enumerate() {
+        assert!((*t - (k as f64 + 1.0)).abs() < 0.01, "call {k} ended at {t} s: {ended:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_call_may_not_take_a_slot_freed_elsewhere_while_calls_wait_for_it() {
+    // Another process holds the only permit; three calls queue for it. It is returned (no local
+    // release wakes anyone: the waiters will see it at their next poll), and a fourth call
+    // arrives that very moment. It queues behind the three instead of taking the slot.
+    let narrow = json!({"max_concurrency": 1, "timeout_s": 30});
+    let h = Harness::new(sources(1, json!({"sources": {"s1": narrow}})), Preset::Default);
+    h.upstream.plan("s1", |_| (Step::Ok, Duration::from_secs(1)));
+    let limits = h.policy.sources[0].quota;
+    let QuotaDecision::Granted(elsewhere) = h.quota.acquire(&h.key("s1"), &limits, 0).await.unwrap() else { panic!() };
+    let ended = std::sync::Mutex::new(Vec::new());
+    let calls = [100u64, 200, 300, 1000].into_iter().enumerate().map(|(i, start)| {
+        let (h, ended) = (&h, &ended);
+        async move {
+            tokio::time::sleep(Duration::from_millis(start)).await;
+            h.call().await.unwrap();
+            ended.lock().unwrap().push(i);
+        }
+    });
+    let returned = async {
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        h.quota.release(&elsewhere).await.unwrap();
+    };
+    tokio::join!(futures_util::future::join_all(calls), returned);
+    assert_eq!(ended.into_inner().unwrap(), [0, 1, 2, 3], "the late call waited its turn");
+}
+
+#[tokio::test(start_paused = true)]
 async fn embeddings_run_through_the_same_loop() {
     let h = Harness::new(sources(2, json!({})), Preset::Default);
     h.upstream.script("s1", vec![Step::Fail(Transient)]);

@@ -1,4 +1,4 @@
-//! The eight invariants of SPEC §12, checked from a run's telemetry. A violation names the
+//! The nine invariants of SPEC §12, checked from a run's telemetry. A violation names the
 //! offending call or gate.
 
 use crate::run::RunResult;
@@ -11,7 +11,7 @@ use std::time::Duration;
 /// One invariant's verdict.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Verdict {
-    /// Which (1–8).
+    /// Which (1–9).
     pub number: u8,
     /// What it says.
     pub name: &'static str,
@@ -25,7 +25,7 @@ fn verdict(number: u8, name: &'static str, violation: Option<String>) -> Verdict
     Verdict { number, name, held: violation.is_none(), violation }
 }
 
-/// All eight, in order.
+/// All nine, in order.
 pub fn check(run: &RunResult) -> Vec<Verdict> {
     let p = &run.policy;
     vec![
@@ -69,6 +69,16 @@ pub fn check(run: &RunResult) -> Vec<Verdict> {
                 .map(|c| format!("call {} waited {:?} (bound {:?})", c.call_id, c.waited, bound))
         }),
         verdict(8, "every gate transition is legal and epochs only grow", legal_transitions(run)),
+        verdict(9, "no call waits past stall_window + one poll", {
+            // Waiting served first come, first served (SPEC §6): a call's own time not attempting
+            // (waiting for a slot, backing off) stays within the stall bound even while others
+            // make progress.
+            let bound = p.stall_window + p.poll_interval;
+            run.call_events
+                .iter()
+                .find(|c| c.waited > bound)
+                .map(|c| format!("call {} waited {:?} (bound {:?})", c.call_id, c.waited, bound))
+        }),
     ]
 }
 

@@ -1,8 +1,9 @@
-//! `gateway-sim`: the soak. Scenarios as data ([`scenario`]), simulated providers in virtual time
-//! ([`upstream`]) or over loopback HTTP ([`serve`]), one run of the workload through a `GatewayClient` ([`run`]), the eight
-//! invariants of SPEC §12 ([`invariants`]) and the report ([`report`]). `cargo xtask soak` drives
-//! it.
+//! `gateway-sim`: the soak. Scenarios as data ([`scenario`]) with the pool's capacity computed
+//! from them, simulated providers in virtual time ([`upstream`]) or over loopback HTTP
+//! ([`serve`]), one run of the workload through a `GatewayClient` ([`run`]), the nine invariants
+//! of SPEC §12 ([`invariants`]) and the report ([`report`]). `cargo xtask soak` drives it.
 
+mod capacity;
 pub mod invariants;
 pub mod report;
 pub mod run;

@@ -1,5 +1,6 @@
-//! The soak report: a summary per run (success against the ceiling, attempts, sources, 429s,
-//! time to isolate each bad source, call-time percentiles, results, the invariants), as JSON
+//! The soak report: a summary per run (success against the ceiling, throughput against the
+//! pool's capacity, attempts, sources, 429s, time to isolate each bad source, call-time and
+//! wait percentiles, results, the invariants), as JSON
 //! and Markdown, and an SVG chart of success rate and attempts per source over scenario time
 //! drawn with `plotters`. Everything in the JSON is a function of the seed: two runs of the same
 //! seed give byte-identical files.
@@ -29,6 +30,13 @@ pub struct Summary {
     pub success_rate: f64,
     /// The scenario's ceiling (none against real endpoints: nobody knows it).
     pub ceiling: Option<f64>,
+    /// Calls ended per second of scenario time.
+    pub throughput_calls_per_s: f64,
+    /// The pool's capacity in calls per second, computed from the scenario (none against real
+    /// endpoints).
+    pub capacity_calls_per_s: Option<f64>,
+    /// The time the run's calls need at that capacity, seconds.
+    pub capacity_time_s: Option<f64>,
     /// Attempts per call.
     pub attempts_per_call: f64,
     /// Attempts by source.
@@ -45,6 +53,13 @@ pub struct Summary {
     pub call_time_p95_s: f64,
     /// 99th percentile.
     pub call_time_p99_s: f64,
+    /// Percentiles of the time a call spent not attempting (waiting for a slot, backing off),
+    /// seconds.
+    pub wait_p50_s: f64,
+    /// 95th percentile.
+    pub wait_p95_s: f64,
+    /// 99th percentile.
+    pub wait_p99_s: f64,
     /// Calls by how they ended.
     pub results: BTreeMap<String, u32>,
     /// Virtual time the run took, seconds.
@@ -57,7 +72,7 @@ pub struct Summary {
     pub isolation: String,
     /// Per tenant (scenarios with tenants).
     pub tenants: BTreeMap<String, TenantFigures>,
-    /// The eight invariants.
+    /// The nine invariants.
     pub invariants: Vec<Verdict>,
 }
 
@@ -93,8 +108,9 @@ fn result_name(result: CallResult) -> String {
 }
 
 impl Summary {
-    /// The figures of `run`.
-    pub fn of(run: &RunResult, policy: &str, seed: u64, ceiling: Option<f64>, invariants: Vec<Verdict>) -> Summary {
+    /// The figures of `run`; `bounds` are the scenario's ceiling and capacity (none against real
+    /// endpoints).
+    pub fn of(run: &RunResult, policy: &str, seed: u64, bounds: Option<Bounds>, invariants: Vec<Verdict>) -> Summary {
         let succeeded = run.call_events.iter().filter(|c| c.result == CallResult::Ok).count() as u32;
         let mut attempts_by_source: BTreeMap<String, u32> = run.policy.sources.iter().map(|s| (s.name.clone(), 0)).collect();
         for a in &run.attempt_events {
@@ -109,8 +125,14 @@ impl Summary {
                     .or_insert_with(|| round(g.at.saturating_since(run.start).as_secs_f64(), 3));
             }
         }
-        let mut times: Vec<f64> = run.call_events.iter().map(|c| c.elapsed.as_secs_f64()).collect();
-        times.sort_by(f64::total_cmp);
+        let sorted = |of: fn(&gateway_core::telemetry::CallEvent) -> std::time::Duration| {
+            let mut times: Vec<f64> = run.call_events.iter().map(|c| of(c).as_secs_f64()).collect();
+            times.sort_by(f64::total_cmp);
+            times
+        };
+        let times = sorted(|c| c.elapsed);
+        let waits = sorted(|c| c.waited);
+        let duration_s = run.duration.as_secs_f64();
         let mut results = BTreeMap::new();
         for c in &run.call_events {
             *results.entry(result_name(c.result)).or_insert(0) += 1;
@@ -137,7 +159,12 @@ impl Summary {
             calls: run.calls,
             succeeded,
             success_rate: round(f64::from(succeeded) / f64::from(run.calls.max(1)), 6),
-            ceiling: ceiling.map(|c| round(c, 6)),
+            ceiling: bounds.map(|b| round(b.ceiling, 6)),
+            throughput_calls_per_s: round(f64::from(run.calls) / duration_s.max(f64::MIN_POSITIVE), 4),
+            capacity_calls_per_s: bounds.map(|b| round(b.capacity_calls_per_s, 4)),
+            capacity_time_s: bounds
+                .filter(|b| b.capacity_calls_per_s > 0.0)
+                .map(|b| round(f64::from(run.calls) / b.capacity_calls_per_s, 3)),
             attempts_per_call: round(run.attempt_events.len() as f64 / f64::from(run.calls.max(1)), 4),
             attempt_share_by_source: attempts_by_source.iter().map(|(s, n)| (s.clone(), round(f64::from(*n) / total, 4))).collect(),
             attempts_by_source,
@@ -146,8 +173,11 @@ impl Summary {
             call_time_p50_s: round(percentile(&times, 0.50), 3),
             call_time_p95_s: round(percentile(&times, 0.95), 3),
             call_time_p99_s: round(percentile(&times, 0.99), 3),
+            wait_p50_s: round(percentile(&waits, 0.50), 3),
+            wait_p95_s: round(percentile(&waits, 0.95), 3),
+            wait_p99_s: round(percentile(&waits, 0.99), 3),
             results,
-            scenario_time_s: round(run.duration.as_secs_f64(), 3),
+            scenario_time_s: round(duration_s, 3),
             circuit_open_errors: run.circuit_open.len() as u32,
             circuit_open_with_remaining_cooldown: run.circuit_open.iter().filter(|(_, given, left)| given == left).count() as u32,
             isolation: run.policy.isolation.as_str().to_owned(),
@@ -159,6 +189,37 @@ impl Summary {
     /// Whether every invariant held.
     pub fn invariants_hold(&self) -> bool {
         self.invariants.iter().all(|v| v.held)
+    }
+
+    /// `6.71 (19.9 min)`, or `n/a`.
+    pub fn capacity(&self) -> String {
+        match (self.capacity_calls_per_s, self.capacity_time_s) {
+            (Some(c), Some(t)) => format!("{c:.2} ({:.1} min)", t / 60.0),
+            (Some(c), None) => format!("{c:.2}"),
+            _ => "n/a".to_owned(),
+        }
+    }
+
+    /// `9/9`, or `VIOLATED`.
+    pub fn invariants_verdict(&self) -> String {
+        if self.invariants_hold() { format!("{n}/{n}", n = self.invariants.len()) } else { "VIOLATED".to_owned() }
+    }
+}
+
+/// What the scenario allows at best: the ceiling of success and the pool's capacity.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Bounds {
+    /// The best success rate ([`crate::scenario::Scenario::ceiling`]).
+    pub ceiling: f64,
+    /// The most calls a second ([`crate::scenario::Scenario::capacity`]).
+    pub capacity_calls_per_s: f64,
+}
+
+impl Bounds {
+    /// The bounds of `scenario` (as run: scaled for a real-time run); `streamed` as for its
+    /// ceiling.
+    pub fn of(scenario: &crate::scenario::Scenario, streamed: bool) -> Bounds {
+        Bounds { ceiling: scenario.ceiling(streamed), capacity_calls_per_s: scenario.capacity(streamed) }
     }
 }
 
@@ -183,22 +244,28 @@ impl Report {
     /// only on the seed).
     pub fn markdown(&self, wall_s: f64) -> String {
         let mut md = format!("# Soak report: {}\n\n{}\n\nWall time: {wall_s:.1} s.\n\n", self.scenario, self.description);
-        md += "| policy | isolation | seed | success | ceiling | attempts/call | 429s | p50 s | p95 s | p99 s | invariants |\n";
-        md += "|---|---|---|---|---|---|---|---|---|---|---|\n";
+        md += "| policy | isolation | seed | success | ceiling | minutes | calls/s | capacity calls/s (minutes) | attempts/call | 429s | p50 s | p95 s | p99 s | wait p50/p95/p99 s | invariants |\n";
+        md += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
         for r in &self.runs {
             md += &format!(
-                "| {} | {} | {} | {:.2} % | {} | {:.3} | {} | {:.1} | {:.1} | {:.1} | {} |\n",
+                "| {} | {} | {} | {:.2} % | {} | {:.1} | {:.2} | {} | {:.3} | {} | {:.1} | {:.1} | {:.1} | {:.1} / {:.1} / {:.1} | {} |\n",
                 r.policy,
                 r.isolation,
                 r.seed,
                 r.success_rate * 100.0,
                 percent_or_na(r.ceiling),
+                r.scenario_time_s / 60.0,
+                r.throughput_calls_per_s,
+                r.capacity(),
                 r.attempts_per_call,
                 r.rate_limited,
                 r.call_time_p50_s,
                 r.call_time_p95_s,
                 r.call_time_p99_s,
-                if r.invariants_hold() { "8/8 hold".to_owned() } else { "VIOLATED".to_owned() }
+                r.wait_p50_s,
+                r.wait_p95_s,
+                r.wait_p99_s,
+                r.invariants_verdict()
             );
         }
         for r in &self.runs {

@@ -8,7 +8,7 @@
 use gateway_client::Preset;
 use gateway_core::policy::WaitMode;
 use gateway_sim::invariants;
-use gateway_sim::report::Summary;
+use gateway_sim::report::{Bounds, Summary};
 use gateway_sim::run::{Backend, RunConfig, Transport, WorkerSpec, run, run_processes, run_upstreams, upstreams_scope};
 use gateway_sim::scenario::Scenario;
 use gateway_sim::serve::ProviderServer;
@@ -30,7 +30,7 @@ fn soak(scenario: &str, preset: Preset, calls: u32, seed: u64, circuit_open: Opt
         stream: false,
     };
     let result = run(&scenario, &config, Arc::new(|_| {})).unwrap();
-    Summary::of(&result, "test", seed, Some(scenario.ceiling(false)), invariants::check(&result))
+    Summary::of(&result, "test", seed, Some(Bounds::of(&scenario, false)), invariants::check(&result))
 }
 
 #[test]
@@ -49,7 +49,7 @@ fn p6_streamed_holds_every_invariant_and_an_answer_that_fails_its_structure_fail
         stream: true,
     };
     let result = run(&scenario, &config, Arc::new(|_| {})).unwrap();
-    let summary = Summary::of(&result, "stream", 1, Some(scenario.ceiling(true)), invariants::check(&result));
+    let summary = Summary::of(&result, "stream", 1, Some(Bounds::of(&scenario, true)), invariants::check(&result));
     assert!(summary.invariants_hold(), "{:?}", summary.invariants);
     // A streamed answer cannot be re-asked: its structure is checked when it ends.
     assert!(summary.results.get("stream_broken").is_some_and(|n| *n > 0), "{:?}", summary.results);
@@ -81,7 +81,7 @@ fn tenants(isolation: gateway_core::policy::Isolation) -> Summary {
         stream: false,
     };
     let result = run(&scenario, &config, Arc::new(|_| {})).unwrap();
-    Summary::of(&result, "default", 1, Some(scenario.ceiling(false)), invariants::check(&result))
+    Summary::of(&result, "default", 1, Some(Bounds::of(&scenario, false)), invariants::check(&result))
 }
 
 #[test]
@@ -97,6 +97,41 @@ fn tenants_per_tenant_keeps_gold_whole_and_shared_makes_it_pay_for_bronze() {
     assert!(shared.invariants_hold(), "{:?}", shared.invariants);
     assert!(shared.tenants["gold"].gate_opens["s1"] > 0, "bronze's timeouts open the shared s1");
     assert!(shared.tenants["gold"].success_rate < gold.success_rate, "{} vs {}", shared.tenants["gold"].success_rate, gold.success_rate);
+}
+
+#[test]
+fn the_report_reads_throughput_against_capacity_and_waits_apart_from_call_time() {
+    let scenario = Scenario::load("p6").unwrap();
+    let config = RunConfig {
+        backend: Backend::Memory,
+        transport: Transport::Sim,
+        time_scale: None,
+        seed: 2,
+        preset: Preset::Default,
+        calls: Some(400),
+        workers: None,
+        circuit_open: None,
+        isolation: None,
+        stream: false,
+    };
+    let mut result = run(&scenario, &config, Arc::new(|_| {})).unwrap();
+    let summary = Summary::of(&result, "default", 2, Some(Bounds::of(&scenario, false)), invariants::check(&result));
+    assert_eq!(summary.invariants.len(), 9);
+    assert!(summary.invariants_hold(), "{:?}", summary.invariants);
+    assert!((summary.throughput_calls_per_s - 400.0 / summary.scenario_time_s).abs() < 1e-3, "{summary:?}");
+    let capacity = summary.capacity_calls_per_s.unwrap();
+    assert!((capacity - scenario.capacity(false)).abs() < 1e-4);
+    assert!((summary.capacity_time_s.unwrap() - 400.0 / capacity).abs() < 1e-2);
+    assert!(summary.wait_p50_s <= summary.wait_p95_s && summary.wait_p95_s <= summary.wait_p99_s);
+    assert!(summary.wait_p99_s <= summary.call_time_p99_s, "a wait is part of its call: {summary:?}");
+    // Invariant 9 catches a call that waited past the stall bound, naming it.
+    let bound = result.policy.stall_window + result.policy.poll_interval;
+    let call = &mut result.call_events[7];
+    call.waited = bound + std::time::Duration::from_millis(1);
+    let id = call.call_id;
+    let nine = invariants::check(&result).into_iter().find(|v| v.number == 9).unwrap();
+    assert!(!nine.held);
+    assert!(nine.violation.unwrap().starts_with(&format!("call {id} waited")));
 }
 
 #[test]
@@ -158,7 +193,7 @@ fn real_time(backend: Backend, calls: u32) -> RunConfig {
 fn p6_over_loopback_http_through_the_http_adapter_holds_every_invariant() {
     let scenario = Scenario::load("p6").unwrap();
     let result = run(&scenario, &real_time(Backend::Memory, 400), Arc::new(|_| {})).unwrap();
-    let summary = Summary::of(&result, "http", 3, Some(scenario.ceiling(false)), invariants::check(&result));
+    let summary = Summary::of(&result, "http", 3, Some(Bounds::of(&scenario.scaled(0.02), false)), invariants::check(&result));
     assert!(summary.invariants_hold(), "{:?}", summary.invariants);
     assert!(summary.success_rate >= 0.95, "{}", summary.success_rate);
     // Every kind of reply crossed the wire and was classified by the adapter.
@@ -204,7 +239,7 @@ fn two_processes_share_the_redis_gates_and_one_provider_server() {
     let counter = seen.clone();
     let progress = Arc::new(move |n| counter.store(n, std::sync::atomic::Ordering::Relaxed));
     let result = run_processes("p6", &scenario, &real_time(Backend::Redis(url), 400), 2, &launch, progress).unwrap();
-    let summary = Summary::of(&result, "processes", 3, Some(scenario.ceiling(false)), invariants::check(&result));
+    let summary = Summary::of(&result, "processes", 3, Some(Bounds::of(&scenario.scaled(0.02), false)), invariants::check(&result));
     assert!(summary.invariants_hold(), "{:?}", summary.invariants);
     assert!(summary.success_rate >= 0.95, "{}", summary.success_rate);
     assert_eq!(seen.load(std::sync::atomic::Ordering::Relaxed), 400, "progress from both processes adds up");

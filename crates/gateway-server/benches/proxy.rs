@@ -11,6 +11,8 @@
 // A benchmark measures wall-clock time.
 #![allow(clippy::disallowed_methods)]
 
+mod support;
+
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,25 +23,7 @@ async fn mock_provider() -> String {
         let answer = answer.clone();
         async move { ([("content-type", "application/json")], answer) }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let root = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    root
-}
-
-async fn proxy(provider: &str) -> String {
-    let path = std::env::temp_dir().join(format!("gateway-bench-{}.toml", std::process::id()));
-    let config = format!(
-        "[chat.breaker]\nfail_threshold = 5\ncooldown_s = 60\n[chat.sources.mock]\nbase_url = \"{provider}/v1\"\nmodel = \"m\"\ntimeout_s = 30\n"
-    );
-    std::fs::write(&path, config).unwrap();
-    let (server, scopes) = gateway_server::config::load(&path).unwrap();
-    let _ = std::fs::remove_file(&path);
-    let state = gateway_server::build(server, scopes).await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let root = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(gateway_server::serve(listener, state, std::future::pending()));
-    root
+    support::serve(app).await
 }
 
 struct Figures {
@@ -106,7 +90,7 @@ fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
         let provider = mock_provider().await;
-        let gateway = proxy(&provider).await;
+        let gateway = support::proxy(&provider, "").await;
         println!("| clients | load | path | requests/s | median ms | p99 ms |");
         println!("|---|---|---|---|---|---|");
         let paced = Duration::from_millis(25);

@@ -9,6 +9,8 @@
 // A benchmark measures wall-clock time.
 #![allow(clippy::disallowed_methods)]
 
+mod support;
+
 use axum::body::Body;
 use serde_json::json;
 use std::sync::{Arc, Mutex};
@@ -48,25 +50,7 @@ async fn mock_provider(sent: Sent) -> String {
             axum::http::Response::builder().header("content-type", "text/event-stream").body(Body::from_stream(body)).unwrap()
         }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let root = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    root
-}
-
-async fn proxy(provider: &str) -> String {
-    let path = std::env::temp_dir().join(format!("gateway-stream-bench-{}.toml", std::process::id()));
-    let config = format!(
-        "[chat.breaker]\nfail_threshold = 5\ncooldown_s = 60\n[chat.sources.mock]\nbase_url = \"{provider}/v1\"\nmodel = \"m\"\ntimeout_s = 30\nwatchdog_s = 1\n"
-    );
-    std::fs::write(&path, config).unwrap();
-    let (server, scopes) = gateway_server::config::load(&path).unwrap();
-    let _ = std::fs::remove_file(&path);
-    let state = gateway_server::build(server, scopes).await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let root = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(gateway_server::serve(listener, state, std::future::pending()));
-    root
+    support::serve(app).await
 }
 
 /// One streamed call through `url`: when each content chunk arrived.
@@ -97,7 +81,7 @@ fn main() {
     runtime.block_on(async {
         let sent: Sent = Arc::default();
         let provider = mock_provider(sent.clone()).await;
-        let gateway = proxy(&provider).await;
+        let gateway = support::proxy(&provider, "watchdog_s = 1\n").await;
         let http = reqwest::Client::new();
         let (mut first, mut last) = (Vec::new(), Vec::new());
         for _ in 0..runs {

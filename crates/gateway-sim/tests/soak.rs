@@ -15,20 +15,25 @@ use gateway_sim::serve::ProviderServer;
 use gateway_sim::upstream::Providers;
 use std::sync::Arc;
 
-fn soak(scenario: &str, preset: Preset, calls: u32, seed: u64, circuit_open: Option<WaitMode>) -> Summary {
-    let scenario = Scenario::load(scenario).unwrap();
-    let config = RunConfig {
+/// A virtual-time run on the memory gates and simulated providers (the embedded default).
+fn virtual_time(seed: u64, calls: u32) -> RunConfig {
+    RunConfig {
         backend: Backend::Memory,
         transport: Transport::Sim,
         time_scale: None,
         seed,
-        preset,
+        preset: Preset::Default,
         calls: Some(calls),
         workers: None,
-        circuit_open,
+        circuit_open: None,
         isolation: None,
         stream: false,
-    };
+    }
+}
+
+fn soak(scenario: &str, preset: Preset, calls: u32, seed: u64, circuit_open: Option<WaitMode>) -> Summary {
+    let scenario = Scenario::load(scenario).unwrap();
+    let config = RunConfig { preset, circuit_open, ..virtual_time(seed, calls) };
     let result = run(&scenario, &config, Arc::new(|_| {})).unwrap();
     Summary::of(&result, "test", seed, Some(Bounds::of(&scenario, false)), invariants::check(&result))
 }
@@ -36,18 +41,7 @@ fn soak(scenario: &str, preset: Preset, calls: u32, seed: u64, circuit_open: Opt
 #[test]
 fn p6_streamed_holds_every_invariant_and_an_answer_that_fails_its_structure_fails_its_call() {
     let scenario = Scenario::load("p6").unwrap();
-    let config = RunConfig {
-        backend: Backend::Memory,
-        transport: Transport::Sim,
-        time_scale: None,
-        seed: 1,
-        preset: Preset::Default,
-        calls: Some(600),
-        workers: None,
-        circuit_open: None,
-        isolation: None,
-        stream: true,
-    };
+    let config = RunConfig { stream: true, ..virtual_time(1, 600) };
     let result = run(&scenario, &config, Arc::new(|_| {})).unwrap();
     let summary = Summary::of(&result, "stream", 1, Some(Bounds::of(&scenario, true)), invariants::check(&result));
     assert!(summary.invariants_hold(), "{:?}", summary.invariants);
@@ -68,18 +62,7 @@ fn p6_default_holds_every_invariant_near_the_ceiling_and_the_baseline_falls_far_
 
 fn tenants(isolation: gateway_core::policy::Isolation) -> Summary {
     let scenario = Scenario::load("tenants").unwrap();
-    let config = RunConfig {
-        backend: Backend::Memory,
-        transport: Transport::Sim,
-        time_scale: None,
-        seed: 1,
-        preset: Preset::Default,
-        calls: Some(2000),
-        workers: None,
-        circuit_open: None,
-        isolation: Some(isolation),
-        stream: false,
-    };
+    let config = RunConfig { isolation: Some(isolation), ..virtual_time(1, 2000) };
     let result = run(&scenario, &config, Arc::new(|_| {})).unwrap();
     Summary::of(&result, "default", 1, Some(Bounds::of(&scenario, false)), invariants::check(&result))
 }
@@ -102,18 +85,7 @@ fn tenants_per_tenant_keeps_gold_whole_and_shared_makes_it_pay_for_bronze() {
 #[test]
 fn the_report_reads_throughput_against_capacity_and_waits_apart_from_call_time() {
     let scenario = Scenario::load("p6").unwrap();
-    let config = RunConfig {
-        backend: Backend::Memory,
-        transport: Transport::Sim,
-        time_scale: None,
-        seed: 2,
-        preset: Preset::Default,
-        calls: Some(400),
-        workers: None,
-        circuit_open: None,
-        isolation: None,
-        stream: false,
-    };
+    let config = virtual_time(2, 400);
     let mut result = run(&scenario, &config, Arc::new(|_| {})).unwrap();
     let summary = Summary::of(&result, "default", 2, Some(Bounds::of(&scenario, false)), invariants::check(&result));
     assert_eq!(summary.invariants.len(), 9);
@@ -154,18 +126,7 @@ fn single_relay_fail_fast_reports_the_remaining_cooldown_on_every_circuit_open()
 #[test]
 fn the_redis_backend_needs_real_time() {
     let scenario = Scenario::load("p6").unwrap();
-    let config = RunConfig {
-        backend: Backend::Redis("redis://127.0.0.1:6379".into()),
-        transport: Transport::Sim,
-        time_scale: None,
-        seed: 1,
-        preset: Preset::Default,
-        calls: Some(10),
-        workers: None,
-        circuit_open: None,
-        isolation: None,
-        stream: false,
-    };
+    let config = RunConfig { backend: Backend::Redis("redis://127.0.0.1:6379".into()), ..virtual_time(1, 10) };
     let error = run(&scenario, &config, Arc::new(|_| {})).err().unwrap();
     assert!(error.contains("runs in real time"), "{error}");
     let bad_scale = RunConfig { time_scale: Some(0.0), backend: Backend::Memory, ..config.clone() };
@@ -175,18 +136,7 @@ fn the_redis_backend_needs_real_time() {
 }
 
 fn real_time(backend: Backend, calls: u32) -> RunConfig {
-    RunConfig {
-        backend,
-        transport: Transport::Http,
-        time_scale: Some(0.02),
-        seed: 3,
-        preset: Preset::Default,
-        calls: Some(calls),
-        workers: None,
-        circuit_open: None,
-        isolation: None,
-        stream: false,
-    }
+    RunConfig { backend, transport: Transport::Http, time_scale: Some(0.02), ..virtual_time(3, calls) }
 }
 
 #[test]

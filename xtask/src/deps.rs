@@ -1,5 +1,6 @@
 //! `cargo xtask deps`: the dependency-direction rules of STYLE.md rule 5, checked on the real
-//! resolved graph (`cargo tree -e normal`), not on what the manifests say.
+//! resolved graph (`cargo tree -e normal`), not on what the manifests say. The test suite runs
+//! the same check (this module's test), so CI needs no separate step.
 
 use std::process::Command;
 
@@ -13,6 +14,12 @@ pub fn run(args: &[String]) -> Result<(), String> {
     if let Some(extra) = args.first() {
         return Err(format!("deps takes no arguments, got {extra:?}"));
     }
+    println!("{}", check()?);
+    Ok(())
+}
+
+/// Checks the rules on the workspace's resolved graph; what held, in a line.
+fn check() -> Result<String, String> {
     let core = tree(&["-p", "gateway-core", "-e", "normal"])?;
     let found: Vec<&str> = FORBIDDEN_IN_CORE.iter().copied().filter(|name| mentions(&core, name)).collect();
     if !found.is_empty() {
@@ -28,8 +35,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     if !offenders.is_empty() {
         return Err(format!("fred is reachable from {} (only {} may use it)", offenders.join(", "), FRED_OWNERS.join(", ")));
     }
-    println!("deps: gateway-core is free of {}; fred stays under {}", FORBIDDEN_IN_CORE.join("/"), FRED_OWNERS.join(", "));
-    Ok(())
+    Ok(format!("deps: gateway-core is free of {}; fred stays under {}", FORBIDDEN_IN_CORE.join("/"), FRED_OWNERS.join(", ")))
 }
 
 fn tree(args: &[&str]) -> Result<String, String> {
@@ -48,7 +54,14 @@ fn mentions(listing: &str, name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::mentions;
+    use super::{check, mentions};
+
+    #[test]
+    fn the_workspace_keeps_its_dependency_direction() {
+        if let Err(e) = check() {
+            panic!("{e}");
+        }
+    }
 
     #[test]
     fn matches_whole_package_names_only() {

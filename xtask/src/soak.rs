@@ -265,7 +265,7 @@ fn run_one(
     // A real-time run's figures are in scaled time: so is the capacity it is read against.
     let mut as_run = o.time_scale.map_or_else(|| scenario.clone(), |s| scenario.scaled(s));
     as_run.workers = o.workers.unwrap_or(as_run.workers);
-    let bounds = Bounds::of(&as_run, config.stream);
+    let bounds = Bounds::of(&as_run);
     let (result, bounds) = match real {
         Some(scope) => (run_upstreams(scenario, scope.clone(), &config, progress)?, None),
         None if o.processes > 1 => (run_processes(&o.scenario, scenario, &config, o.processes, &launch_worker, progress)?, Some(bounds)),

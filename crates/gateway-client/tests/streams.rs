@@ -1,7 +1,8 @@
 //! `GatewayClient::stream` on tokio's paused clock: before the commit point a failure is
 //! retried unseen (an error status, a stream that breaks before content, one that ends empty);
 //! after it, chunks come as the source sends them and a break ends the stream with a
-//! `StreamError`, recorded on the gate; the slot is held until the stream ends or is dropped;
+//! `StreamError`, recorded on the gate; a structure failure before the commit point is
+//! re-asked unseen; the slot is held until the stream ends or is dropped;
 //! an upstream that cannot stream is replayed.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -32,6 +33,8 @@ enum Event {
     Hold(Duration),
     Empty,
     Break(&'static str),
+    /// The adapter's verdict on a stream that must be JSON and opens with prose.
+    Invalid,
 }
 
 /// One attempt's plan: the events of its stream, or the class it ends with before any.
@@ -76,6 +79,7 @@ impl ChunkSource for Chunks {
                 Some(Ok(json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}).as_object().cloned().unwrap()))
             }
             Event::Break(detail) => Some(Err(Outcome::new(OutcomeClass::Transient, detail))),
+            Event::Invalid => Some(Err(Outcome::new(OutcomeClass::ResultInvalid, "not_json"))),
         }
     }
 }
@@ -165,6 +169,26 @@ async fn failures_before_the_commit_point_are_retried_unseen() {
             (OutcomeClass::Success, "http_200".into()),
         ]
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_structure_failure_before_the_commit_point_is_reasked_unseen_without_spending_the_budget() {
+    // The upstream adapters end a stream that must be JSON and opens with prose `ResultInvalid`
+    // in place of its first content chunk: the call loop re-asks it like a whole answer.
+    let upstream = Arc::new(Scripted::default());
+    upstream
+        .plan("s1", vec![Ok(vec![Event::Empty, Event::Invalid]), Ok(vec![Event::Text("{\"a\":", Duration::ZERO), Event::Finish(" 1}")])]);
+    let s = setup(1, upstream, json!({"max_retries": 0}));
+    let mut stream = s.client.stream("chat", &ask().json_object()).await.unwrap();
+    assert_eq!(stream.attempts(), 2, "re-asked, though the retry budget is 0");
+    let mut seen = String::new();
+    while let Some(chunk) = stream.next().await {
+        seen += text(&chunk.unwrap());
+    }
+    assert_eq!(seen, "{\"a\": 1}", "the caller sees only the second answer");
+    let outcomes: Vec<_> = s.telemetry.attempts().iter().map(|a| (a.class, a.detail.clone())).collect();
+    assert_eq!(outcomes, [(OutcomeClass::ResultInvalid, "not_json".into()), (OutcomeClass::Success, "http_200".into())]);
+    assert_eq!(s.telemetry.calls()[0].result, CallResult::Ok);
 }
 
 #[tokio::test(start_paused = true)]

@@ -22,6 +22,17 @@ pub fn commits(chunk: &Chunk) -> bool {
         .is_some_and(|choices| choices.iter().any(|c| c.get("delta").and_then(Value::as_object).is_some_and(message_is_usable)))
 }
 
+/// Whether a text answer, from as much of it as has come, can no longer be JSON: past
+/// whitespace it begins with a character that neither starts a JSON value nor a Markdown fence
+/// (which the structured check strips, as it trims any whitespace). A stream asked for JSON
+/// that opens with prose (`Sure! Here is the JSON: …`) is known to fail its structure at its
+/// commit point, before anything reaches the caller, so the upstream adapters end it there
+/// `ResultInvalid` and it is re-asked like a whole answer (SPEC §8, §13); one that opens like
+/// JSON is checked whole at its end.
+pub fn opens_unlike_json(text: &str) -> bool {
+    text.chars().find(|c| !c.is_whitespace()).is_some_and(|c| !matches!(c, '{' | '[' | '"' | '-' | '0'..='9' | 't' | 'f' | 'n' | '`'))
+}
+
 /// The `chat.completion` the chunks of one stream make. Per choice index: the deltas merged
 /// into one message — text that streams in pieces (`content`, `refusal`, `reasoning_content`,
 /// `reasoning`, and inside objects `arguments`, `data` and `transcript`, as in `audio` and a
@@ -311,5 +322,14 @@ mod tests {
         let with_logprobs = json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "logprobs": {"content": [{"token": "hi", "logprob": -0.1}]}, "finish_reason": "stop"}]});
         let whole = Response::new(Kind::Chat, chunk(with_logprobs));
         assert_eq!(assemble(&chunks_of(&whole)).choices()[0]["logprobs"], whole.choices()[0]["logprobs"], "logprobs replayed");
+    }
+
+    #[test]
+    fn a_text_that_opens_with_prose_cannot_be_json() {
+        assert!(opens_unlike_json("Sure! Here is the JSON: {"));
+        assert!(opens_unlike_json("  \n Here"), "whitespace first, then prose");
+        for opening in ["{\"a\"", " [1", "\"s\"", "-1", "7", "true", "false", "null", "\n\t{", "\u{a0}{", "```json\n{}", "", "  "] {
+            assert!(!opens_unlike_json(opening), "{opening:?} may still be JSON");
+        }
     }
 }

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::ports::{ChunkSource, Streamed};
 use gateway_core::request::{Attempt, Kind, Object, Outcome, ProviderError, Request, Response, Structured};
-use gateway_core::stream::{Chunk, assemble, commits};
+use gateway_core::stream::{Chunk, assemble, commits, opens_unlike_json};
 use gateway_core::time::WallClock;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -161,6 +161,7 @@ pub(crate) async fn open_checked(
             schemas: schemas.clone(),
             structured: structured.clone(),
             answers: BTreeMap::new(),
+            committed: false,
         })),
         (streamed, _) => streamed,
     }
@@ -358,8 +359,10 @@ impl ChunkSource for Sse {
     }
 }
 
-/// A stream whose text answers are checked against the request's structure when it ends: an
-/// answer that fails it ends the stream `ResultInvalid` instead of cleanly.
+/// A stream whose text answers are checked against the request's structure: one that must be
+/// JSON and opens unlike it ends the stream `ResultInvalid` at its commit point, before the
+/// caller sees it (so it is re-asked); any other is checked when the stream ends, and one that
+/// fails ends it `ResultInvalid` instead of cleanly.
 struct Checked {
     inner: Box<dyn ChunkSource>,
     schemas: Arc<Schemas>,
@@ -367,6 +370,8 @@ struct Checked {
     /// Per choice index, its text so far, or `None` once it carries a tool call or a refusal
     /// (not a text answer: not checked, as in a whole answer).
     answers: BTreeMap<u64, Option<String>>,
+    /// The commit point has passed.
+    committed: bool,
 }
 
 impl Checked {
@@ -392,6 +397,13 @@ impl ChunkSource for Checked {
         match self.inner.next_chunk().await {
             Some(Ok(chunk)) => {
                 self.note(&chunk);
+                if !self.committed && commits(&chunk) {
+                    self.committed = true;
+                    let json = matches!(self.structured, Structured::JsonSchema(_));
+                    if json && self.answers.values().flatten().any(|text| opens_unlike_json(text)) {
+                        return Some(Err(Outcome::new(OutcomeClass::ResultInvalid, "not_json")));
+                    }
+                }
                 Some(Ok(chunk))
             }
             None => {

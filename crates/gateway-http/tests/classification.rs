@@ -431,6 +431,37 @@ async fn a_streamed_answer_is_checked_against_its_structure_when_it_ends() {
 }
 
 #[tokio::test]
+async fn a_streamed_answer_that_must_be_json_and_opens_with_prose_ends_at_its_commit_point() {
+    let mock = Mock::start(|seen| {
+        let pieces: &[&str] =
+            if seen.body["messages"][0]["content"] == "prose" { &["  ", "Sure! Here is the JSON: {"] } else { &["  ", "{\"answer\": 1}"] };
+        let mut chunks: Vec<(Duration, String)> = pieces
+            .iter()
+            .map(|p| (Duration::ZERO, format!("data: {}\n\n", json!({"choices": [{"index": 0, "delta": {"content": p}}]}))))
+            .collect();
+        chunks.push((Duration::ZERO, "data: [DONE]\n\n".into()));
+        Reply::Sse { chunks }
+    })
+    .await;
+    let upstream = HttpUpstream::new(&[scope(&mock.url, json!({}))]).unwrap();
+    for (prompt, structured, content_reaches_the_caller) in [("prose", true, false), ("json", true, true), ("prose", false, true)] {
+        let mut request = Request::chat(vec![Message::user(prompt)]);
+        if structured {
+            request.structured = Some(Structured::JsonSchema(json!({"type": "object"})));
+        }
+        let Streamed::Chunks(mut chunks) = upstream.stream("s1", &request).await else { panic!("chunks") };
+        assert!(matches!(chunks.next_chunk().await, Some(Ok(_))), "whitespace does not commit");
+        let second = chunks.next_chunk().await.unwrap();
+        if content_reaches_the_caller {
+            assert!(second.is_ok(), "{prompt} structured={structured}");
+        } else {
+            let outcome = second.unwrap_err();
+            assert_eq!((outcome.class, outcome.detail.as_str()), (ResultInvalid, "not_json"), "ended in place of the commit chunk");
+        }
+    }
+}
+
+#[tokio::test]
 async fn one_event_over_the_cap_breaks_the_stream_but_a_long_stream_does_not() {
     let limits = HttpLimits { max_response_bytes: 1024, ..HttpLimits::default() };
     let big = chunk(&"x".repeat(2048));

@@ -12,8 +12,8 @@
 //! - an attempt lasts the provider's mean latency (lognormal: median · e^{σ²/2}; cut at the
 //!   source's watchdog; long prompts that time out last the source's timeout);
 //! - a call takes 1 / P(an attempt ends it) attempts: empty answers, 5xx, watchdog cuts and
-//!   timeouts are retried, and answers failing the structure are re-asked (not when streamed:
-//!   a streamed answer that reached the caller ends the call either way);
+//!   timeouts are retried, and answers failing the structure are re-asked (streamed ones too:
+//!   the simulated invalid answer opens with prose and fails before its commit point);
 //! - the group serves at the rate of its best provider (the others only add crumbs).
 //!
 //! The pool's capacity is the sum over groups, bounded by the closed-loop workload: `workers`
@@ -64,9 +64,9 @@ fn lognormal_cut(median: f64, sigma: f64, cut: Option<f64>) -> (f64, f64) {
 }
 
 impl Scenario {
-    /// The pool's capacity in calls per second (the module's estimate); `streamed` as for
-    /// [`Scenario::ceiling`]. 0 when nothing can answer.
-    pub fn capacity(&self, streamed: bool) -> f64 {
+    /// The pool's capacity in calls per second (the module's estimate); 0 when nothing can
+    /// answer.
+    pub fn capacity(&self) -> f64 {
         let Ok(scope) = self.scope() else { return 0.0 };
         let long_share: f64 = self.tenants.values().filter(|t| t.long_prompts).map(|t| t.share).sum();
         let think_s: f64 = self.tenants.values().map(|t| t.share * t.think_s).sum();
@@ -79,7 +79,7 @@ impl Scenario {
             let timeouts = long_share * provider.long_timeout_rate;
             let attempt_s = timeouts * source.timeout.as_secs_f64() + (1.0 - timeouts) * answer_s;
             let answered = (1.0 - timeouts) * (1.0 - cut) * (1.0 - provider.empty_rate - provider.error_5xx_rate).max(0.0);
-            let valid = if self.structured && !streamed { 1.0 - provider.invalid_json_rate } else { 1.0 };
+            let valid = if self.structured { 1.0 - provider.invalid_json_rate } else { 1.0 };
             let ends = answered * valid;
             if ends <= 0.0 || attempt_s <= 0.0 {
                 return None;
@@ -147,13 +147,11 @@ mod tests {
         // K1 holds (60·6 + 240·16)/300 = 14 in flight; s1's attempt lasts 1.5·e^0.125 = 1.70 s and
         // a call needs 1/(0.84·0.97) = 1.227 attempts: 14 / 1.70 / 1.227 = 6.71 calls/s.
         let p6 = Scenario::load("p6").expect("built in");
-        let whole = p6.capacity(false);
+        let whole = p6.capacity();
         assert!((whole - 14.0 / (1.5 * 0.125f64.exp()) * 0.84 * 0.97).abs() < 1e-9, "{whole}");
         assert!((whole - 6.71).abs() < 0.01, "{whole}");
-        // Streams are not re-asked: fewer attempts a call.
-        assert!((p6.capacity(true) - 14.0 / (1.5 * 0.125f64.exp()) * 0.84).abs() < 1e-9);
         // The same pool scaled to real time serves 1/scale as many calls a second.
-        assert!((p6.scaled(0.05).capacity(false) / whole - 20.0).abs() < 0.01);
+        assert!((p6.scaled(0.05).capacity() / whole - 20.0).abs() < 0.01);
     }
 
     #[test]
@@ -162,10 +160,10 @@ mod tests {
         let relay = Scenario::load("single-relay").expect("built in");
         let p = &relay.providers["relay"];
         let one_call = p.latency_median_s * (p.latency_sigma * p.latency_sigma / 2.0).exp();
-        assert!((relay.capacity(false) - 20.0 / one_call).abs() < 1e-9, "{}", relay.capacity(false));
+        assert!((relay.capacity() - 20.0 / one_call).abs() < 1e-9, "{}", relay.capacity());
         // tenants: 50 workers, each thinking 2 s between calls.
         let tenants = Scenario::load("tenants").expect("built in");
-        let capacity = tenants.capacity(false);
+        let capacity = tenants.capacity();
         assert!(capacity > 0.0 && capacity < 50.0 / 2.0, "{capacity}");
     }
 
@@ -173,6 +171,6 @@ mod tests {
     fn a_pool_that_cannot_answer_has_no_capacity() {
         let text = include_str!("../scenarios/single-relay.toml").replace("[providers.relay]", "[providers.relay]\nkind = \"blackhole\"");
         let dead = Scenario::parse("dead", &text).expect("valid");
-        assert_eq!(dead.capacity(false), 0.0);
+        assert_eq!(dead.capacity(), 0.0);
     }
 }

@@ -216,10 +216,9 @@ pub struct Bounds {
 }
 
 impl Bounds {
-    /// The bounds of `scenario` (as run: scaled for a real-time run); `streamed` as for its
-    /// ceiling.
-    pub fn of(scenario: &crate::scenario::Scenario, streamed: bool) -> Bounds {
-        Bounds { ceiling: scenario.ceiling(streamed), capacity_calls_per_s: scenario.capacity(streamed) }
+    /// The bounds of `scenario` (as run: scaled for a real-time run).
+    pub fn of(scenario: &crate::scenario::Scenario) -> Bounds {
+        Bounds { ceiling: scenario.ceiling(), capacity_calls_per_s: scenario.capacity() }
     }
 }
 

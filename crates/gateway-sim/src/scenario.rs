@@ -260,22 +260,22 @@ impl Scenario {
 
     /// The best success a call can have: poison payloads always fail, and the best provider
     /// fails a call only when every budgeted attempt fails (or every re-ask is invalid). With
-    /// tenants, the mean over them by share (long prompts also time out).
-    /// `streamed`: the calls take streams, and a streamed answer that fails its structure
-    /// cannot be re-asked (it has reached the caller), so only the first answer counts.
-    pub fn ceiling(&self, streamed: bool) -> f64 {
+    /// tenants, the mean over them by share (long prompts also time out). Streamed calls have
+    /// the same ceiling: the simulated invalid answer opens with prose, so a stream that must be
+    /// JSON fails before its commit point and is re-asked like a whole answer.
+    pub fn ceiling(&self) -> f64 {
         if self.tenants.is_empty() {
-            return self.ceiling_of(false, streamed);
+            return self.ceiling_of(false);
         }
-        self.tenants.values().map(|t| t.share * self.ceiling_of(t.long_prompts, streamed)).sum()
+        self.tenants.values().map(|t| t.share * self.ceiling_of(t.long_prompts)).sum()
     }
 
     /// The ceiling of one tenant's calls.
-    pub fn tenant_ceiling(&self, tenant: &str, streamed: bool) -> Option<f64> {
-        self.tenants.get(tenant).map(|t| self.ceiling_of(t.long_prompts, streamed))
+    pub fn tenant_ceiling(&self, tenant: &str) -> Option<f64> {
+        self.tenants.get(tenant).map(|t| self.ceiling_of(t.long_prompts))
     }
 
-    fn ceiling_of(&self, long: bool, streamed: bool) -> f64 {
+    fn ceiling_of(&self, long: bool) -> f64 {
         let Ok(scope) = self.scope() else { return 0.0 };
         let best = self
             .providers
@@ -284,7 +284,7 @@ impl Scenario {
             .map(|p| {
                 let fail = (p.empty_rate + p.error_5xx_rate + if long { p.long_timeout_rate } else { 0.0 }).min(1.0);
                 let invalid = if self.structured { p.invalid_json_rate } else { 0.0 };
-                let answers = if streamed { 1 } else { 1 + scope.structured_max_retries as i32 };
+                let answers = 1 + scope.structured_max_retries as i32;
                 (1.0 - fail.powi(1 + scope.max_retries as i32)) * (1.0 - invalid.powi(answers))
             })
             .fold(0.0, f64::max);
@@ -300,12 +300,11 @@ mod tests {
     fn built_in_scenarios_load_and_p6_has_the_seed_ceiling() {
         let p6 = Scenario::load("p6").unwrap();
         assert_eq!((p6.calls, p6.workers), (8000, 100));
-        assert!((p6.ceiling(false) - 0.994).abs() < 0.001, "{}", p6.ceiling(false));
-        assert!((p6.ceiling(true) - 0.965).abs() < 0.001, "streams cannot be re-asked: {}", p6.ceiling(true));
+        assert!((p6.ceiling() - 0.994).abs() < 0.001, "{}", p6.ceiling());
         Scenario::load("single-relay").unwrap();
         let tenants = Scenario::load("tenants").unwrap();
-        assert_eq!(tenants.tenant_ceiling("gold", false), Some(1.0));
-        assert!(tenants.tenant_ceiling("bronze", false).unwrap() < 1.0);
+        assert_eq!(tenants.tenant_ceiling("gold"), Some(1.0));
+        assert!(tenants.tenant_ceiling("bronze").unwrap() < 1.0);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use gateway_core::policy::ScopePolicy;
 use gateway_core::ports::{ChunkSource, Streamed, Upstream};
 use gateway_core::random::unit;
 use gateway_core::request::{Attempt, Outcome, Request, Response, Usage};
-use gateway_core::stream::Chunk;
+use gateway_core::stream::{Chunk, opens_unlike_json};
 use gateway_core::time::{Clock, Timestamp};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
@@ -347,10 +347,10 @@ impl Upstream for SimUpstream {
     }
 }
 
-/// A simulated stream: the content chunk after the first-token wait, a usage chunk, the end
-/// (`ResultInvalid` instead when the request is structured and the content fails it, as the
-/// HTTP adapter checks a stream when it ends). It holds the reply (and the account slot) until
-/// it is dropped.
+/// A simulated stream: the content chunk after the first-token wait, a usage chunk, the end.
+/// A structured request's invalid answer opens with prose, so it ends `ResultInvalid` in place
+/// of its content chunk, the commit point, as the HTTP adapter ends it. It holds the reply (and
+/// the account slot) until it is dropped.
 struct SimChunks {
     wait: Option<(SimSource, Duration)>,
     content: &'static str,
@@ -369,13 +369,15 @@ impl ChunkSource for SimChunks {
         }
         self.step += 1;
         let chunk = match self.step {
+            1 if self.structured && opens_unlike_json(self.content) => {
+                return Some(Err(Outcome::new(OutcomeClass::ResultInvalid, "not_json")));
+            }
             1 => {
                 json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"role": "assistant", "content": self.content}, "finish_reason": "stop"}]})
             }
             2 => {
                 json!({"object": "chat.completion.chunk", "choices": [], "usage": {"prompt_tokens": USAGE.prompt_tokens, "completion_tokens": USAGE.completion_tokens}})
             }
-            _ if self.structured && self.content == INVALID_JSON => return Some(Err(Outcome::new(OutcomeClass::ResultInvalid, "schema"))),
             _ => return None,
         };
         chunk.as_object().cloned().map(Ok)

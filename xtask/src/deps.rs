@@ -26,7 +26,7 @@ fn check() -> Result<String, String> {
         return Err(format!("gateway-core depends on {} (it must stay free of runtimes, Redis and HTTP):\n{core}", found.join(", ")));
     }
     // Direct dependents only: crates built on gateway-redis reach fred through it, as they should.
-    let inverted = tree(&["--workspace", "-e", "normal", "-i", "fred", "--depth", "1", "--prefix", "none"]).unwrap_or_default();
+    let inverted = direct_dependents("fred")?;
     let offenders: Vec<&str> = inverted
         .lines()
         .filter_map(|line| line.split_whitespace().next())
@@ -36,6 +36,15 @@ fn check() -> Result<String, String> {
         return Err(format!("fred is reachable from {} (only {} may use it)", offenders.join(", "), FRED_OWNERS.join(", ")));
     }
     Ok(format!("deps: gateway-core is free of {}; fred stays under {}", FORBIDDEN_IN_CORE.join("/"), FRED_OWNERS.join(", ")))
+}
+
+/// The packages that depend on `package` directly, one a line; none when the graph lacks it.
+/// Any other failure of `cargo tree` is an error, never an empty (passing) listing.
+fn direct_dependents(package: &str) -> Result<String, String> {
+    match tree(&["--workspace", "-e", "normal", "-i", package, "--depth", "1", "--prefix", "none"]) {
+        Err(e) if e.contains("did not match any packages") => Ok(String::new()),
+        other => other,
+    }
 }
 
 fn tree(args: &[&str]) -> Result<String, String> {
@@ -54,7 +63,15 @@ fn mentions(listing: &str, name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{check, mentions};
+    use super::{check, direct_dependents, mentions, tree};
+
+    #[test]
+    fn a_failing_cargo_tree_is_an_error_and_a_missing_package_has_no_dependents() {
+        let error = tree(&["--no-such-flag"]).unwrap_err();
+        assert!(error.starts_with("cargo tree --no-such-flag failed:"), "{error}");
+        assert_eq!(direct_dependents("no-such-package-in-this-workspace"), Ok(String::new()));
+        assert!(direct_dependents("fred").is_ok_and(|listing| listing.contains("gateway-redis")));
+    }
 
     #[test]
     fn the_workspace_keeps_its_dependency_direction() {

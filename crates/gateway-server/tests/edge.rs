@@ -110,8 +110,7 @@ base_url = "{root}/chatonly/v1"
 model = "m"
 timeout_s = 30
 "#;
-    let (root, recorder) = support::provider::start().await;
-    let (r, _) = support::start_text(&support::custom_config(&root, "", &scopes.replace("{root}", &root)), recorder).await;
+    let (r, _) = support::start_custom("", scopes, std::future::pending()).await;
     let http = reqwest::Client::new();
     let embed = |model: &str| json!({"model": model, "input": "hello"});
     let answer = http.post(format!("{}/v1/embeddings", r.url)).bearer_auth(KEY).json(&embed("chatonly")).send().await.unwrap();

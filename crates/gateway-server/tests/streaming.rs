@@ -102,8 +102,7 @@ base_url = "{root}/mock/v1"
 model = "m"
 timeout_s = 30
 "#;
-    let (root, recorder) = support::provider::start().await;
-    let (r, _) = support::start_text(&support::custom_config(&root, "", &scopes.replace("{root}", &root)), recorder).await;
+    let (r, _) = support::start_custom("", scopes, std::future::pending()).await;
     for i in 0..4 {
         let mut response = open(&r.url, &streamed("pair", &format!("call {i}"))).await;
         let mut seen = String::new();
@@ -157,8 +156,7 @@ model = "m"
 timeout_s = 30
 watchdog_s = 0.5
 "#;
-    let (root, recorder) = support::provider::start().await;
-    let (r, _) = support::start_text(&support::custom_config(&root, "", &scopes.replace("{root}", &root)), recorder).await;
+    let (r, _) = support::start_custom("", scopes, std::future::pending()).await;
     let body = json!({"model": "guarded", "messages": [{"role": "user", "content": "SLOWONCE"}]});
     let answer = reqwest::Client::new().post(format!("{}/v1/chat/completions", r.url)).bearer_auth(KEY).json(&body).send().await.unwrap();
     assert_eq!(answer.status(), 200);

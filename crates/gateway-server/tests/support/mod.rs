@@ -98,14 +98,15 @@ pub fn load_text(text: &str) -> (gateway_server::config::ServerConfig, Vec<gatew
     loaded
 }
 
-/// The proxy on the test config with `server` lines and `scopes` added, until `shutdown`.
+/// The proxy on the test config with `server` lines and `scopes` added (`{root}` in them names
+/// the mock provider), until `shutdown`.
 pub async fn start_custom(
     server: &str,
     scopes: &str,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> (Running, tokio::task::JoinHandle<std::io::Result<gateway_server::Served>>) {
     let (root, recorder) = provider::start().await;
-    start_serving(&custom_config(&root, server, scopes), recorder, shutdown).await
+    start_serving(&custom_config(&root, server, &scopes.replace("{root}", &root)), recorder, shutdown).await
 }
 
 /// The proxy on a whole config text (its sources at `provider`, already started), serving forever.

@@ -80,9 +80,10 @@ impl Slot {
             let (key, params) = &self.scope.gates[self.source];
             let _ = self.holders.gates.release_probe(key, params, self.epoch()).await;
         }
-        if let Some(pace) = self.pace.take() {
-            let _ = self.holders.pacer.release(&pace, AimdEffect::Nothing, &self.scope.pacer).await;
+        if let Some(pace) = &self.pace {
+            let _ = self.holders.pacer.release(pace, AimdEffect::Nothing, &self.scope.pacer).await;
         }
+        self.pace = None;
         self.end_inflight();
         // No attempt was made: nobody is woken when the slot goes.
         self.entry = None;
@@ -116,11 +117,14 @@ impl Slot {
             local.health[self.source].value()
         };
         self.end_inflight();
-        // The account's place, with the outcome's effect on its learned limit.
-        let aimd_limit = match self.pace.take() {
-            Some(pace) => self.holders.pacer.release(&pace, class.effects().aimd, &self.scope.pacer).await.ok(),
+        // The account's place, with the outcome's effect on its learned limit. Cleared only after
+        // the await: a call dropped while the release is in flight releases again from `Drop`
+        // (a second release of one lease, with no effect, changes nothing).
+        let aimd_limit = match &self.pace {
+            Some(pace) => self.holders.pacer.release(pace, class.effects().aimd, &self.scope.pacer).await.ok(),
             None => None,
         };
+        self.pace = None;
         let (key, params) = &self.scope.gates[self.source];
         let epoch = self.epoch();
         // The outcome settles the probe: cleared before the await, so a call dropped while the

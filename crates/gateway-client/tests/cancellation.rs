@@ -88,3 +88,59 @@ async fn ten_thousand_randomly_cancelled_calls_leave_nothing_held() {
     assert!(probes > 100, "probe leases were granted (and some dropped) along the way: {probes}");
     assert!(completed > 1000 && cancelled > 1000, "both paths exercised: {completed} completed, {cancelled} cancelled");
 }
+
+/// The memory pacer behind a release that takes a while, as a Redis round trip does.
+struct SlowRelease(gateway_memory::MemoryPacer);
+
+#[async_trait::async_trait]
+impl gateway_core::ports::PacerGate for SlowRelease {
+    async fn try_acquire(
+        &self,
+        key: &gateway_core::ports::GateKey,
+        params: &gateway_core::aimd::PacerParams,
+    ) -> Result<gateway_core::ports::PaceDecision, gateway_core::ports::GateError> {
+        self.0.try_acquire(key, params).await
+    }
+
+    async fn release(
+        &self,
+        lease: &gateway_core::ports::PaceLease,
+        effect: gateway_core::outcome::AimdEffect,
+        params: &gateway_core::aimd::PacerParams,
+    ) -> Result<f64, gateway_core::ports::GateError> {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        self.0.release(lease, effect, params).await
+    }
+
+    async fn read(
+        &self,
+        key: &gateway_core::ports::GateKey,
+        params: &gateway_core::aimd::PacerParams,
+    ) -> Result<gateway_core::aimd::Paced, gateway_core::ports::GateError> {
+        self.0.read(key, params).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_dropped_while_its_account_place_is_being_released_still_gives_it_back() {
+    let policy = sources(1, json!({"sources": {"s1": {"timeout_s": 30}}}));
+    let clock = std::sync::Arc::new(gateway_client::TokioClock::new());
+    let pacer = std::sync::Arc::new(SlowRelease(gateway_memory::MemoryPacer::new(clock.clone())));
+    let upstream = support::FakeUpstream::new();
+    upstream.plan("s1", |_| (Step::Ok, Duration::from_millis(100)));
+    let client = gateway_client::GatewayClient::builder()
+        .scope(policy.clone())
+        .upstream(upstream)
+        .pacer(pacer.clone())
+        .clock(clock)
+        .seed(3)
+        .build()
+        .unwrap();
+    // The attempt ends at 100 ms; the call is dropped 5 ms into the 10 ms release.
+    let dropped = tokio::time::timeout(Duration::from_millis(105), client.call("chat", &support::chat())).await;
+    assert!(dropped.is_err(), "the call was cut during the release");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let account = gateway_core::ports::GateKey::new("chat", "s1");
+    let paced = gateway_core::ports::PacerGate::read(&*pacer, &account, &policy.pacer_params()).await.unwrap();
+    assert_eq!(paced.inflight, 0, "the lease went back (it would otherwise hold the account for 60 s)");
+}

@@ -75,7 +75,7 @@ impl SourceAdmission {
             let refused = {
                 let local = scope.local();
                 let account_until = local.pushed_back[scope.account_of[source]];
-                let away = call.pushed_back_until(source).max(account_until).saturating_since(now);
+                let away = account_until.saturating_since(now);
                 if away > remaining_stall {
                     // Asked to stay away for longer than this call may wait.
                     Some(Err(away))

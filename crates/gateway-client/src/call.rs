@@ -29,9 +29,6 @@ pub(crate) struct CallState {
     started: Timestamp,
     pub(crate) stall: CallStall,
     pub(crate) fails: AttemptFails,
-    /// Per source, until when a 429 asked this call to stay away, when that is past the call's
-    /// stall budget (such a source is skipped instead of slept for).
-    pushed_back: Vec<Option<Timestamp>>,
     /// Attempts that spent retry budget.
     budget_spent: u32,
     /// Structured re-asks made.
@@ -52,18 +49,12 @@ impl CallState {
             started,
             stall: CallStall::start(started),
             fails: AttemptFails::new(sources),
-            pushed_back: vec![None; sources],
             budget_spent: 0,
             reasks: 0,
             backoffs: 0,
             reasons: BTreeMap::new(),
             attempts: Vec::new(),
         }
-    }
-
-    /// Until when a 429 asked this call to stay away from `source` (the past when it did not).
-    pub(crate) fn pushed_back_until(&self, source: usize) -> Timestamp {
-        self.pushed_back.get(source).copied().flatten().unwrap_or_default()
     }
 
     /// The call's place among the partition's waiters: by its start, then its id.
@@ -368,9 +359,7 @@ impl CallLoop<'_> {
                 {
                     // The provider asks for longer than this call may wait: try the others now
                     // (every call of the partition keeps away from the account meanwhile).
-                    let until = clock.now().saturating_add(outcome.retry_after.unwrap_or_default());
-                    call.pushed_back[source] = Some(until);
-                    scope.note_pushback(source, until);
+                    scope.note_pushback(source, clock.now().saturating_add(outcome.retry_after.unwrap_or_default()));
                 }
                 NextStep::BackOffAndRepick { honour_retry_after } => {
                     if let Some(wait) = outcome.retry_after.filter(|_| honour_retry_after) {

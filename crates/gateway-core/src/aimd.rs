@@ -33,6 +33,24 @@ pub struct PacerParams {
     pub lease_ttl: Duration,
 }
 
+impl PacerParams {
+    /// The highest limit, never below the floor.
+    pub fn top(&self) -> f64 {
+        self.ceiling.max(FLOOR)
+    }
+
+    /// The limit a fresh account starts at.
+    pub fn initial_limit(&self) -> f64 {
+        INITIAL_LIMIT.min(self.top())
+    }
+
+    /// How long an account's state is kept after its last use: an hour past its longest
+    /// lease's life (both backends; the Redis key's TTL).
+    pub fn keep_for(&self) -> Duration {
+        self.lease_ttl.saturating_mul(2).saturating_add(Duration::from_secs(3600))
+    }
+}
+
 /// A granted place on the account.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Lease {
@@ -64,7 +82,7 @@ pub struct AccountPacer {
 impl AccountPacer {
     /// A fresh account under `params`.
     pub fn new(params: &PacerParams) -> Self {
-        AccountPacer { limit: INITIAL_LIMIT.min(params.ceiling.max(FLOOR)), generation: 0, next_id: 0, leases: Vec::new() }
+        AccountPacer { limit: params.initial_limit(), generation: 0, next_id: 0, leases: Vec::new() }
     }
 
     /// The learned limit.
@@ -98,7 +116,7 @@ impl AccountPacer {
     pub fn release(&mut self, lease: Lease, effect: AimdEffect, params: &PacerParams) -> f64 {
         self.leases.retain(|(id, _)| *id != lease.id);
         match effect {
-            AimdEffect::Increase => self.limit = (self.limit + 1.0 / self.limit).min(params.ceiling.max(FLOOR)),
+            AimdEffect::Increase => self.limit = (self.limit + 1.0 / self.limit).min(params.top()),
             AimdEffect::Decrease if lease.generation == self.generation => {
                 self.limit = (self.limit * CUT).max(FLOOR);
                 self.generation += 1;

@@ -174,7 +174,7 @@ impl MemoryPacer {
         let now = self.clock.now();
         // Kept an hour past its last lease's life, as the Redis key is; never dropped with a
         // lease in flight.
-        let keep_until = now.saturating_add(params.lease_ttl.saturating_mul(2)).saturating_add(Duration::from_secs(3600));
+        let keep_until = now.saturating_add(params.keep_for());
         self.accounts.with(
             key,
             now,

@@ -6,7 +6,7 @@ use crate::connection::RedisConnection;
 use crate::keys;
 use async_trait::async_trait;
 use fred::prelude::*;
-use gateway_core::aimd::{FLOOR, INITIAL_LIMIT, Lease, Paced, PacerParams};
+use gateway_core::aimd::{Lease, Paced, PacerParams};
 use gateway_core::outcome::AimdEffect;
 use gateway_core::ports::{GateError, GateKey, PaceDecision, PaceLease, PacerGate};
 use std::sync::Arc;
@@ -17,9 +17,6 @@ use std::time::Duration;
 pub struct RedisPacer {
     conn: Arc<RedisConnection>,
 }
-
-/// An account's keys outlive its longest lease by an hour (as the memory pacer keeps it).
-const KEY_TTL_MARGIN: Duration = Duration::from_secs(3600);
 
 fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
@@ -33,9 +30,8 @@ impl RedisPacer {
 
     /// The arguments every pacer script starts with: now, the key TTL, the initial limit.
     fn base_args(&self, params: &PacerParams) -> Vec<Value> {
-        let ttl = params.lease_ttl.saturating_mul(2).saturating_add(KEY_TTL_MARGIN);
-        let initial = INITIAL_LIMIT.min(params.ceiling.max(FLOOR));
-        vec![self.conn.now_arg(), Value::Integer(ms(ttl)), Value::String(format!("{initial:?}").into())]
+        let initial = params.initial_limit();
+        vec![self.conn.now_arg(), Value::Integer(ms(params.keep_for())), Value::String(format!("{initial:?}").into())]
     }
 }
 

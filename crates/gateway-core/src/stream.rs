@@ -7,7 +7,7 @@
 //! it, nothing has reached the caller and a failure may be retried; after it, chunks are relayed
 //! as they come and a failure ends the stream.
 
-use crate::request::{Kind, Object, Response, message_is_usable};
+use crate::request::{Kind, Object, Response, Structured, message_is_usable};
 use serde_json::{Value, json};
 
 /// One `chat.completion.chunk`.
@@ -31,6 +31,14 @@ pub fn commits(chunk: &Chunk) -> bool {
 /// JSON is checked whole at its end.
 pub fn opens_unlike_json(text: &str) -> bool {
     text.chars().find(|c| !c.is_whitespace()).is_some_and(|c| !matches!(c, '{' | '[' | '"' | '-' | '0'..='9' | 't' | 'f' | 'n' | '`'))
+}
+
+/// Whether a text answer to a request asking for `structured` is known to fail it from its
+/// opening alone: a JSON Schema check and a text that [`opens_unlike_json`]. (A parse function
+/// can only judge the whole text.) The rule both upstream adapters apply at a stream's commit
+/// point.
+pub fn fails_from_its_opening(structured: Option<&Structured>, text: &str) -> bool {
+    matches!(structured, Some(Structured::JsonSchema(_))) && opens_unlike_json(text)
 }
 
 /// The `chat.completion` the chunks of one stream make. Per choice index: the deltas merged

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::ports::{ChunkSource, Streamed};
 use gateway_core::request::{Attempt, Kind, Object, Outcome, ProviderError, Request, Response, Structured};
-use gateway_core::stream::{Chunk, assemble, commits, opens_unlike_json};
+use gateway_core::stream::{Chunk, assemble, commits, fails_from_its_opening};
 use gateway_core::time::WallClock;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -399,8 +399,7 @@ impl ChunkSource for Checked {
                 self.note(&chunk);
                 if !self.committed && commits(&chunk) {
                     self.committed = true;
-                    let json = matches!(self.structured, Structured::JsonSchema(_));
-                    if json && self.answers.values().flatten().any(|text| opens_unlike_json(text)) {
+                    if self.answers.values().flatten().any(|text| fails_from_its_opening(Some(&self.structured), text)) {
                         return Some(Err(Outcome::new(OutcomeClass::ResultInvalid, "not_json")));
                     }
                 }

@@ -11,7 +11,7 @@ use gateway_core::policy::ScopePolicy;
 use gateway_core::ports::{ChunkSource, Streamed, Upstream};
 use gateway_core::random::unit;
 use gateway_core::request::{Attempt, Outcome, Request, Response, Usage};
-use gateway_core::stream::{Chunk, opens_unlike_json};
+use gateway_core::stream::{Chunk, fails_from_its_opening};
 use gateway_core::time::{Clock, Timestamp};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
@@ -328,8 +328,9 @@ impl Upstream for SimUpstream {
         if content.is_empty() {
             return fail(OutcomeClass::Transient, "empty");
         }
-        if request.structured.is_some() && content == INVALID_JSON {
-            return fail(OutcomeClass::ResultInvalid, "schema");
+        // The same rule as a stream's commit point: the invalid answer opens with prose.
+        if fails_from_its_opening(request.structured.as_ref(), content) {
+            return fail(OutcomeClass::ResultInvalid, "not_json");
         }
         Attempt::success(Response::chat_text(content, Some(USAGE)), "http_200")
     }
@@ -339,8 +340,8 @@ impl Upstream for SimUpstream {
     async fn stream(&self, source: &str, request: &Request) -> Streamed {
         match self.begin(source, request, true).await {
             Begun::Content { src, after, content, reply } => {
-                let structured = request.structured.is_some();
-                Streamed::Chunks(Box::new(SimChunks { wait: Some((src, after)), content, structured, step: 0, _reply: reply }))
+                let fails = fails_from_its_opening(request.structured.as_ref(), content);
+                Streamed::Chunks(Box::new(SimChunks { wait: Some((src, after)), content, fails, step: 0, _reply: reply }))
             }
             Begun::Ended(attempt) => Streamed::Ended(attempt),
         }
@@ -354,7 +355,8 @@ impl Upstream for SimUpstream {
 struct SimChunks {
     wait: Option<(SimSource, Duration)>,
     content: &'static str,
-    structured: bool,
+    /// The content fails the request's structure from its opening (the commit point).
+    fails: bool,
     step: u8,
     _reply: Reply,
 }
@@ -369,7 +371,7 @@ impl ChunkSource for SimChunks {
         }
         self.step += 1;
         let chunk = match self.step {
-            1 if self.structured && opens_unlike_json(self.content) => {
+            1 if self.fails => {
                 return Some(Err(Outcome::new(OutcomeClass::ResultInvalid, "not_json")));
             }
             1 => {

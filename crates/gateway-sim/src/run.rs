@@ -764,6 +764,9 @@ pub fn run_processes(
         for child in children {
             results.push(child.await.map_err(|e| e.to_string())??);
         }
+        // The readers report concurrently, so their last reports may land out of order: the
+        // total, once every reader is done, is the last word.
+        progress(done.iter().map(|d| d.load(Ordering::Relaxed)).sum());
         drop(server);
         let duration = clock.now().saturating_since(Timestamp::from_millis(0));
         let backend = Gates::new(&config.backend, Arc::new(clock)).await?;

@@ -1,5 +1,8 @@
 //! Shared support for the repository-wide tests in `tests/tests/`: the workspace root and a
-//! walk over its Rust sources.
+//! walk over its Rust sources; and, for any crate's test target whose cases need a live Redis,
+//! the harness that runs them, skips them honestly or fails them ([`redis_cases`]).
+
+pub mod redis_cases;
 
 use std::path::{Path, PathBuf};
 

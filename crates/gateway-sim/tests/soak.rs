@@ -1,36 +1,23 @@
 //! The soak in small: p6 and single-relay runs short enough for the test suite (the full runs
 //! are `cargo xtask soak`), checking the invariants, the gap between policies, determinism, and
-//! the retry_after of every CircuitOpen; the HTTP transport and several processes sharing Redis
-//! in short real-time runs.
+//! the retry_after of every CircuitOpen; the HTTP transport in short real-time runs. Several
+//! processes sharing Redis need a live Redis: they are the target `soak_redis`.
 
 #![allow(clippy::unwrap_used)]
+
+mod support;
 
 use gateway_client::Preset;
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::policy::WaitMode;
 use gateway_sim::invariants;
 use gateway_sim::report::{Bounds, Summary};
-use gateway_sim::run::{Backend, RunConfig, Transport, WorkerSpec, run, run_processes, run_upstreams, upstreams_scope};
+use gateway_sim::run::{Backend, RunConfig, Transport, run, run_processes, run_upstreams, upstreams_scope};
 use gateway_sim::scenario::Scenario;
 use gateway_sim::serve::ProviderServer;
 use gateway_sim::upstream::Providers;
 use std::sync::Arc;
-
-/// A virtual-time run on the memory gates and simulated providers (the embedded default).
-fn virtual_time(seed: u64, calls: u32) -> RunConfig {
-    RunConfig {
-        backend: Backend::Memory,
-        transport: Transport::Sim,
-        time_scale: None,
-        seed,
-        preset: Preset::Default,
-        calls: Some(calls),
-        workers: None,
-        circuit_open: None,
-        isolation: None,
-        stream: false,
-    }
-}
+use support::{launch, real_time, virtual_time};
 
 fn soak(scenario: &str, preset: Preset, calls: u32, seed: u64, circuit_open: Option<WaitMode>) -> Summary {
     let scenario = Scenario::load(scenario).unwrap();
@@ -139,10 +126,6 @@ fn the_redis_backend_needs_real_time() {
     assert!(run(&scenario, &http, Arc::new(|_| {})).err().unwrap().contains("the HTTP transport runs in real time"));
 }
 
-fn real_time(backend: Backend, calls: u32) -> RunConfig {
-    RunConfig { backend, transport: Transport::Http, time_scale: Some(0.02), ..virtual_time(3, calls) }
-}
-
 #[test]
 fn p6_over_loopback_http_through_the_http_adapter_holds_every_invariant() {
     let scenario = Scenario::load("p6").unwrap();
@@ -157,14 +140,6 @@ fn p6_over_loopback_http_through_the_http_adapter_holds_every_invariant() {
     }
 }
 
-fn launch(_: &WorkerSpec) -> std::io::Result<std::process::Child> {
-    std::process::Command::new(env!("CARGO_BIN_EXE_soak-worker"))
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::inherit())
-        .spawn()
-}
-
 #[test]
 fn several_processes_need_redis_and_http() {
     let scenario = Scenario::load("p6").unwrap();
@@ -172,33 +147,6 @@ fn several_processes_need_redis_and_http() {
     assert!(run_processes("p6", &scenario, &memory, 2, &launch, Arc::new(|_| {})).err().unwrap().contains("--backend redis"));
     let sim = RunConfig { transport: Transport::Sim, ..real_time(Backend::Redis("redis://127.0.0.1:1".into()), 10) };
     assert!(run_processes("p6", &scenario, &sim, 2, &launch, Arc::new(|_| {})).err().unwrap().contains("--transport http"));
-}
-
-#[test]
-fn two_processes_share_the_redis_gates_and_one_provider_server() {
-    let url = std::env::var("GATEWAY_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
-    let reachable = std::net::TcpStream::connect(url.trim_start_matches("redis://").trim_end_matches('/')).is_ok();
-    if !reachable {
-        assert!(
-            !std::env::var("GATEWAY_REDIS_REQUIRED").is_ok_and(|v| v == "1" || v == "true"),
-            "redis at {url} is required (GATEWAY_REDIS_REQUIRED=1) and does not answer"
-        );
-        use std::io::Write;
-        let _ =
-            writeln!(std::io::stderr(), "SKIPPED redis::two_processes: nothing answers at {url} (start Redis or set GATEWAY_REDIS_URL)");
-        return;
-    }
-    let scenario = Scenario::load("p6").unwrap();
-    let seen = Arc::new(std::sync::atomic::AtomicU32::new(0));
-    let counter = seen.clone();
-    let progress = Arc::new(move |n| counter.store(n, std::sync::atomic::Ordering::Relaxed));
-    let result = run_processes("p6", &scenario, &real_time(Backend::Redis(url), 400), 2, &launch, progress).unwrap();
-    let summary = Summary::of(&result, "processes", 3, Some(Bounds::of(&scenario.scaled(0.02))), invariants::check(&result));
-    assert!(summary.invariants_hold(), "{:?}", summary.invariants);
-    assert!(summary.success_rate >= 0.95, "{}", summary.success_rate);
-    assert_eq!(seen.load(std::sync::atomic::Ordering::Relaxed), 400, "progress from both processes adds up");
-    let processes: std::collections::BTreeSet<u64> = result.call_events.iter().map(|c| c.call_id >> 40).collect();
-    assert_eq!(processes.len(), 2, "both processes ran calls");
 }
 
 const FAST: &str = r#"

@@ -1,8 +1,8 @@
 //! The proxy's edge against hostile and careless clients: schema bombs, a request of a kind the
 //! scope does not serve (and a provider's 404 for the request's own endpoint), slow and idle
 //! connections (on a paused clock), the connection cap, `/metrics` access and size, a churn of
-//! made-up tenants, the per-key tenant cap, a day-long Retry-After, and a shutdown that cuts a
-//! call holding leases in Redis.
+//! made-up tenants, the per-key tenant cap and a day-long Retry-After. A shutdown that cuts a
+//! call holding leases in Redis needs a live Redis: it is in the target `redis`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 // The real-socket tests bound their waits by the wall clock; the paused ones use tokio's.
@@ -11,7 +11,7 @@
 mod support;
 
 use axum::body::Body;
-use gateway_core::ports::{BreakerGate, GateKey};
+use gateway_core::ports::GateKey;
 use serde_json::{Value, json};
 use std::io::Write;
 use std::sync::Arc;
@@ -386,58 +386,4 @@ async fn small_edges_stream_options_tenant_echo_and_413() {
     let (status, headers, _) = oneshot(&state, post("/v1/chat/completions", KEY, None, &big)).await;
     assert_eq!(status, 413);
     assert_eq!(headers["connection"], "close");
-}
-
-fn redis_required() -> bool {
-    std::env::var("GATEWAY_REDIS_REQUIRED").is_ok_and(|v| v == "1" || v == "true")
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_shutdown_cut_leaves_no_lease_in_redis() {
-    let url = std::env::var("GATEWAY_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
-    let conn = match gateway_redis::RedisConnection::connect(gateway_redis::RedisConfig { url, ..Default::default() }).await {
-        Ok(conn) => conn,
-        Err(e) => {
-            assert!(!redis_required(), "GATEWAY_REDIS_REQUIRED=1 but Redis is unreachable: {e}");
-            let _ = writeln!(std::io::stderr(), "SKIPPED a_shutdown_cut_leaves_no_lease_in_redis: Redis is unreachable ({e})");
-            return;
-        }
-    };
-    let scope = format!("cut{}", std::process::id());
-    let (root, _recorder) = support::provider::start().await;
-    let scopes = format!(
-        "[{scope}.breaker]\nfail_threshold = 5\ncooldown_s = 0.05\n[{scope}.sources.cutmock]\nbase_url = \"{root}/mock/v1\"\nmodel = \"m\"\ntimeout_s = 30\nmax_concurrency = 4\n"
-    );
-    let (server, policies) = support::load_text(&support::custom_config(&root, "", &scopes));
-    let policy = policies.iter().find(|p| p.name == scope).unwrap().clone();
-    let gates = Arc::new(gateway_redis::RedisGates::new(conn.clone()));
-    let quota = Arc::new(gateway_redis::RedisQuota::new(conn));
-    let upstream = Arc::new(gateway_http::HttpUpstream::new(&policies).unwrap());
-    let state = support::state_on(server, policies, gates.clone(), quota.clone(), upstream, Arc::new(gateway_client::TokioClock::new()));
-    // Open the gate with a 50 ms cooldown, so that the slow call below holds the probe lease.
-    let key = GateKey::new(scope.as_str(), "cutmock");
-    gates.force_open(&key, &policy.gate_params(0).unwrap()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(120)).await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let served = tokio::spawn(gateway_server::serve(listener, state, async move {
-        let _ = stopped.await;
-    }));
-    let body = json!({"model": scope, "messages": [{"role": "user", "content": "slow"}]});
-    let call = tokio::spawn(async move {
-        reqwest::Client::new().post(format!("{base}/v1/chat/completions")).bearer_auth(KEY).json(&body).send().await
-    });
-    let began = std::time::Instant::now();
-    while quota.in_flight(&key).await.unwrap() == 0 && began.elapsed() < Duration::from_secs(5) {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(quota.in_flight(&key).await.unwrap(), 1, "the slow call holds a permit lease in Redis");
-    assert!(gates.snapshot(&key).await.unwrap().probe_until.is_some(), "and the probe lease");
-    stop.send(()).unwrap();
-    let served = served.await.unwrap().unwrap();
-    assert_eq!(served.cut, 1);
-    assert_eq!(call.await.unwrap().unwrap().status(), 503);
-    assert_eq!(quota.in_flight(&key).await.unwrap(), 0, "no permit lease left");
-    assert!(gates.snapshot(&key).await.unwrap().probe_until.is_none(), "no probe lease left");
 }

@@ -5,8 +5,12 @@
 //! expected attempts, 4 for amplification, whole numbers for costs and latency).
 //!
 //! Rounding follows JavaScript's `Number(x.toFixed(n))` (half up on the exact binary value) and
-//! `Math.round`, so the planner prints the reference's numbers to the last digit.
+//! `Math.round`, and every power is the reference's `Math.pow` ([`crate::js_math::pow`], V8's
+//! fdlibm port, not the C library's `f64::powf`, which differs in the last bit for some inputs
+//! and so rounds some results to the other side of a tie), so the planner prints the
+//! reference's numbers to the last digit.
 
+use crate::js_math;
 use serde_json::Value;
 
 /// An invalid planner input, naming the field; displayed as the reference's
@@ -206,7 +210,7 @@ fn expected_attempts(failure_rate: f64, retries: u32) -> f64 {
     if failure_rate == 0.0 {
         return 1.0;
     }
-    (1.0 - failure_rate.powf(f64::from(retries) + 1.0)) / (1.0 - failure_rate)
+    (1.0 - js_math::pow(failure_rate, f64::from(retries) + 1.0)) / (1.0 - failure_rate)
 }
 
 /// Greedy allocation: each retry goes to the node whose next retry recovers the most success
@@ -226,7 +230,7 @@ pub fn plan_retry_budget(nodes: &[RetryNode], policy: &BudgetPolicy) -> Result<B
                 if node.required != required_pass || retries[index] >= caps[index] || node.failure_rate == 0.0 {
                     continue;
                 }
-                let next = node.failure_rate.powf(f64::from(retries[index]) + 1.0);
+                let next = js_math::pow(node.failure_rate, f64::from(retries[index]) + 1.0);
                 let gain = next * (1.0 - node.failure_rate);
                 let cost = node.attempt_cost_micros as f64 * next;
                 if gain > best_gain || (gain == best_gain && cost < best_cost) {
@@ -252,7 +256,7 @@ pub fn plan_retry_budget(nodes: &[RetryNode], policy: &BudgetPolicy) -> Result<B
         .map(|(index, node)| {
             let r = retries[index];
             let attempts = expected_attempts(node.failure_rate, r);
-            let failure = node.failure_rate.powf(f64::from(r) + 1.0);
+            let failure = js_math::pow(node.failure_rate, f64::from(r) + 1.0);
             let success = 1.0 - failure;
             let cost = node.attempt_cost_micros as f64 * attempts;
             expected_cost += cost;

@@ -157,6 +157,16 @@ fn every_validation_rule_rejects_naming_the_field() {
 }
 
 #[test]
+fn powers_are_javascripts_math_pow_to_the_last_bit() {
+    // 0.895³ = 0.716917375 is a toFixed(8) tie: V8's Math.pow lands below it, the C library's
+    // pow (f64::powf) above, so only the former prints the reference's 0.71691737.
+    let nodes = vec![RetryNode { max_retries: 3, ..node("n1", 0.895, 1088, 0.0, true) }];
+    let plan = plan_retry_budget(&nodes, &policy(10, Threshold::Finite(3))).unwrap();
+    assert_eq!((plan.allocations[0].retries, plan.allocations[0].effective_failure_rate), (2, 0.71691737));
+    assert_eq!(plan.allocations[0].success_probability, 0.28308263);
+}
+
+#[test]
 fn to_fixed_rounds_half_up_like_javascript() {
     assert_eq!(to_fixed(1.005, 2), 1.0, "1.005 is 1.00499999999999989… in binary");
     assert_eq!(to_fixed(0.5, 0), 1.0);

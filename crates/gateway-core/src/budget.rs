@@ -338,7 +338,7 @@ impl NodeBreakerState {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeCircuitBreaker {
     node_id: String,
-    failure_threshold: Threshold,
+    failure_threshold: u32,
     half_open_after_calls: u32,
     state: NodeBreakerState,
     consecutive_failures: u64,
@@ -346,14 +346,17 @@ pub struct NodeCircuitBreaker {
 }
 
 impl NodeCircuitBreaker {
-    /// A closed breaker. `failure_threshold` may be infinite; `half_open_after_calls` ≥ 1.
+    /// A closed breaker. `failure_threshold` ≥ 1 and `half_open_after_calls` ≥ 1; an infinite
+    /// threshold is refused, as the reference's breaker refuses one (only the planner's policy
+    /// takes `Infinity`).
     pub fn new(node_id: &str, failure_threshold: Threshold, half_open_after_calls: u32) -> Result<Self, BudgetError> {
         if node_id.trim().is_empty() {
             return fail("nodeId", "must not be empty");
         }
-        if failure_threshold == Threshold::Finite(0) {
-            return fail("failureThreshold", "must be an integer >= 1");
-        }
+        let failure_threshold = match failure_threshold {
+            Threshold::Finite(t) if t >= 1 => t,
+            _ => return fail("failureThreshold", "must be an integer >= 1"),
+        };
         if half_open_after_calls < 1 {
             return fail("halfOpenAfterCalls", "must be an integer >= 1");
         }
@@ -401,11 +404,7 @@ impl NodeCircuitBreaker {
             return self.state;
         }
         self.consecutive_failures += 1;
-        let tripped = match self.failure_threshold {
-            Threshold::Finite(t) => self.consecutive_failures >= u64::from(t),
-            Threshold::Infinite => false,
-        };
-        if self.state == NodeBreakerState::HalfOpen || tripped {
+        if self.state == NodeBreakerState::HalfOpen || self.consecutive_failures >= u64::from(self.failure_threshold) {
             self.state = NodeBreakerState::Open;
             self.rejected_since_open = 0;
         }

@@ -152,6 +152,13 @@ fn every_validation_rule_rejects_naming_the_field() {
     // the breaker constructor's rules
     assert_eq!(NodeCircuitBreaker::new(" ", Threshold::Finite(1), 1).unwrap_err().field, "nodeId");
     assert_eq!(NodeCircuitBreaker::new("n", Threshold::Finite(0), 1).unwrap_err().field, "failureThreshold");
+    // the reference's breaker wants an integer threshold: Infinity is the planner policy's only
+    let infinite = json!({"breaker": {"failureThreshold": "Infinity", "halfOpenAfterCalls": 1}, "calls": [false]});
+    let (threshold, half_open, calls) = trace_input_from_json(&infinite).unwrap();
+    assert_eq!(
+        trace_breaker(threshold, half_open, &calls).unwrap_err().to_string(),
+        "retry-budget: failureThreshold must be an integer >= 1"
+    );
     assert_eq!(NodeCircuitBreaker::new("n", Threshold::Finite(1), 0).unwrap_err().field, "halfOpenAfterCalls");
     assert!(trace_input_from_json(&json!({"breaker": {"failureThreshold": 2, "halfOpenAfterCalls": 1}, "calls": [true, 1]})).is_err());
 }

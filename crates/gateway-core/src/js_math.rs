@@ -1,9 +1,10 @@
 //! JavaScript's `Math.pow` (and `**`) as V8 computes it, bit for bit: V8's port of fdlibm's
-//! `e_pow.c` (`v8::base::ieee754::legacy::pow`), which answers `Math.pow` in V8 up to 13.1
-//! (Node ≤ 22). It is not correctly rounded: for about 7 % of `(x, n)` with `x` in `[0, 1)` and
-//! `n` in `3..=8` it differs in the last bit from the C library's `pow` behind `f64::powf`, and
-//! that bit decides `toFixed` at a rounding tie, so the retry-budget planner uses this one to
-//! print the seed's reference numbers to the last digit.
+//! `e_pow.c` (`v8::base::ieee754::legacy::pow`), which answers `Math.pow` on Node 20 (V8 11.3;
+//! newer V8 can take the C library's `pow` instead, behind its `use_std_math_pow` flag). It is
+//! not correctly rounded: for about 7 % of `x` in `[0, 1)` raised to `n` in `1..=8` it differs in
+//! the last bit from the C library's `pow` behind `f64::powf`, and that bit decides `toFixed` at
+//! a rounding tie, so the retry-budget planner uses this one to print the seed's reference
+//! numbers to the last digit.
 //!
 //! The statements follow fdlibm's order exactly (no fused multiply-add, no reassociation); the
 //! words of a double are its high and low 32 bits, as fdlibm's `GET_HIGH_WORD`/`SET_LOW_WORD`.
@@ -133,7 +134,7 @@ pub fn pow(x: f64, y: f64) -> f64 {
         if iy == 0x7ff0_0000 {
             // y is ±Infinity
             return if (ix.wrapping_sub(0x3ff0_0000) as u32 | lx) == 0 {
-                y - y // (±1) ** ±Infinity is NaN
+                f64::NAN // (±1) ** ±Infinity: fdlibm returns y − y
             } else if ix >= 0x3ff0_0000 {
                 if hy >= 0 { y } else { 0.0 }
             } else if hy < 0 {

@@ -11,10 +11,10 @@
 //!   changing the cases or the reference, run
 //!   `BUDGET_REFERENCE_BLESS=1 cargo test -p gateway-core --test budget_reference`.
 //!
-//! The reference's numbers depend on the engine's `Math.pow`: V8 up to 13.1 (Node ≤ 22) uses its
-//! own fdlibm port, later ones the C library's `pow`. The committed outputs come from an fdlibm
-//! engine (see their first line); a live engine whose `Math.pow` is not fdlibm's is reported and
-//! the committed outputs are used instead.
+//! The reference's numbers depend on the engine's `Math.pow`: Node 20's V8 uses its own fdlibm
+//! port, newer V8 can use the C library's `pow` (its `use_std_math_pow` flag). The committed
+//! outputs come from an fdlibm engine (see their first line); a live engine whose `Math.pow` is
+//! not fdlibm's is reported and the committed outputs are used instead.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout, clippy::print_stderr)]
 

@@ -27,8 +27,9 @@ function run({ mode, input }) {
 }
 
 const lines = readFileSync(0, "utf8").split("\n").filter((line) => line !== "");
-// V8 up to 13.1 (Node ≤ 22) computes Math.pow with its own fdlibm port, later ones with the C
-// library's pow; the two differ in the last bit for some inputs. fdlibm's 10^-5 is not 1e-5.
+// Node 20's V8 computes Math.pow with its own fdlibm port; newer V8 can use the C library's pow
+// (flag use_std_math_pow); the two differ in the last bit for some inputs. fdlibm's 10^-5 is
+// not 1e-5.
 const out = [JSON.stringify({ node: process.version, v8: process.versions.v8, fdlibmPow: Math.pow(10, -5) !== 1e-5 })];
 for (const line of lines) {
   try {

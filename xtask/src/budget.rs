@@ -58,4 +58,17 @@ mod tests {
             answer(false, r#"{"breaker": {"failureThreshold": 2, "halfOpenAfterCalls": 3}, "calls": [false, false, true]}"#).unwrap();
         assert_eq!(trace["states"], serde_json::json!(["closed", "open", "open"]));
     }
+
+    #[test]
+    fn numbers_are_read_as_javascript_reads_them() {
+        // serde_json's default reads 0.9999999999999999 as 1 (an invalid rate) and
+        // 0.9856906946328695 one bit off; the reference's answer depends on every bit of both.
+        let input = r#"{"nodes": [
+            {"id": "a", "failureRate": 0.9999999999999999, "attemptCostMicros": 10, "latencyMs": 5, "maxRetries": 2, "required": true},
+            {"id": "b", "failureRate": 0.9856906946328695, "attemptCostMicros": 10, "latencyMs": 5, "maxRetries": 2, "required": false}],
+            "policy": {"globalRetryBudget": 3, "consecutiveFailureThreshold": "Infinity", "halfOpenAfterCalls": 3}}"#;
+        let plan = &answer(true, input).unwrap()["plan"];
+        assert_eq!(plan["costPerSuccessMicros"].as_f64(), Some(150_119_987_579_016_540.0));
+        assert_eq!(plan["partialProbability"].as_f64(), Some(0.97158615));
+    }
 }

@@ -5,8 +5,12 @@
 //! expected attempts, 4 for amplification, whole numbers for costs and latency).
 //!
 //! Rounding follows JavaScript's `Number(x.toFixed(n))` (half up on the exact binary value) and
-//! `Math.round`, so the planner prints the reference's numbers to the last digit.
+//! `Math.round`, and every power is the reference's `Math.pow` ([`crate::js_math::pow`], V8's
+//! fdlibm port, not the C library's `f64::powf`, which differs in the last bit for some inputs
+//! and so rounds some results to the other side of a tie), so the planner prints the
+//! reference's numbers to the last digit.
 
+use crate::js_math;
 use serde_json::Value;
 
 /// An invalid planner input, naming the field; displayed as the reference's
@@ -206,7 +210,7 @@ fn expected_attempts(failure_rate: f64, retries: u32) -> f64 {
     if failure_rate == 0.0 {
         return 1.0;
     }
-    (1.0 - failure_rate.powf(f64::from(retries) + 1.0)) / (1.0 - failure_rate)
+    (1.0 - js_math::pow(failure_rate, f64::from(retries) + 1.0)) / (1.0 - failure_rate)
 }
 
 /// Greedy allocation: each retry goes to the node whose next retry recovers the most success
@@ -226,7 +230,7 @@ pub fn plan_retry_budget(nodes: &[RetryNode], policy: &BudgetPolicy) -> Result<B
                 if node.required != required_pass || retries[index] >= caps[index] || node.failure_rate == 0.0 {
                     continue;
                 }
-                let next = node.failure_rate.powf(f64::from(retries[index]) + 1.0);
+                let next = js_math::pow(node.failure_rate, f64::from(retries[index]) + 1.0);
                 let gain = next * (1.0 - node.failure_rate);
                 let cost = node.attempt_cost_micros as f64 * next;
                 if gain > best_gain || (gain == best_gain && cost < best_cost) {
@@ -252,7 +256,7 @@ pub fn plan_retry_budget(nodes: &[RetryNode], policy: &BudgetPolicy) -> Result<B
         .map(|(index, node)| {
             let r = retries[index];
             let attempts = expected_attempts(node.failure_rate, r);
-            let failure = node.failure_rate.powf(f64::from(r) + 1.0);
+            let failure = js_math::pow(node.failure_rate, f64::from(r) + 1.0);
             let success = 1.0 - failure;
             let cost = node.attempt_cost_micros as f64 * attempts;
             expected_cost += cost;
@@ -334,7 +338,7 @@ impl NodeBreakerState {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeCircuitBreaker {
     node_id: String,
-    failure_threshold: Threshold,
+    failure_threshold: u32,
     half_open_after_calls: u32,
     state: NodeBreakerState,
     consecutive_failures: u64,
@@ -342,14 +346,17 @@ pub struct NodeCircuitBreaker {
 }
 
 impl NodeCircuitBreaker {
-    /// A closed breaker. `failure_threshold` may be infinite; `half_open_after_calls` ≥ 1.
+    /// A closed breaker. `failure_threshold` ≥ 1 and `half_open_after_calls` ≥ 1; an infinite
+    /// threshold is refused, as the reference's breaker refuses one (only the planner's policy
+    /// takes `Infinity`).
     pub fn new(node_id: &str, failure_threshold: Threshold, half_open_after_calls: u32) -> Result<Self, BudgetError> {
         if node_id.trim().is_empty() {
             return fail("nodeId", "must not be empty");
         }
-        if failure_threshold == Threshold::Finite(0) {
-            return fail("failureThreshold", "must be an integer >= 1");
-        }
+        let failure_threshold = match failure_threshold {
+            Threshold::Finite(t) if t >= 1 => t,
+            _ => return fail("failureThreshold", "must be an integer >= 1"),
+        };
         if half_open_after_calls < 1 {
             return fail("halfOpenAfterCalls", "must be an integer >= 1");
         }
@@ -397,11 +404,7 @@ impl NodeCircuitBreaker {
             return self.state;
         }
         self.consecutive_failures += 1;
-        let tripped = match self.failure_threshold {
-            Threshold::Finite(t) => self.consecutive_failures >= u64::from(t),
-            Threshold::Infinite => false,
-        };
-        if self.state == NodeBreakerState::HalfOpen || tripped {
+        if self.state == NodeBreakerState::HalfOpen || self.consecutive_failures >= u64::from(self.failure_threshold) {
             self.state = NodeBreakerState::Open;
             self.rejected_since_open = 0;
         }

@@ -152,8 +152,25 @@ fn every_validation_rule_rejects_naming_the_field() {
     // the breaker constructor's rules
     assert_eq!(NodeCircuitBreaker::new(" ", Threshold::Finite(1), 1).unwrap_err().field, "nodeId");
     assert_eq!(NodeCircuitBreaker::new("n", Threshold::Finite(0), 1).unwrap_err().field, "failureThreshold");
+    // the reference's breaker wants an integer threshold: Infinity is the planner policy's only
+    let infinite = json!({"breaker": {"failureThreshold": "Infinity", "halfOpenAfterCalls": 1}, "calls": [false]});
+    let (threshold, half_open, calls) = trace_input_from_json(&infinite).unwrap();
+    assert_eq!(
+        trace_breaker(threshold, half_open, &calls).unwrap_err().to_string(),
+        "retry-budget: failureThreshold must be an integer >= 1"
+    );
     assert_eq!(NodeCircuitBreaker::new("n", Threshold::Finite(1), 0).unwrap_err().field, "halfOpenAfterCalls");
     assert!(trace_input_from_json(&json!({"breaker": {"failureThreshold": 2, "halfOpenAfterCalls": 1}, "calls": [true, 1]})).is_err());
+}
+
+#[test]
+fn powers_are_javascripts_math_pow_to_the_last_bit() {
+    // 0.895³ = 0.716917375 is a toFixed(8) tie: V8's Math.pow lands below it, the C library's
+    // pow (f64::powf) above, so only the former prints the reference's 0.71691737.
+    let nodes = vec![RetryNode { max_retries: 3, ..node("n1", 0.895, 1088, 0.0, true) }];
+    let plan = plan_retry_budget(&nodes, &policy(10, Threshold::Finite(3))).unwrap();
+    assert_eq!((plan.allocations[0].retries, plan.allocations[0].effective_failure_rate), (2, 0.71691737));
+    assert_eq!(plan.allocations[0].success_probability, 0.28308263);
 }
 
 #[test]

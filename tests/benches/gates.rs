@@ -10,7 +10,7 @@
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use fred::prelude::*;
-use gateway_core::breaker::GateParams;
+use gateway_core::breaker::{GateOp, GateParams, SuccessKind};
 use gateway_core::policy::BreakerConfig;
 use gateway_core::ports::{BreakerGate, GateKey};
 use gateway_core::time::{Clock, Timestamp};
@@ -82,9 +82,11 @@ impl Op {
 
     async fn run(self, gates: &dyn BreakerGate, key: &GateKey, p: &GateParams, i: u64) {
         match self {
-            Op::TryEnter => drop(gates.try_enter(key, p).await.unwrap()),
-            Op::RecordMix if i.is_multiple_of(10) => drop(gates.record_failure(key, p, 0).await.unwrap()),
-            Op::RecordSuccess | Op::RecordMix => drop(gates.record_success(key, p, 0, true).await.unwrap()),
+            Op::TryEnter => drop(gates.apply(key, p, GateOp::TryEnter).await.unwrap()),
+            Op::RecordMix if i.is_multiple_of(10) => drop(gates.apply(key, p, GateOp::Failure { epoch: 0 }).await.unwrap()),
+            Op::RecordSuccess | Op::RecordMix => {
+                drop(gates.apply(key, p, GateOp::Success { epoch: 0, kind: SuccessKind::Real }).await.unwrap());
+            }
         }
     }
 }
@@ -153,18 +155,19 @@ fn redis(c: &mut Criterion) {
                 spread(&rt, tasks, iters, move |_| {
                     let (conn, sha) = (conn.clone(), sha.clone());
                     async move {
-                        // the arguments of a record_success: key, now, parameters, epoch, real
+                        // the arguments of a success: key, now, parameters, operation, epoch, kind
                         let args = vec![
                             Value::from(sha.as_str()),
                             Value::Integer(1),
                             Value::from("gw:{bench}:gate:s1"),
                             Value::from(""),
                             Value::from(format!(
-                                "{} {} {} {} {} {} {} {} {} {} {}",
-                                32, 60_000, 300_000, 10, 0.6, 30_000, 1, 60_000, 1, 1, 4_440_000
+                                "{} {} {} {} {} {} {} {} {} {} {} {}",
+                                32, 60_000, 300_000, 10, 0.6, 30_000, 1, 60_000, 4_440_000, "-", 0, 0
                             )),
+                            Value::from("success"),
                             Value::from("0"),
-                            Value::Integer(1),
+                            Value::from("real"),
                         ];
                         let _: i64 = conn.pool().custom(fred::cmd!("EVALSHA"), args).await.unwrap();
                     }

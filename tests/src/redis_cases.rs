@@ -84,11 +84,20 @@ fn skipped_line(count: usize, url: &str) -> String {
     )
 }
 
+/// A case whose name is known only at run time (the contract suite's come from data files):
+/// its name (reported as `redis::<name>`) and its body, given the Redis URL.
+pub struct NamedCase {
+    /// The case's name, without the `redis::` prefix.
+    pub name: String,
+    /// The body: fails by panicking, like a `#[test]`.
+    pub body: Box<dyn FnOnce(String) + Send>,
+}
+
 /// The trials for `cases`, given what the probe found at `url` and whether Redis is required.
-fn trials(cases: &[Case], url: &str, probe: &Result<(), String>, required: bool) -> Vec<Trial> {
+fn trials(cases: Vec<NamedCase>, url: &str, probe: &Result<(), String>, required: bool) -> Vec<Trial> {
     cases
-        .iter()
-        .map(|&(name, body)| {
+        .into_iter()
+        .map(|NamedCase { name, body }| {
             let name = format!("redis::{name}");
             let url = url.to_owned();
             match probe {
@@ -112,30 +121,42 @@ fn trials(cases: &[Case], url: &str, probe: &Result<(), String>, required: bool)
 /// The `main` of a Redis test target: parses libtest's command line, probes Redis once and runs
 /// `cases` as described in this module's doc.
 pub fn run(cases: &[Case]) -> ExitCode {
+    let named = cases.iter().map(|&(name, body)| NamedCase { name: name.to_owned(), body: Box::new(body) }).collect();
+    run_with(Vec::new(), named)
+}
+
+/// [`run`] for a target that also has cases needing no Redis (`plain`, run as they are) and
+/// Redis cases named at run time.
+pub fn run_with(plain: Vec<Trial>, cases: Vec<NamedCase>) -> ExitCode {
     let args = Arguments::from_args();
     let url = url();
     let required = required();
     let probe = answers(&url, PROBE_TIMEOUT);
-    let trials = trials(cases, &url, &probe, required);
+    let redis = trials(cases, &url, &probe, required);
     if probe.is_err() && !required && !args.list {
-        let skipped = trials.iter().filter(|t| !args.is_filtered_out(t)).count();
+        let skipped = redis.iter().filter(|t| !args.is_filtered_out(t)).count();
         if skipped > 0 {
             let _ = writeln!(std::io::stderr(), "{}", skipped_line(skipped, &url));
         }
     }
-    libtest_mimic::run(&args, trials).exit_code()
+    libtest_mimic::run(&args, plain.into_iter().chain(redis).collect()).exit_code()
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use super::{Case, answers, skipped_line, trials};
+    use super::{Case, NamedCase, answers, skipped_line};
     use libtest_mimic::Arguments;
     use std::net::TcpListener;
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::time::Duration;
 
     const CASES: &[Case] = &[("one", |_| {}), ("two", |_| panic!("ran"))];
+
+    fn trials(cases: &[Case], url: &str, probe: &Result<(), String>, required: bool) -> Vec<libtest_mimic::Trial> {
+        let named = cases.iter().map(|&(name, body)| NamedCase { name: name.to_owned(), body: Box::new(body) }).collect();
+        super::trials(named, url, probe, required)
+    }
 
     /// Runs `trials` as the harness would, its report in a file rather than amid this test's.
     fn run(trials: Vec<libtest_mimic::Trial>, extra: &[&str]) -> libtest_mimic::Conclusion {

@@ -2,18 +2,20 @@
 //! shared one is never disturbed): stopped → admission fails at once with `BackendUnavailable`
 //! and records degrade quietly; back → the same client works again (its scripts reloaded on
 //! NOSCRIPT); SCRIPT FLUSH between calls → recovers; a hung server → bounded by the command
-//! timeout. Skipped, with the reason, where `redis-server` is not installed, unless
-//! `GATEWAY_REDIS_REQUIRED=1`.
+//! timeout; a gate key holding something the script cannot read → `Malformed`, never an outage.
+//! Where `redis-server` is not installed the cases are reported ignored, with the reason (never
+//! `ok`), or failed with `GATEWAY_REDIS_REQUIRED=1`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use fred::prelude::ClientLike;
-use gateway_core::breaker::{GateParams, Verdict};
+use gateway_core::breaker::{GateOp, GateParams, SuccessKind, Verdict};
 use gateway_core::policy::BreakerConfig;
 use gateway_core::ports::{BreakerGate, GateError, GateKey};
 use gateway_redis::{RedisConfig, RedisConnection, RedisGates};
+use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use std::io::Write;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -65,17 +67,65 @@ impl Drop for OwnServer {
     }
 }
 
-fn own_server(case: &str) -> Option<OwnServer> {
-    match OwnServer::start() {
-        Some(server) => Some(server),
-        None if std::env::var("GATEWAY_REDIS_REQUIRED").is_ok_and(|v| v == "1" || v == "true") => {
-            panic!("redis-server could not be started on a loopback port and GATEWAY_REDIS_REQUIRED=1")
-        }
-        None => {
-            let _ = writeln!(std::io::stderr(), "SKIPPED redis_faults::{case}: redis-server is not installed or did not start");
-            None
-        }
+/// Whether `redis-server` can be run here.
+fn installed() -> Result<(), String> {
+    match Command::new("redis-server").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status() {
+        Ok(status) if status.success() => Ok(()),
+        Ok(status) => Err(format!("redis-server --version exited with {status}")),
+        Err(e) => Err(format!("redis-server is not installed ({e})")),
     }
+}
+
+fn own_server() -> OwnServer {
+    OwnServer::start().expect("redis-server did not start on a free loopback port")
+}
+
+type Case = (&'static str, fn() -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>>);
+
+fn main() -> ExitCode {
+    let cases: &[Case] = &[
+        ("stopped_redis_fails_admission_at_once_degrades_records_and_recovers", || {
+            Box::pin(stopped_redis_fails_admission_at_once_degrades_records_and_recovers())
+        }),
+        ("script_flush_between_calls_recovers", || Box::pin(script_flush_between_calls_recovers())),
+        ("a_hung_redis_is_bounded_by_the_command_timeout", || Box::pin(a_hung_redis_is_bounded_by_the_command_timeout())),
+        ("what_the_script_cannot_read_is_malformed_not_an_outage", || Box::pin(what_the_script_cannot_read_is_malformed_not_an_outage())),
+    ];
+    let args = Arguments::from_args();
+    let installed = installed();
+    let required = std::env::var("GATEWAY_REDIS_REQUIRED").is_ok_and(|v| v == "1" || v == "true");
+    let mut trials: Vec<Trial> = cases
+        .iter()
+        .map(|&(name, case)| {
+            let run = move || {
+                let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+                rt.block_on(case());
+                Ok(())
+            };
+            match &installed {
+                Ok(()) => Trial::test(name, run),
+                Err(why) if required => {
+                    let why = format!("GATEWAY_REDIS_REQUIRED=1 and {why}");
+                    Trial::test(name, move || Err(Failed::from(why)))
+                }
+                Err(why) => {
+                    let why = format!("not run: {why}");
+                    Trial::ignorable_test(name, move || Ok(Completion::ignored_with(why))).with_ignored_flag(true)
+                }
+            }
+        })
+        .collect();
+    if let Err(why) = &installed
+        && !required
+    {
+        let _ = writeln!(std::io::stderr(), "SKIPPED {} Redis fault cases: {why}", cases.len());
+    }
+    trials.push(Trial::test("an_unreachable_redis_is_a_typed_error_at_connect", || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(an_unreachable_redis_is_a_typed_error_at_connect());
+        Ok(())
+    }));
+    libtest_mimic::run(&args, trials).exit_code()
 }
 
 async fn connect(url: String) -> Arc<RedisConnection> {
@@ -98,23 +148,22 @@ async fn within<T>(bound: Duration, op: impl Future<Output = T>) -> T {
     tokio::time::timeout(bound, op).await.expect("the operation hung past its bound")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopped_redis_fails_admission_at_once_degrades_records_and_recovers() {
-    let Some(mut server) = own_server("stopped_redis_fails_admission_at_once_degrades_records_and_recovers") else { return };
+    let mut server = own_server();
     let gates = RedisGates::new(connect(server.url()).await);
     let (key, p) = (GateKey::new("faults", "s1"), params());
-    let entry = gates.try_enter(&key, &p).await.unwrap();
-    assert_eq!(entry.verdict, Verdict::Allowed);
+    let entry = gates.apply(&key, &p, GateOp::TryEnter).await.unwrap();
+    assert_eq!(entry.verdict, Some(Verdict::Allowed));
 
     server.stop();
     let bound = COMMAND_TIMEOUT * 4;
-    let admission = within(bound, gates.try_enter(&key, &p)).await;
+    let admission = within(bound, gates.apply(&key, &p, GateOp::TryEnter)).await;
     assert!(unavailable(&admission), "admission must fail closed with a typed error: {admission:?}");
     let retry_after = within(bound, gates.retry_after(&[(key.clone(), p.clone())])).await;
     assert!(unavailable(&retry_after), "{retry_after:?}");
-    let record = within(bound, gates.record_failure(&key, &p, entry.reply.epoch)).await;
+    let record = within(bound, gates.apply(&key, &p, GateOp::Failure { epoch: entry.epoch })).await;
     assert!(unavailable(&record), "{record:?}");
-    let record = within(bound, gates.record_success(&key, &p, entry.reply.epoch, true)).await;
+    let record = within(bound, gates.apply(&key, &p, GateOp::Success { epoch: entry.epoch, kind: SuccessKind::Real })).await;
     assert!(unavailable(&record), "{record:?}");
     assert_eq!(gates.connection().degraded_records(), 2, "each dropped record is counted");
 
@@ -123,51 +172,48 @@ async fn stopped_redis_fails_admission_at_once_degrades_records_and_recovers() {
     assert!(server.spawn(), "redis-server restarts");
     let recovered = within(Duration::from_secs(15), async {
         loop {
-            match gates.try_enter(&key, &p).await {
+            match gates.apply(&key, &p, GateOp::TryEnter).await {
                 Ok(entry) => break entry,
                 Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
             }
         }
     })
     .await;
-    assert_eq!(recovered.verdict, Verdict::Allowed);
-    gates.record_failure(&key, &p, recovered.reply.epoch).await.unwrap();
+    assert_eq!(recovered.verdict, Some(Verdict::Allowed));
+    gates.apply(&key, &p, GateOp::Failure { epoch: recovered.epoch }).await.unwrap();
     assert_eq!(gates.snapshot(&key).await.unwrap().failures, 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_flush_between_calls_recovers() {
-    let Some(server) = own_server("script_flush_between_calls_recovers") else { return };
+    let server = own_server();
     let conn = connect(server.url()).await;
     let gates = RedisGates::new(conn.clone());
     let (key, p) = (GateKey::new("faults", "flush"), params());
-    let entry = gates.try_enter(&key, &p).await.unwrap();
+    let entry = gates.apply(&key, &p, GateOp::TryEnter).await.unwrap();
     let _: String = conn.pool().custom(fred::cmd!("SCRIPT"), vec!["FLUSH"]).await.unwrap();
-    gates.record_failure(&key, &p, entry.reply.epoch).await.unwrap();
+    gates.apply(&key, &p, GateOp::Failure { epoch: entry.epoch }).await.unwrap();
     let _: String = conn.pool().custom(fred::cmd!("SCRIPT"), vec!["FLUSH"]).await.unwrap();
-    assert_eq!(gates.try_enter(&key, &p).await.unwrap().verdict, Verdict::Allowed);
+    assert_eq!(gates.apply(&key, &p, GateOp::TryEnter).await.unwrap().verdict, Some(Verdict::Allowed));
     assert_eq!(gates.snapshot(&key).await.unwrap().failures, 1);
     assert_eq!(conn.degraded_records(), 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_redis_is_bounded_by_the_command_timeout() {
-    let Some(server) = own_server("a_hung_redis_is_bounded_by_the_command_timeout") else { return };
+    let server = own_server();
     let conn = connect(server.url()).await;
     let gates = RedisGates::new(conn.clone());
     let (key, p) = (GateKey::new("faults", "hung"), params());
-    gates.try_enter(&key, &p).await.unwrap();
+    gates.apply(&key, &p, GateOp::TryEnter).await.unwrap();
     // Another client freezes the server for two seconds.
     let pauser = connect(server.url()).await;
     let _: String = pauser.pool().custom(fred::cmd!("CLIENT"), vec!["PAUSE", "2000", "ALL"]).await.unwrap();
-    let admission = within(COMMAND_TIMEOUT * 4, gates.try_enter(&key, &p)).await;
+    let admission = within(COMMAND_TIMEOUT * 4, gates.apply(&key, &p, GateOp::TryEnter)).await;
     assert!(unavailable(&admission), "{admission:?}");
-    let record = within(COMMAND_TIMEOUT * 4, gates.force_open(&key, &p)).await;
+    let record = within(COMMAND_TIMEOUT * 4, gates.apply(&key, &p, GateOp::ForceOpen)).await;
     assert!(unavailable(&record), "{record:?}");
     assert_eq!(conn.degraded_records(), 1);
 }
 
-#[tokio::test]
 async fn an_unreachable_redis_is_a_typed_error_at_connect() {
     // A port nothing listens on: bind one, then free it.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
@@ -180,4 +226,26 @@ async fn an_unreachable_redis_is_a_typed_error_at_connect() {
     let text = error.to_string();
     assert!(matches!(error, GateError::BackendUnavailable { backend: "redis", .. }), "{text}");
     assert!(text.contains(&format!("redis://127.0.0.1:{port}")) && !text.contains("secret"), "{text}");
+}
+
+async fn what_the_script_cannot_read_is_malformed_not_an_outage() {
+    let server = own_server();
+    let conn = connect(server.url()).await;
+    let gates = RedisGates::new(conn.clone());
+    let p = params();
+    let malformed = |result: &Result<gateway_core::Reply, GateError>| matches!(result, Err(GateError::Malformed { backend: "redis", .. }));
+    // A gate key that holds a string: the script's HMGET fails (WRONGTYPE).
+    let wrong_type = GateKey::new("faults", "wrongtype");
+    let _: () = conn.pool().custom(fred::cmd!("SET"), vec!["gw:{faults}:gate:wrongtype", "x"]).await.unwrap();
+    let admission = gates.apply(&wrong_type, &p, GateOp::TryEnter).await;
+    assert!(malformed(&admission), "{admission:?}");
+    // A state this build does not know: the script answers it, the reply's decoder refuses it.
+    let unknown = GateKey::new("faults", "unknown");
+    let _: i64 = conn.pool().custom(fred::cmd!("HSET"), vec!["gw:{faults}:gate:unknown", "state", "AJAR"]).await.unwrap();
+    let admission = gates.apply(&unknown, &p, GateOp::TryEnter).await;
+    assert!(malformed(&admission) && format!("{admission:?}").contains("AJAR"), "{admission:?}");
+    // Neither is an unavailable Redis: no record was counted as dropped.
+    let record = gates.apply(&wrong_type, &p, GateOp::Failure { epoch: 0 }).await;
+    assert!(malformed(&record), "{record:?}");
+    assert_eq!(conn.degraded_records(), 0);
 }

@@ -8,7 +8,7 @@ use crate::error::{CallError, Exhausted};
 use crate::scope::Scope;
 use crate::slot::{Holders, Slot};
 use gateway_core::admission::{Blocked, SkipReason, nap, when_blocked};
-use gateway_core::breaker::{Reply, Verdict};
+use gateway_core::breaker::{GateOp, Reply};
 use gateway_core::ports::{PaceDecision, QuotaDecision, Telemetry};
 use gateway_core::select::demote;
 use gateway_core::telemetry::GateEvent;
@@ -118,17 +118,17 @@ impl SourceAdmission {
             let mut slot = Slot::counted(scope.clone(), holders.clone(), source, pace);
             // 3. the gate
             let (key, params) = &scope.gates[source];
-            let entry = match holders.gates.try_enter(key, params).await {
+            let entry = match holders.gates.apply(key, params, GateOp::TryEnter).await {
                 Ok(entry) => entry,
                 Err(e) => {
                     slot.abandon().await;
                     return Err(call.backend(e));
                 }
             };
-            self.gate_event(scope, source, &entry.reply);
-            if entry.verdict == Verdict::Denied {
+            self.gate_event(scope, source, &entry);
+            if !entry.is_admitted() {
                 // retry_after is 0 unless OPEN: a HALF_OPEN denial never memoes the source.
-                scope.local().memo.note_denial(source, self.clock.now(), entry.reply.retry_after);
+                scope.local().memo.note_denial(source, self.clock.now(), entry.retry_after);
                 gate_rejections += 1;
                 call.skipped(scope.source_name(source), SkipReason::CircuitOpen);
                 slot.abandon().await;

@@ -98,31 +98,59 @@ impl CallState {
 }
 
 /// Ends a call exactly once in telemetry: with its result, or as `Cancelled` when the
-/// application drops the call (or its stream) first.
+/// application drops the call (or its stream) first. A call that falls back to another scope is
+/// still one call: the primary scope's part is handed over ([`CallGuard::hand_over`]) and sent
+/// as one event with the fallback's ([`CallGuard::new`]'s `prior`).
 pub(crate) struct CallGuard {
     pub(crate) state: CallState,
     scope: Arc<str>,
     telemetry: Arc<dyn Telemetry>,
+    /// The primary scope's part of a call that fell back to this one.
+    prior: Option<CallEvent>,
     ended: bool,
 }
 
 impl CallGuard {
-    pub(crate) fn new(state: CallState, scope: Arc<str>, telemetry: Arc<dyn Telemetry>) -> Self {
-        CallGuard { state, scope, telemetry, ended: false }
+    pub(crate) fn new(state: CallState, scope: Arc<str>, telemetry: Arc<dyn Telemetry>, prior: Option<CallEvent>) -> Self {
+        CallGuard { state, scope, telemetry, prior, ended: false }
     }
 
-    pub(crate) fn end(&mut self, result: Option<CallResult>) {
-        if let Some(result) = result {
-            self.telemetry.call(&self.state.event(&self.scope, result));
-        }
+    /// Ends the call with `result`: its one event.
+    pub(crate) fn end(&mut self, result: CallResult) {
+        let event = self.event(result);
+        self.telemetry.call(&event);
         self.ended = true;
+    }
+
+    /// Ends this scope's part of a call that goes on in its fallback scope, without an event:
+    /// the part to carry into the fallback's guard.
+    pub(crate) fn hand_over(mut self, result: CallResult) -> CallEvent {
+        self.ended = true;
+        self.event(result)
+    }
+
+    fn event(&mut self, result: CallResult) -> CallEvent {
+        let own = self.state.event(&self.scope, result);
+        match self.prior.take() {
+            None => own,
+            Some(prior) => CallEvent {
+                result: own.result,
+                attempts: prior.attempts.saturating_add(own.attempts),
+                budget_attempts: prior.budget_attempts.saturating_add(own.budget_attempts),
+                reasks: prior.reasks.saturating_add(own.reasks),
+                reasons: prior.reasons.into_iter().chain(own.reasons).collect(),
+                waited: prior.waited.saturating_add(own.waited),
+                elapsed: own.started.saturating_add(own.elapsed).saturating_since(prior.started),
+                ..prior
+            },
+        }
     }
 }
 
 impl Drop for CallGuard {
     fn drop(&mut self) {
         if !self.ended {
-            self.telemetry.call(&self.state.event(&self.scope, CallResult::Cancelled));
+            self.end(CallResult::Cancelled);
         }
     }
 }
@@ -197,8 +225,8 @@ pub(crate) async fn settle(
     let effects = class.effects();
     let consumed = match effects.budget {
         BudgetEffect::Retry => true,
-        BudgetEffect::Nothing => class == OutcomeClass::RateLimited && scope.behaviour.rate_limited_consumes_budget,
-        BudgetEffect::StructuredReask => false,
+        BudgetEffect::Pushback => scope.behaviour.rate_limited_consumes_budget,
+        BudgetEffect::StructuredReask | BudgetEffect::Nothing => false,
     };
     call.budget_spent += u32::from(consumed);
     if effects.counts_as_call_failure {

@@ -229,6 +229,13 @@ impl CallError {
         })
     }
 
+    /// The telemetry result of an error of a call that started (the call loop's errors): the
+    /// refusals that come before a call starts never reach its end, and read as
+    /// `RequestRejected` (the call as asked cannot be served) should one ever do.
+    pub(crate) fn result_of_started(&self) -> CallResult {
+        self.result().unwrap_or(CallResult::RequestRejected)
+    }
+
     /// The report of what was tried (none for a call that never started; the fallback's for a
     /// failed fallback, whose primary error keeps its own).
     pub fn report(&self) -> Option<&CallReport> {

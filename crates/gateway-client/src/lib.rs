@@ -31,6 +31,7 @@ pub use telemetry::{Collector, TracingTelemetry};
 use admission::SourceAdmission;
 use call::{CallGuard, CallLoop, CallState, Delivered, Delivery};
 use gateway_core::policy::ScopePolicy;
+use gateway_core::telemetry::{CallEvent, CallResult};
 use gateway_core::ports::{BreakerGate, PacerGate, QuotaGate, Telemetry, Upstream};
 use gateway_core::request::{Request, Response};
 use gateway_core::time::Clock;
@@ -303,25 +304,41 @@ impl GatewayClient {
 
     /// The call in `scope`, then, if it ended `CircuitOpen`, `AllSourcesExhausted` or
     /// `RateLimited` and the scope names a fallback, once in the fallback scope (which does not
-    /// fall back again).
+    /// fall back again). Either way it is one call, with one call event.
     async fn deliver(&self, scope: &str, tenant: Option<&str>, request: &Request, delivery: Delivery) -> Result<Answer, CallError> {
-        let primary = match self.run_in(scope, tenant, request, delivery).await {
-            Err(e @ (CallError::CircuitOpen { .. } | CallError::AllSourcesExhausted { .. } | CallError::RateLimited { .. })) => e,
+        let fallback = self.scopes.get(scope).and_then(|p| p.policy().fallback.clone());
+        // The primary scope's part of the call, while a fallback is to follow.
+        let mut prior = None;
+        let primary = match self.run_in(scope, tenant, request, delivery, &mut prior, fallback.is_some()).await {
+            Err(e) if falls_back_on(&e) => e,
             done => return done,
         };
-        let Some(fallback) = self.scopes.get(scope).and_then(|p| p.policy().fallback.clone()) else { return Err(primary) };
-        match self.run_in(&fallback, tenant, request, delivery).await {
-            Ok(answer) => Ok(answer),
-            Err(second) => Err(CallError::FallbackFailed {
-                scope: scope.to_owned(),
-                primary: Box::new(primary),
-                fallback_scope: fallback,
-                fallback: Box::new(second),
-            }),
+        let Some(fallback) = fallback else { return Err(primary) };
+        let second = self.run_in(&fallback, tenant, request, delivery, &mut prior, false).await;
+        if let Some(event) = prior {
+            // The fallback refused the call before it started: the primary's part is all of it.
+            self.admission.telemetry.call(&event);
         }
+        second.map_err(|second| CallError::FallbackFailed {
+            scope: scope.to_owned(),
+            primary: Box::new(primary),
+            fallback_scope: fallback,
+            fallback: Box::new(second),
+        })
     }
 
-    async fn run_in(&self, scope: &str, tenant: Option<&str>, request: &Request, delivery: Delivery) -> Result<Answer, CallError> {
+    /// The call in one scope. `prior` is the primary scope's part of a call that falls back to
+    /// this scope (taken when the call starts here); `falls_back` says a fallback follows an
+    /// error it falls back on, so this part is handed over into `prior` instead of ending.
+    async fn run_in(
+        &self,
+        scope: &str,
+        tenant: Option<&str>,
+        request: &Request,
+        delivery: Delivery,
+        prior: &mut Option<CallEvent>,
+        falls_back: bool,
+    ) -> Result<Answer, CallError> {
         let Some(partitions) = self.scopes.get(scope) else {
             return Err(CallError::UnknownScope {
                 scope: scope.to_owned(),
@@ -345,17 +362,22 @@ impl GatewayClient {
         let id = self.next_call.fetch_add(1, Ordering::Relaxed);
         let mut state = CallState::new(id, self.admission.clock.clone(), scope.policy.sources.len());
         state.tenant = tenant;
-        let mut guard = CallGuard::new(state, partitions.name().clone(), self.admission.telemetry.clone());
+        let mut guard = CallGuard::new(state, partitions.name().clone(), self.admission.telemetry.clone(), prior.take());
         let run = CallLoop { admission: &self.admission, upstream: &*self.upstream };
         match run.run(&scope, request, &mut guard.state, delivery).await {
             Ok(Delivered::Whole(response)) => {
-                guard.end(Some(gateway_core::telemetry::CallResult::Ok));
+                guard.end(CallResult::Ok);
                 Ok(Answer::Whole(response))
             }
             // The call goes on in the stream, which ends it.
             Ok(Delivered::Stream(committed)) => Ok(Answer::Stream(ChatStream::new(self.admission.clone(), scope, committed, guard))),
             Err(error) => {
-                guard.end(error.result());
+                let result = error.result_of_started();
+                if falls_back && falls_back_on(&error) {
+                    *prior = Some(guard.hand_over(result));
+                } else {
+                    guard.end(result);
+                }
                 Err(error)
             }
         }
@@ -456,4 +478,9 @@ impl GatewayClient {
     pub fn scope_names(&self) -> Vec<String> {
         self.scopes.keys().cloned().collect()
     }
+}
+
+/// The errors a scope's fallback takes over: the scope could not serve the call now.
+fn falls_back_on(error: &CallError) -> bool {
+    matches!(error, CallError::CircuitOpen { .. } | CallError::AllSourcesExhausted { .. } | CallError::RateLimited { .. })
 }

@@ -1,9 +1,10 @@
 //! Policy presets: `default` (SPEC §3–§8 as written) and `baseline`, the old library that the
 //! soak compares against (SPEC §12): round-robin, the consecutive channel only with its
 //! threshold raised by the scope's concurrency, a fixed cooldown, 429 spending the retry budget,
-//! no AIMD, no in-call demotion, one structured re-ask.
+//! no AIMD, no in-call demotion, one structured re-ask. The old breaker is expressed as values
+//! of the production breaker's parameters; the breaker has no knob of its own for it.
 
-use gateway_core::policy::{ScopePolicy, ThresholdBasis};
+use gateway_core::policy::ScopePolicy;
 use gateway_core::select::SelectorKind;
 use serde::{Deserialize, Serialize};
 
@@ -36,9 +37,15 @@ impl Preset {
             Preset::Default => Behaviour { rate_limited_consumes_budget: false, aimd: true, demotion: true },
             Preset::Baseline => {
                 policy.selector = SelectorKind::RoundRobin;
-                policy.breaker.rate_channel = false;
-                policy.breaker.escalate_cooldown = false;
-                policy.breaker.threshold_basis = ThresholdBasis::ScopeConcurrency;
+                let breaker = &mut policy.breaker;
+                // No rate channel: its sample count is beyond reach, which also takes away the
+                // health evidence that holds the consecutive channel back.
+                breaker.min_calls = u32::MAX;
+                // No escalation: every open time is the first.
+                breaker.max_cooldown = breaker.cooldown;
+                // The threshold raised by the scope's concurrency (the per-source raise of SPEC
+                // §3 is below it whenever a source's concurrency is below the scope's).
+                breaker.fail_threshold = breaker.fail_threshold.max(policy.concurrency.saturating_mul(2));
                 policy.structured_max_retries = policy.structured_max_retries.min(1);
                 Behaviour { rate_limited_consumes_budget: true, aimd: false, demotion: false }
             }

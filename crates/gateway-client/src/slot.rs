@@ -6,8 +6,8 @@
 //! leak them. The end of every attempt made wakes the partition's oldest waiter.
 
 use crate::scope::Scope;
-use gateway_core::breaker::{Entry, Reply, Verdict};
-use gateway_core::outcome::{AimdEffect, BreakerEffect, OutcomeClass};
+use gateway_core::breaker::{GateOp, Reply};
+use gateway_core::outcome::{AimdEffect, NextStep, OutcomeClass};
 use gateway_core::ports::{BreakerGate, PaceLease, PacerGate, Permit, QuotaGate};
 use gateway_core::time::Timestamp;
 use std::sync::Arc;
@@ -27,7 +27,8 @@ pub(crate) struct Slot {
     pub(crate) scope: Arc<Scope>,
     holders: Arc<Holders>,
     pub(crate) source: usize,
-    entry: Option<Entry>,
+    /// The gate's admission (`TryEnter` reply), once the gate admitted the attempt.
+    entry: Option<Reply>,
     /// The local in-flight count is held.
     inflight: bool,
     /// The place on the account's learned limit.
@@ -45,19 +46,19 @@ impl Slot {
     }
 
     /// The gate admitted the attempt with `entry`.
-    pub(crate) fn admitted(&mut self, entry: Entry) {
-        self.probe = entry.verdict == Verdict::Probe;
+    pub(crate) fn admitted(&mut self, entry: Reply) {
+        self.probe = entry.is_probe();
         self.entry = Some(entry);
     }
 
     /// The epoch the attempt was admitted at.
     fn epoch(&self) -> u64 {
-        self.entry.map_or(0, |e| e.reply.epoch)
+        self.entry.map_or(0, |e| e.epoch)
     }
 
     /// The gate state the attempt was admitted in.
     pub(crate) fn admitted_in(&self) -> gateway_core::CircuitState {
-        self.entry.map_or(gateway_core::CircuitState::Closed, |e| e.reply.state)
+        self.entry.map_or(gateway_core::CircuitState::Closed, |e| e.state)
     }
 
     pub(crate) fn hold_permit(&mut self, permit: Permit) {
@@ -65,7 +66,7 @@ impl Slot {
     }
 
     pub(crate) fn is_probe(&self) -> bool {
-        self.entry.is_some_and(|e| e.verdict == Verdict::Probe)
+        self.entry.is_some_and(|e| e.is_probe())
     }
 
     /// Hands everything back for an attempt that will not be made (the gate denied it or the
@@ -78,7 +79,7 @@ impl Slot {
             // send a second release, which could clear the next prober's lease.
             self.probe = false;
             let (key, params) = &self.scope.gates[self.source];
-            let _ = self.holders.gates.release_probe(key, params, self.epoch()).await;
+            let _ = self.holders.gates.apply(key, params, GateOp::Release { epoch: self.epoch() }).await;
         }
         if let Some(pace) = &self.pace {
             let _ = self.holders.pacer.release(pace, AimdEffect::Nothing, &self.scope.pacer).await;
@@ -111,7 +112,7 @@ impl Slot {
         let health = {
             let mut local = self.scope.local();
             local.health[self.source].observe_class(class);
-            if class == OutcomeClass::Success {
+            if class.effects().next == NextStep::Return {
                 local.progress.record(now);
             }
             local.health[self.source].value()
@@ -126,23 +127,14 @@ impl Slot {
         };
         self.pace = None;
         let (key, params) = &self.scope.gates[self.source];
-        let epoch = self.epoch();
         // The outcome settles the probe: cleared before the await, so a call dropped while the
         // record is in flight does not also release the lease (the next prober's, by then).
-        let probe = std::mem::take(&mut self.probe);
+        self.probe = false;
+        let op = self.entry.and_then(|entry| class.effects().gate_op(&entry, responsiveness, self.scope.policy.breaker.slow_call));
         // A record the backend cannot take is logged and counted by the adapter; the call goes on.
-        let gates = &self.holders.gates;
-        let reply = match class.effects().breaker {
-            BreakerEffect::RecordSuccess { real: true }
-                if self.scope.policy.breaker.slow_call.is_some_and(|slow| responsiveness > slow) =>
-            {
-                gates.record_slow_success(key, params, epoch).await.ok()
-            }
-            BreakerEffect::RecordSuccess { real } => gates.record_success(key, params, epoch, real).await.ok(),
-            BreakerEffect::RecordFailure => gates.record_failure(key, params, epoch).await.ok(),
-            BreakerEffect::ForceOpen => gates.force_open(key, params).await.ok(),
-            BreakerEffect::Nothing if probe => gates.release_probe(key, params, epoch).await.ok(),
-            BreakerEffect::Nothing => None,
+        let reply = match op {
+            Some(op) => self.holders.gates.apply(key, params, op).await.ok(),
+            None => None,
         };
         if let Some(permit) = &self.permit {
             if let Some(tokens) = actual_tokens {
@@ -182,7 +174,7 @@ impl Drop for Slot {
         let release = async move {
             let (key, params) = &scope.gates[source];
             if let Some(epoch) = probe {
-                let _ = holders.gates.release_probe(key, params, epoch).await;
+                let _ = holders.gates.apply(key, params, GateOp::Release { epoch }).await;
             }
             if let Some(pace) = pace {
                 let _ = holders.pacer.release(&pace, AimdEffect::Nothing, &scope.pacer).await;

@@ -227,7 +227,7 @@ impl Relay {
             Handed::Stalled => {
                 // Not the provider's fault: nothing is recorded; the slot goes back.
                 let name = self.open.take().map(|open| open.facts.name).unwrap_or_default();
-                self.guard.end(Some(CallResult::Cancelled));
+                self.guard.end(CallResult::Cancelled);
                 let error = StreamError { source_name: name, class: OutcomeClass::Transient, detail: "timeout".to_owned() };
                 *self.ending.lock().unwrap_or_else(PoisonError::into_inner) = Some(error);
                 false
@@ -264,6 +264,6 @@ impl Relay {
         let now = self.admission.clock.now();
         let ending = Ending { outcome: &outcome, tokens, at: now };
         settle(&self.admission, &self.scope, &mut self.guard.state, open.slot, &open.facts, ending).await;
-        self.guard.end(Some(result));
+        self.guard.end(result);
     }
 }

@@ -56,8 +56,6 @@ pub struct GateParams {
     bucket_ms: u64,
     half_open_successes: u32,
     probe_ttl_ms: u64,
-    rate_channel: bool,
-    escalate_cooldown: bool,
     slow_rate: Option<f64>,
     sla_cooldown_ms: Option<(u64, u64)>,
 }
@@ -77,8 +75,6 @@ impl GateParams {
             bucket_ms: (millis(policy.window) / 2).max(1),
             half_open_successes: policy.half_open_successes.max(1),
             probe_ttl_ms: policy.probe_ttl.map_or(derived_ttl, millis).max(1),
-            rate_channel: policy.rate_channel,
-            escalate_cooldown: policy.escalate_cooldown,
             slow_rate: policy.slow_call.map(|_| policy.slow_rate),
             sla_cooldown_ms: policy.sla_cooldown.map(|(floor, cap)| (millis(floor).max(1), millis(cap).max(1))),
         }
@@ -132,19 +128,11 @@ impl GateParams {
     pub fn probe_ttl_ms(&self) -> u64 {
         self.probe_ttl_ms
     }
-    /// Whether the rate channel is on.
-    pub fn rate_channel(&self) -> bool {
-        self.rate_channel
-    }
-    /// Whether the open time doubles per streak.
-    pub fn escalate_cooldown(&self) -> bool {
-        self.escalate_cooldown
-    }
 
     /// `min(cooldown × 2^(streak−1), max_cooldown)` for `streak ≥ 1` (the plain cooldown for
-    /// streak 0, or when escalation is off), in milliseconds.
+    /// streak 0), in milliseconds. With `max_cooldown = cooldown` nothing escalates.
     pub fn cooldown_eff_ms(&self, streak: u32) -> u64 {
-        if !self.escalate_cooldown || streak <= 1 {
+        if streak <= 1 {
             return self.cooldown_ms.min(self.max_cooldown_ms);
         }
         let factor = 1u64.checked_shl(streak - 1).unwrap_or(u64::MAX);
@@ -193,10 +181,12 @@ impl Transition {
     }
 }
 
-/// What every operation returns: the state after it, the epoch, and `retry_after` under the
-/// contract (0 unless OPEN; never above `max_cooldown`).
+/// What every operation returns: the verdict of a `TryEnter`, the state after the operation,
+/// the epoch, and `retry_after` under the contract (0 unless OPEN; never above `max_cooldown`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Reply {
+    /// The verdict of a [`GateOp::TryEnter`]; `None` for the other operations.
+    pub verdict: Option<Verdict>,
     /// State after the operation.
     pub state: CircuitState,
     /// Epoch after the operation.
@@ -209,7 +199,19 @@ pub struct Reply {
     pub fenced: bool,
 }
 
-/// The verdict of `try_enter`.
+impl Reply {
+    /// Whether a `TryEnter` admitted the caller (allowed, or holding the probe lease).
+    pub fn is_admitted(&self) -> bool {
+        matches!(self.verdict, Some(Verdict::Allowed | Verdict::Probe))
+    }
+
+    /// Whether a `TryEnter` granted the single probe lease.
+    pub fn is_probe(&self) -> bool {
+        self.verdict == Some(Verdict::Probe)
+    }
+}
+
+/// The verdict of `TryEnter`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
@@ -221,19 +223,66 @@ pub enum Verdict {
     Denied,
 }
 
-/// What `try_enter` returns.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Entry {
-    /// Allowed, probe, or denied.
-    pub verdict: Verdict,
-    /// State, epoch (to fence this caller's record), retry_after.
-    pub reply: Reply,
+/// How a success is counted (SPEC §2, §11).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SuccessKind {
+    /// A usable answer: resets the consecutive count and enters the rate window.
+    Real,
+    /// A usable answer slower than `slow_call_s`: a real success that the slow-call channel also
+    /// counts (without the channel, the same as `Real`).
+    Slow,
+    /// The provider answered but the result was unusable (ResultInvalid): resets the consecutive
+    /// count only; in HALF_OPEN a probe success (the provider is up).
+    Unusable,
 }
 
-impl Entry {
-    /// Whether the caller may send the attempt.
-    pub fn is_admitted(&self) -> bool {
-        self.verdict != Verdict::Denied
+/// One operation on a gate (SPEC §3 operations 1–5). Records carry the epoch the attempt was
+/// admitted at; a stale one changes nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GateOp {
+    /// Admits (CLOSED), grants the single probe lease (OPEN past `open_until`, or HALF_OPEN with
+    /// an expired lease), or denies with `retry_after`.
+    TryEnter,
+    /// The attempt succeeded.
+    Success {
+        /// Epoch of the admission.
+        epoch: u64,
+        /// How it counts.
+        kind: SuccessKind,
+    },
+    /// The attempt failed (never a 429). In CLOSED the rate channel is checked before the
+    /// consecutive one.
+    Failure {
+        /// Epoch of the admission.
+        epoch: u64,
+    },
+    /// The source is dead (bad key, no balance, unknown model). An already OPEN gate is left as
+    /// it is: calls admitted before the open that all come back 401 must not push the streak up
+    /// once each.
+    ForceOpen,
+    /// Hands back a probe lease that proved nothing (429, bad payload, cancellation), so the next
+    /// `TryEnter` probes at once.
+    Release {
+        /// Epoch of the admission.
+        epoch: u64,
+    },
+}
+
+impl GateOp {
+    /// Whether the operation records an outcome (everything but `TryEnter`). A record the
+    /// backend cannot take is logged and counted; the call goes on.
+    pub const fn is_record(self) -> bool {
+        !matches!(self, GateOp::TryEnter)
+    }
+
+    /// The admission epoch a record is fenced by (`None`: not fenced).
+    pub const fn epoch(self) -> Option<u64> {
+        match self {
+            GateOp::Success { epoch, .. } | GateOp::Failure { epoch } | GateOp::Release { epoch } => Some(epoch),
+            GateOp::TryEnter | GateOp::ForceOpen => None,
+        }
     }
 }
 
@@ -281,8 +330,31 @@ impl Gate {
         Gate::default()
     }
 
-    /// SPEC §3 operation 1. Admits, grants the probe, or denies with a retry hint.
-    pub fn try_enter(&mut self, p: &GateParams, now: Timestamp) -> Entry {
+    /// Applies `op` at `now` and returns the reply: the one entry point of the breaker, that
+    /// every backend runs (the memory gates directly, the Redis scripts rule for rule).
+    pub fn apply(&mut self, p: &GateParams, op: GateOp, now: Timestamp) -> Reply {
+        if op.epoch().is_some_and(|epoch| epoch != self.epoch) {
+            return self.reply(p, now, None, None, true);
+        }
+        let (verdict, transition) = match op {
+            GateOp::TryEnter => {
+                let (verdict, transition) = self.try_enter(p, now);
+                (Some(verdict), transition)
+            }
+            GateOp::Success { kind, .. } => (None, self.succeed(p, now, kind)),
+            GateOp::Failure { .. } => (None, self.fail(p, now)),
+            GateOp::ForceOpen => (None, (self.state != CircuitState::Open).then(|| self.open(p, now, Cause::ForcedOpen))),
+            GateOp::Release { .. } => {
+                if self.state == CircuitState::HalfOpen {
+                    self.probe_until = None;
+                }
+                (None, None)
+            }
+        };
+        self.reply(p, now, verdict, transition, false)
+    }
+
+    fn try_enter(&mut self, p: &GateParams, now: Timestamp) -> (Verdict, Option<Transition>) {
         let before = self.state;
         let verdict = match self.state {
             CircuitState::Closed => Verdict::Allowed,
@@ -301,107 +373,76 @@ impl Gate {
             }
         };
         let transition = (before != self.state).then_some(Transition { from: before, to: self.state, cause: Cause::CooldownElapsed });
-        Entry { verdict, reply: self.reply(p, now, transition, false) }
+        (verdict, transition)
     }
 
-    /// SPEC §3 operation 2. `real: false` (ResultInvalid) only resets the consecutive counter
-    /// in CLOSED, and counts as a probe success in HALF_OPEN.
-    pub fn record_success(&mut self, p: &GateParams, epoch: u64, now: Timestamp, real: bool) -> Reply {
-        self.succeed(p, epoch, now, real, false)
-    }
-
-    /// A real success slower than `slow_call_s` (SPEC §11 slow-call channel): counted as a
-    /// success and as slow; in CLOSED, opens the gate (escalating, like the rate channel) when the
-    /// window's slow rate reaches `slow_rate` with `min_calls` samples. Without the channel it is
-    /// a plain real success; in HALF_OPEN a probe success.
-    pub fn record_slow_success(&mut self, p: &GateParams, epoch: u64, now: Timestamp) -> Reply {
-        self.succeed(p, epoch, now, true, p.slow_rate.is_some())
-    }
-
-    fn succeed(&mut self, p: &GateParams, epoch: u64, now: Timestamp, real: bool, slow: bool) -> Reply {
-        if epoch != self.epoch {
-            return self.reply(p, now, None, true);
-        }
-        let mut transition = None;
+    /// In CLOSED a success resets the consecutive count; a real one also enters the window, and
+    /// a slow one (with the slow-call channel, SPEC §11) opens the gate when the window's slow
+    /// rate reaches `slow_rate` with `min_calls` samples. In HALF_OPEN every kind is a probe
+    /// success.
+    fn succeed(&mut self, p: &GateParams, now: Timestamp, kind: SuccessKind) -> Option<Transition> {
         match self.state {
             CircuitState::Closed => {
                 self.failures = 0;
-                if real {
-                    self.count(p, now, false, slow);
-                    let samples = self.a0.saturating_add(self.a1);
-                    let slow_calls = self.s0.saturating_add(self.s1);
-                    match p.slow_rate {
-                        Some(rate) if slow && samples >= p.min_calls && f64::from(slow_calls) / f64::from(samples) >= rate => {
-                            transition = Some(self.open(p, now, true, Cause::SlowChannel));
-                        }
-                        _ => self.decay_streak(p, now),
+                if kind == SuccessKind::Unusable {
+                    return None;
+                }
+                let slow = kind == SuccessKind::Slow && p.slow_rate.is_some();
+                self.count(p, now, false, slow);
+                let samples = self.a0.saturating_add(self.a1);
+                let slow_calls = self.s0.saturating_add(self.s1);
+                match p.slow_rate {
+                    Some(rate) if slow && samples >= p.min_calls && f64::from(slow_calls) / f64::from(samples) >= rate => {
+                        Some(self.open(p, now, Cause::SlowChannel))
+                    }
+                    _ => {
+                        self.decay_streak(p, now);
+                        None
                     }
                 }
             }
             CircuitState::HalfOpen => {
                 self.probe_ok = self.probe_ok.saturating_add(1);
                 self.probe_until = None;
-                if self.probe_ok >= p.half_open_successes {
-                    self.state = CircuitState::Closed;
-                    self.failures = 0;
-                    self.closed_since = Some(now);
-                    // The window starts afresh: the failures (or slow calls) that opened the gate
-                    // must not reopen a recovered source at its first failure when the cooldown
-                    // is shorter than the window.
-                    (self.a0, self.f0, self.s0, self.a1, self.f1, self.s1) = (0, 0, 0, 0, 0, 0);
-                    transition = Some(Transition { from: CircuitState::HalfOpen, to: CircuitState::Closed, cause: Cause::ProbeSucceeded });
+                if self.probe_ok < p.half_open_successes {
+                    return None;
                 }
+                self.state = CircuitState::Closed;
+                self.failures = 0;
+                self.closed_since = Some(now);
+                // The window starts afresh: the failures (or slow calls) that opened the gate
+                // must not reopen a recovered source at its first failure when the cooldown is
+                // shorter than the window.
+                (self.a0, self.f0, self.s0, self.a1, self.f1, self.s1) = (0, 0, 0, 0, 0, 0);
+                Some(Transition { from: CircuitState::HalfOpen, to: CircuitState::Closed, cause: Cause::ProbeSucceeded })
             }
-            CircuitState::Open => {}
+            CircuitState::Open => None,
         }
-        self.reply(p, now, transition, false)
     }
 
-    /// SPEC §3 operation 3. In CLOSED the rate channel is checked before the consecutive one.
-    pub fn record_failure(&mut self, p: &GateParams, epoch: u64, now: Timestamp) -> Reply {
-        if epoch != self.epoch {
-            return self.reply(p, now, None, true);
-        }
-        let transition = match self.state {
+    /// In CLOSED the rate channel is checked first; the consecutive channel opens only without
+    /// health evidence (`min_calls` samples in the window, which then read below `fail_rate`).
+    fn fail(&mut self, p: &GateParams, now: Timestamp) -> Option<Transition> {
+        match self.state {
             CircuitState::Closed => {
                 self.failures = self.failures.saturating_add(1);
                 self.count(p, now, true, false);
                 let samples = self.a0.saturating_add(self.a1);
                 let failed = self.f0.saturating_add(self.f1);
-                let evidence = p.rate_channel && samples >= p.min_calls;
-                let rate = if samples == 0 { 0.0 } else { f64::from(failed) / f64::from(samples) };
-                if evidence && rate >= p.fail_rate {
-                    let t = self.open(p, now, true, Cause::RateChannel);
+                let evidence = samples >= p.min_calls;
+                if evidence && f64::from(failed) / f64::from(samples) >= p.fail_rate {
+                    let t = self.open(p, now, Cause::RateChannel);
                     self.failures = p.threshold;
                     Some(t)
-                } else if self.failures >= p.threshold && !(evidence && rate < p.fail_rate) {
-                    Some(self.open(p, now, false, Cause::ConsecutiveChannel))
+                } else if self.failures >= p.threshold && !evidence {
+                    Some(self.open(p, now, Cause::ConsecutiveChannel))
                 } else {
                     None
                 }
             }
-            CircuitState::HalfOpen => Some(self.open(p, now, true, Cause::ProbeFailed)),
+            CircuitState::HalfOpen => Some(self.open(p, now, Cause::ProbeFailed)),
             CircuitState::Open => None,
-        };
-        self.reply(p, now, transition, false)
-    }
-
-    /// SPEC §3 operation 4 (SourceDead). An already OPEN gate is left as it is: calls admitted
-    /// before the open that all come back 401 must not push the streak up once each.
-    pub fn force_open(&mut self, p: &GateParams, now: Timestamp) -> Reply {
-        let transition = (self.state != CircuitState::Open).then(|| self.open(p, now, true, Cause::ForcedOpen));
-        self.reply(p, now, transition, false)
-    }
-
-    /// SPEC §3 operation 5: hands the probe lease back so the next `try_enter` probes at once.
-    pub fn release_probe(&mut self, p: &GateParams, epoch: u64, now: Timestamp) -> Reply {
-        if epoch != self.epoch {
-            return self.reply(p, now, None, true);
         }
-        if self.state == CircuitState::HalfOpen {
-            self.probe_until = None;
-        }
-        self.reply(p, now, None, false)
     }
 
     /// This gate's part of SPEC §3 operation 6: OPEN → time left until `open_until`, else 0;
@@ -424,13 +465,16 @@ impl Gate {
         self.state == CircuitState::HalfOpen && self.probe_until.is_some_and(|until| now < until)
     }
 
-    fn open(&mut self, p: &GateParams, now: Timestamp, escalate: bool, cause: Cause) -> Transition {
+    /// Opens the gate. Every cause but the consecutive channel escalates: it raises the streak
+    /// and opens for `cooldown_eff(streak)`; the consecutive channel, which fires without health
+    /// evidence, opens for the plain cooldown and keeps the streak.
+    fn open(&mut self, p: &GateParams, now: Timestamp, cause: Cause) -> Transition {
         let from = self.state;
-        let base_ms = if escalate {
+        let base_ms = if cause == Cause::ConsecutiveChannel {
+            p.cooldown_ms
+        } else {
             self.streak = self.streak.saturating_add(1);
             p.cooldown_eff_ms(self.streak)
-        } else {
-            p.cooldown_ms
         };
         // SLA-adaptive (SPEC §11): base × (2 − R) with R the window's success rate, that is
         // base + base × failed / samples, in integers so that the Lua script computes the same.
@@ -488,8 +532,8 @@ impl Gate {
         }
     }
 
-    fn reply(&self, p: &GateParams, now: Timestamp, transition: Option<Transition>, fenced: bool) -> Reply {
-        Reply { state: self.state, epoch: self.epoch, retry_after: self.retry_after(p, now), transition, fenced }
+    fn reply(&self, p: &GateParams, now: Timestamp, verdict: Option<Verdict>, transition: Option<Transition>, fenced: bool) -> Reply {
+        Reply { verdict, state: self.state, epoch: self.epoch, retry_after: self.retry_after(p, now), transition, fenced }
     }
 }
 

@@ -40,7 +40,7 @@ pub mod stream;
 pub mod telemetry;
 pub mod time;
 
-pub use breaker::{CircuitState, Entry, Gate, GateParams, Reply, Verdict};
+pub use breaker::{CircuitState, Gate, GateOp, GateParams, Reply, SuccessKind, Verdict};
 pub use outcome::{Effects, OutcomeClass};
 pub use policy::{BreakerPolicy, PolicyError, ScopeConfig, ScopePolicy};
 pub use ports::{BreakerGate, GateError, GateKey, QuotaGate, Telemetry, Upstream};

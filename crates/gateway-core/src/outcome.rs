@@ -4,7 +4,9 @@
 //! [`OutcomeClass::effects`] instead of matching on classes itself, so the rules cannot drift
 //! apart between call kinds or backends.
 
+use crate::breaker::{GateOp, Reply, SuccessKind};
 use serde::{Deserialize, Serialize};
+use std::time::Duration;
 use std::fmt;
 
 /// What an upstream adapter reports for one attempt.
@@ -63,14 +65,11 @@ impl fmt::Display for OutcomeClass {
 /// What an outcome does to the shared breaker gate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BreakerEffect {
-    /// `record_success(epoch, now, real)`; `real: false` only resets the consecutive counter.
-    RecordSuccess {
-        /// Whether the success enters the rate window.
-        real: bool,
-    },
-    /// `record_failure(epoch, now)`.
-    RecordFailure,
-    /// `force_open(now)`.
+    /// A success of this kind (a `Real` one slower than the scope's `slow_call_s` is `Slow`).
+    Success(SuccessKind),
+    /// A failure.
+    Failure,
+    /// `ForceOpen`: the source is dead.
     ForceOpen,
     /// The gate is not told (and a probe lease is released).
     Nothing,
@@ -105,7 +104,10 @@ pub enum BudgetEffect {
     Retry,
     /// One of the `structured_max_retries` re-asks of the structured ladder (§8).
     StructuredReask,
-    /// No budget at all (429 is pushback, success ends the call).
+    /// No budget: a 429 is the provider's pushback (the `baseline` preset, like the old
+    /// library, spends a retry on it).
+    Pushback,
+    /// No budget at all (success ends the call, a rejected payload ends it too).
     Nothing,
 }
 
@@ -151,9 +153,28 @@ impl Effects {
     /// attempt and a failure. Derived from [`Effects::breaker`] so the two cannot disagree.
     pub const fn window(&self) -> WindowEffect {
         match self.breaker {
-            BreakerEffect::RecordSuccess { real: true } => WindowEffect::Attempt,
-            BreakerEffect::RecordFailure => WindowEffect::AttemptAndFailure,
-            _ => WindowEffect::Nothing,
+            BreakerEffect::Success(SuccessKind::Real | SuccessKind::Slow) => WindowEffect::Attempt,
+            BreakerEffect::Failure => WindowEffect::AttemptAndFailure,
+            BreakerEffect::Success(SuccessKind::Unusable) | BreakerEffect::ForceOpen | BreakerEffect::Nothing => WindowEffect::Nothing,
+        }
+    }
+
+    /// The operation that tells the gate how an attempt admitted with `admitted` ended: the
+    /// row's breaker effect, a real success slower than `slow_call` (the whole attempt, or a
+    /// stream's time to its commit point: `responsiveness`) as slow, and for a probe whose
+    /// outcome tells the gate nothing the lease's release. `None`: the gate is not told. The one
+    /// place a class becomes a gate operation.
+    pub fn gate_op(&self, admitted: &Reply, responsiveness: Duration, slow_call: Option<Duration>) -> Option<GateOp> {
+        let epoch = admitted.epoch;
+        match self.breaker {
+            BreakerEffect::Success(SuccessKind::Real) if slow_call.is_some_and(|slow| responsiveness > slow) => {
+                Some(GateOp::Success { epoch, kind: SuccessKind::Slow })
+            }
+            BreakerEffect::Success(kind) => Some(GateOp::Success { epoch, kind }),
+            BreakerEffect::Failure => Some(GateOp::Failure { epoch }),
+            BreakerEffect::ForceOpen => Some(GateOp::ForceOpen),
+            BreakerEffect::Nothing if admitted.is_probe() => Some(GateOp::Release { epoch }),
+            BreakerEffect::Nothing => None,
         }
     }
 
@@ -181,7 +202,7 @@ pub enum WindowEffect {
 pub const OUTCOME_TABLE: [Effects; 6] = [
     Effects {
         class: OutcomeClass::Success,
-        breaker: BreakerEffect::RecordSuccess { real: true },
+        breaker: BreakerEffect::Success(SuccessKind::Real),
         health: HealthEffect::Ok,
         aimd: AimdEffect::Increase,
         budget: BudgetEffect::Nothing,
@@ -193,13 +214,13 @@ pub const OUTCOME_TABLE: [Effects; 6] = [
         breaker: BreakerEffect::Nothing,
         health: HealthEffect::Fail,
         aimd: AimdEffect::Decrease,
-        budget: BudgetEffect::Nothing,
+        budget: BudgetEffect::Pushback,
         counts_as_call_failure: true,
         next: NextStep::BackOffAndRepick { honour_retry_after: true },
     },
     Effects {
         class: OutcomeClass::Transient,
-        breaker: BreakerEffect::RecordFailure,
+        breaker: BreakerEffect::Failure,
         health: HealthEffect::Fail,
         aimd: AimdEffect::Nothing,
         budget: BudgetEffect::Retry,
@@ -226,7 +247,7 @@ pub const OUTCOME_TABLE: [Effects; 6] = [
     },
     Effects {
         class: OutcomeClass::ResultInvalid,
-        breaker: BreakerEffect::RecordSuccess { real: false },
+        breaker: BreakerEffect::Success(SuccessKind::Unusable),
         // A source whose answers fail the caller's structure is a worse pick for the next
         // structured call (the breaker and the window never hear of it: the provider is up).
         health: HealthEffect::Fail,
@@ -272,7 +293,7 @@ mod tests {
 
     #[test]
     fn rate_limited_never_consumes_the_retry_budget() {
-        assert_eq!(OutcomeClass::RateLimited.effects().budget, BudgetEffect::Nothing);
+        assert_eq!(OutcomeClass::RateLimited.effects().budget, BudgetEffect::Pushback);
         assert_eq!(OutcomeClass::Transient.effects().budget, BudgetEffect::Retry);
     }
 

@@ -101,18 +101,6 @@ impl Fields<'_> {
 
 const DAY_S: f64 = 86_400.0;
 
-/// What a breaker's effective consecutive threshold is raised by.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ThresholdBasis {
-    /// `max(fail_threshold, source max_concurrency × 2)`: the rule of SPEC §3.
-    #[default]
-    SourceConcurrency,
-    /// `max(fail_threshold, scope concurrency × 2)`: the old rule that blinded the breaker, kept
-    /// only so the `baseline` preset can reproduce it.
-    ScopeConcurrency,
-}
-
 /// The breaker section of a scope as deserialized: every field optional.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -144,18 +132,6 @@ pub struct BreakerConfig {
     pub sla_min_cooldown_s: Option<f64>,
     /// Cap of an SLA-adaptive open time (default `max_cooldown_s`; at most that).
     pub sla_max_cooldown_s: Option<f64>,
-    /// Whether the failure-rate channel is on (default true). Not a config key: only the
-    /// `baseline` preset turns it off, to reproduce the old library.
-    #[serde(skip)]
-    pub rate_channel: Option<bool>,
-    /// Whether open time doubles per reopen streak (default true). Not a config key (baseline
-    /// preset only).
-    #[serde(skip)]
-    pub escalate_cooldown: Option<bool>,
-    /// What raises the consecutive threshold (default `source_concurrency`). Not a config key
-    /// (baseline preset only): the scope rule blinded the breaker in the field.
-    #[serde(skip)]
-    pub threshold_basis: Option<ThresholdBasis>,
 }
 
 /// Validated breaker policy of one scope (SPEC §3).
@@ -184,12 +160,6 @@ pub struct BreakerPolicy {
     pub slow_rate: f64,
     /// SLA-adaptive open times: `(floor, cap)` of `base × (2 − R)` (`None`: off).
     pub sla_cooldown: Option<(Duration, Duration)>,
-    /// Whether the failure-rate channel (and its health-evidence suppression) is on.
-    pub rate_channel: bool,
-    /// Whether open time doubles per reopen streak.
-    pub escalate_cooldown: bool,
-    /// What raises the consecutive threshold.
-    pub threshold_basis: ThresholdBasis,
 }
 
 impl BreakerConfig {
@@ -209,9 +179,6 @@ impl BreakerConfig {
             sla_adaptive: over.sla_adaptive.or(self.sla_adaptive),
             sla_min_cooldown_s: over.sla_min_cooldown_s.or(self.sla_min_cooldown_s),
             sla_max_cooldown_s: over.sla_max_cooldown_s.or(self.sla_max_cooldown_s),
-            rate_channel: over.rate_channel.or(self.rate_channel),
-            escalate_cooldown: over.escalate_cooldown.or(self.escalate_cooldown),
-            threshold_basis: over.threshold_basis.or(self.threshold_basis),
         }
     }
 
@@ -242,9 +209,6 @@ impl BreakerConfig {
             } else {
                 None
             },
-            rate_channel: self.rate_channel.unwrap_or(true),
-            escalate_cooldown: self.escalate_cooldown.unwrap_or(true),
-            threshold_basis: self.threshold_basis.unwrap_or_default(),
         })
     }
 }
@@ -720,10 +684,7 @@ impl ScopePolicy {
     /// when there is no such source.
     pub fn gate_params(&self, index: usize) -> Option<GateParams> {
         let source = self.sources.get(index)?;
-        let raise_by = match self.breaker.threshold_basis {
-            ThresholdBasis::SourceConcurrency => source.quota.max_concurrency.unwrap_or(0),
-            ThresholdBasis::ScopeConcurrency => self.concurrency,
-        };
+        let raise_by = source.quota.max_concurrency.unwrap_or(0);
         let slowest = self.sources.iter().map(|s| s.timeout).max().unwrap_or(source.timeout);
         Some(GateParams::new(&self.breaker, raise_by, slowest, source.timeout))
     }
@@ -904,7 +865,5 @@ mod tests {
         assert_eq!(p.gate_params(0).unwrap().threshold(), 32);
         assert_eq!(p.gate_params(1).unwrap().threshold(), 5);
         assert!(p.gate_params(2).is_none());
-        config.breaker.threshold_basis = Some(ThresholdBasis::ScopeConcurrency);
-        assert_eq!(config.resolve("chat").unwrap().gate_params(1).unwrap().threshold(), 200);
     }
 }

@@ -2,7 +2,7 @@
 //! Redis and HTTP live in their own crates). Each method documents what it promises; a
 //! compile-time check at the bottom proves every port can be used as `dyn`.
 
-use crate::breaker::{Entry, GateParams, Reply};
+use crate::breaker::{GateOp, GateParams, Reply};
 use crate::policy::QuotaLimits;
 pub use crate::quota::QuotaLimit;
 use crate::request::{Attempt, Outcome, Request};
@@ -88,25 +88,15 @@ pub enum GateError {
 }
 
 /// The breaker gates of SPEC §3, one per [`GateKey`]. Every operation is atomic per gate and
-/// uses the backend's clock; `params` are the gate's resolved policy.
+/// uses the backend's clock; `params` are the gate's resolved policy. A backend runs
+/// [`Gate::apply`](crate::breaker::Gate::apply) or a faithful copy of it: the contract suite
+/// replays the same operations on both and compares every reply and state.
 #[async_trait]
 pub trait BreakerGate: Send + Sync {
-    /// Admits (CLOSED), grants the single probe lease (OPEN past `open_until`, or HALF_OPEN with
-    /// an expired lease), or denies with `retry_after` (> 0 only when OPEN).
-    async fn try_enter(&self, key: &GateKey, params: &GateParams) -> Result<Entry, GateError>;
-    /// Records a success of an attempt admitted at `epoch`; a stale epoch changes nothing.
-    async fn record_success(&self, key: &GateKey, params: &GateParams, epoch: u64, real: bool) -> Result<Reply, GateError>;
+    /// Applies `op` to the gate of `key` (a never-written gate is a new, CLOSED one).
+    async fn apply(&self, key: &GateKey, params: &GateParams, op: GateOp) -> Result<Reply, GateError>;
     /// The stored gate (a never-written gate reads as a new, CLOSED one): for status pages.
     async fn read(&self, key: &GateKey) -> Result<crate::breaker::Gate, GateError>;
-    /// Records a real success slower than the scope's `slow_call_s` (the slow-call channel,
-    /// SPEC §11); fenced likewise. Without the channel, the same as a real success.
-    async fn record_slow_success(&self, key: &GateKey, params: &GateParams, epoch: u64) -> Result<Reply, GateError>;
-    /// Records a failure (never a 429) of an attempt admitted at `epoch`; fenced likewise.
-    async fn record_failure(&self, key: &GateKey, params: &GateParams, epoch: u64) -> Result<Reply, GateError>;
-    /// Opens the gate because the source is dead (bad key, no balance, unknown model).
-    async fn force_open(&self, key: &GateKey, params: &GateParams) -> Result<Reply, GateError>;
-    /// Hands back a probe lease that proved nothing (429, bad payload, cancellation).
-    async fn release_probe(&self, key: &GateKey, params: &GateParams, epoch: u64) -> Result<Reply, GateError>;
     /// The minimum `retry_after` over the gates (0 for none, for CLOSED or HALF_OPEN gates).
     async fn retry_after(&self, gates: &[(GateKey, GateParams)]) -> Result<Duration, GateError>;
 }

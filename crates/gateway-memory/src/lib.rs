@@ -7,7 +7,7 @@ mod sharded;
 
 use async_trait::async_trait;
 use gateway_core::aimd::{AccountPacer, Paced, PacerParams};
-use gateway_core::breaker::{Entry, Gate, GateParams, Reply};
+use gateway_core::breaker::{Gate, GateOp, GateParams, Reply};
 use gateway_core::outcome::AimdEffect;
 use gateway_core::policy::QuotaLimits;
 use gateway_core::ports::{BreakerGate, GateError, GateKey, PaceDecision, PaceLease, PacerGate, Permit, QuotaDecision, QuotaGate};
@@ -34,18 +34,6 @@ impl MemoryGates {
         self.gates.get(key)
     }
 
-    fn with<R>(
-        &self,
-        key: &GateKey,
-        params: &GateParams,
-        op: impl FnOnce(&mut Gate, gateway_core::Timestamp) -> R,
-    ) -> Result<R, GateError> {
-        let now = self.clock.now();
-        let keep_until = now.saturating_add(Duration::from_millis(params.key_ttl_ms()));
-        // An idle gate past its TTL is dropped as Redis drops the key (only in large maps).
-        Ok(self.gates.with(key, now, keep_until, |_| true, |gate| op(gate, now)))
-    }
-
     /// Gates held in memory now (including idle ones not yet swept).
     pub fn len(&self) -> usize {
         self.gates.len()
@@ -59,32 +47,15 @@ impl MemoryGates {
 
 #[async_trait]
 impl BreakerGate for MemoryGates {
-    async fn try_enter(&self, key: &GateKey, params: &GateParams) -> Result<Entry, GateError> {
-        self.with(key, params, |gate, now| gate.try_enter(params, now))
-    }
-
-    async fn record_success(&self, key: &GateKey, params: &GateParams, epoch: u64, real: bool) -> Result<Reply, GateError> {
-        self.with(key, params, |gate, now| gate.record_success(params, epoch, now, real))
+    async fn apply(&self, key: &GateKey, params: &GateParams, op: GateOp) -> Result<Reply, GateError> {
+        let now = self.clock.now();
+        let keep_until = now.saturating_add(Duration::from_millis(params.key_ttl_ms()));
+        // An idle gate past its TTL is dropped as Redis drops the key (only in large maps).
+        Ok(self.gates.with(key, now, keep_until, |_| true, |gate| gate.apply(params, op, now)))
     }
 
     async fn read(&self, key: &GateKey) -> Result<Gate, GateError> {
         Ok(self.snapshot(key).unwrap_or_default())
-    }
-
-    async fn record_slow_success(&self, key: &GateKey, params: &GateParams, epoch: u64) -> Result<Reply, GateError> {
-        self.with(key, params, |gate, now| gate.record_slow_success(params, epoch, now))
-    }
-
-    async fn record_failure(&self, key: &GateKey, params: &GateParams, epoch: u64) -> Result<Reply, GateError> {
-        self.with(key, params, |gate, now| gate.record_failure(params, epoch, now))
-    }
-
-    async fn force_open(&self, key: &GateKey, params: &GateParams) -> Result<Reply, GateError> {
-        self.with(key, params, |gate, now| gate.force_open(params, now))
-    }
-
-    async fn release_probe(&self, key: &GateKey, params: &GateParams, epoch: u64) -> Result<Reply, GateError> {
-        self.with(key, params, |gate, now| gate.release_probe(params, epoch, now))
     }
 
     async fn retry_after(&self, gates: &[(GateKey, GateParams)]) -> Result<Duration, GateError> {

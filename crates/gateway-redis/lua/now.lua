@@ -5,3 +5,10 @@ local function read_now()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+
+-- The retry_after contract of one gate (breaker.rs `Gate::retry_after`): OPEN → the time left
+-- until open_until, never above max_cooldown; else 0.
+local function retry_wait(state, open_until, at, max_cooldown)
+  if state ~= 'OPEN' then return 0 end
+  return math.min(math.max(open_until - at, 0), max_cooldown)
+end

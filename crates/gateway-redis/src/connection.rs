@@ -162,10 +162,13 @@ impl RedisConnection {
             }
             other => other,
         };
-        result.map_err(|e| GateError::BackendUnavailable {
-            backend: "redis",
-            key: key.to_string(),
-            detail: format!("{}: {e}", script.name),
+        result.map_err(|e| {
+            let (key, detail) = (key.to_string(), format!("{}: {e}", script.name));
+            if is_script_error(&e) {
+                GateError::Malformed { backend: "redis", key, detail }
+            } else {
+                GateError::BackendUnavailable { backend: "redis", key, detail }
+            }
         })
     }
 
@@ -204,9 +207,31 @@ impl RedisConnection {
     }
 }
 
+/// Whether Redis answered, and the answer is that the script could not do its work: an error
+/// reply of our own (`MALFORMED …`), a Lua runtime error, or a key of the wrong type. That is a
+/// bug or state this build cannot read, not an outage: admission must not fail closed on it as
+/// if Redis were down, and the error says what is wrong.
+fn is_script_error(e: &Error) -> bool {
+    let details = e.details();
+    details.starts_with("MALFORMED") || details.contains("user_script:") || details.starts_with("WRONGTYPE")
+}
+
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::{is_script_error, redact};
+    use fred::error::{Error, ErrorKind};
+
+    #[test]
+    fn script_errors_are_told_from_an_unavailable_redis() {
+        let reply = |text: &str| Error::new(ErrorKind::Unknown, text.to_owned());
+        assert!(is_script_error(&reply("MALFORMED gate parameters: 1 2")));
+        assert!(is_script_error(&reply("ERR user_script:12: attempt to perform arithmetic on a nil value")));
+        assert!(is_script_error(&Error::new(ErrorKind::InvalidArgument, "WRONGTYPE Operation against a key holding the wrong kind of value")));
+        assert!(!is_script_error(&Error::new(ErrorKind::Timeout, "Request timed out.")));
+        assert!(!is_script_error(&Error::new(ErrorKind::IO, "Connection reset by peer")));
+        assert!(!is_script_error(&reply("LOADING Redis is loading the dataset in memory")));
+        assert!(!is_script_error(&reply("BUSY Redis is busy running a script")));
+    }
 
     #[test]
     fn credentials_are_redacted() {

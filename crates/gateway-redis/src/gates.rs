@@ -2,10 +2,9 @@
 
 use crate::connection::RedisConnection;
 use crate::keys;
-use crate::scripts::Script;
 use async_trait::async_trait;
 use fred::prelude::*;
-use gateway_core::breaker::{Cause, CircuitState, Entry, Gate, GateParams, Reply, Transition, Verdict};
+use gateway_core::breaker::{Cause, CircuitState, Gate, GateOp, GateParams, Reply, SuccessKind, Transition, Verdict};
 use gateway_core::ports::{BreakerGate, GateError, GateKey};
 use gateway_core::time::Timestamp;
 use std::collections::HashMap;
@@ -18,6 +17,11 @@ pub struct RedisGates {
     conn: Arc<RedisConnection>,
     encoded: Arc<Mutex<HashMap<GateKey, Encoded>>>,
 }
+
+/// Gates whose encoded arguments are kept. Past it the cache starts afresh: a process that
+/// serves churning tenants touches ever new keys, and the cache must not grow with them (the
+/// memory gates bound their maps likewise).
+const ENCODED_CAP: usize = 4096;
 
 /// A gate's HASH name and parameter string as sent: every operation sends both, and building
 /// them was a large part of the client's work per operation, so they are built once per gate.
@@ -47,8 +51,17 @@ impl RedisGates {
         }
         let (hash, param) = (Value::String(keys::gate(key)?.into()), param_arg(params));
         let entry = Encoded { params: params.clone(), hash: hash.clone(), param: param.clone() };
-        self.encoded.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone(), entry);
+        let mut encoded = self.encoded.lock().unwrap_or_else(PoisonError::into_inner);
+        if encoded.len() >= ENCODED_CAP {
+            encoded.clear();
+        }
+        encoded.insert(key.clone(), entry);
         Ok((hash, param))
+    }
+
+    /// Gates whose encoded arguments this handle keeps now (at most 4 096).
+    pub fn encoded_len(&self) -> usize {
+        self.encoded.lock().unwrap_or_else(PoisonError::into_inner).len()
     }
 
     /// The connection, e.g. to read `degraded_records`.
@@ -63,28 +76,6 @@ impl RedisGates {
         gate_from_fields(key, &fields)
     }
 
-    async fn op(&self, script: &Script, key: &GateKey, params: &GateParams, extra: Vec<Value>) -> Result<(Verdict, Reply), GateError> {
-        let (hash, param) = self.encode(key, params)?;
-        let mut args = Vec::with_capacity(2 + extra.len());
-        args.push(self.conn.now_arg());
-        args.push(param);
-        args.extend(extra);
-        let value = self.conn.run(script, std::slice::from_ref(&hash), &args, key).await?;
-        parse_reply(key, value)
-    }
-
-    /// A record operation: on failure it is counted and logged before the error is returned.
-    async fn record(&self, script: &Script, key: &GateKey, params: &GateParams, extra: Vec<Value>) -> Result<Reply, GateError> {
-        match self.op(script, key, params, extra).await {
-            Ok((_, reply)) => Ok(reply),
-            Err(error) => {
-                if matches!(error, GateError::BackendUnavailable { .. }) {
-                    self.conn.degrade(script.name, &error);
-                }
-                Err(error)
-            }
-        }
-    }
 }
 
 fn unavailable(key: &GateKey, e: Error) -> GateError {
@@ -95,15 +86,14 @@ fn malformed(key: &GateKey, detail: String) -> GateError {
     GateError::Malformed { backend: "redis", key: key.to_string(), detail }
 }
 
-/// ARGV[2] of the gate scripts: the parameters in one string, in the order `gate.lua` reads
-/// them.
+/// ARGV[2] of `gate.lua`: the parameters in one string, in the order the script reads them.
+/// The one encoder of it.
 fn param_arg(p: &GateParams) -> Value {
-    let key_ttl = p.key_ttl_ms();
     // `{}` on an f64 prints the shortest string that reads back as the same f64, as Lua's
     // tonumber does, so both sides compare against the same fail_rate.
     Value::String(
         format!(
-            "{} {} {} {} {} {} {} {} {} {} {} {} {} {}",
+            "{} {} {} {} {} {} {} {} {} {} {} {}",
             p.threshold(),
             p.cooldown_ms(),
             p.max_cooldown_ms(),
@@ -112,15 +102,35 @@ fn param_arg(p: &GateParams) -> Value {
             p.bucket_ms(),
             p.half_open_successes(),
             p.probe_ttl_ms(),
-            u8::from(p.rate_channel()),
-            u8::from(p.escalate_cooldown()),
-            key_ttl,
+            p.key_ttl_ms(),
             p.slow_rate().map_or_else(|| "-".to_owned(), |r| r.to_string()),
             p.sla_cooldown_ms().map_or(0, |(floor, _)| floor),
             p.sla_cooldown_ms().map_or(0, |(_, cap)| cap),
         )
         .into(),
     )
+}
+
+/// ARGV[3..5] of `gate.lua`: the operation, the admission epoch of a record, and how a success
+/// counts ('-' where an operation has none). The one encoder of them.
+fn op_args(op: GateOp) -> [Value; 3] {
+    let (name, epoch, kind) = match op {
+        GateOp::TryEnter => ("enter", None, "-"),
+        GateOp::Success { epoch, kind } => (
+            "success",
+            Some(epoch),
+            match kind {
+                SuccessKind::Real => "real",
+                SuccessKind::Slow => "slow",
+                SuccessKind::Unusable => "unusable",
+            },
+        ),
+        GateOp::Failure { epoch } => ("failure", Some(epoch), "-"),
+        GateOp::ForceOpen => ("force_open", None, "-"),
+        GateOp::Release { epoch } => ("release", Some(epoch), "-"),
+    };
+    let epoch = epoch.map_or_else(|| "-".to_owned(), |e| e.to_string());
+    [Value::from_static_str(name), Value::String(epoch.into()), Value::from_static_str(kind)]
 }
 
 fn state_from(key: &GateKey, s: &str) -> Result<CircuitState, GateError> {
@@ -145,9 +155,9 @@ fn cause_from(key: &GateKey, s: &str) -> Result<Cause, GateError> {
     })
 }
 
-/// `"verdict state epoch retry_after_ms from to cause fenced"` (`-` for an empty item) →
-/// verdict and reply.
-fn parse_reply(key: &GateKey, value: Value) -> Result<(Verdict, Reply), GateError> {
+/// `"verdict state epoch retry_after_ms from to cause fenced"` (`-` for an empty item) → the
+/// reply. The one decoder of it.
+fn parse_reply(key: &GateKey, value: Value) -> Result<Reply, GateError> {
     let text = value.as_str().ok_or_else(|| malformed(key, format!("expected a reply string, got {value:?}")))?;
     let items: Vec<&str> = text.split(' ').collect();
     let [verdict, state, epoch, retry_after_ms, from, to, cause, fenced] = items[..] else {
@@ -155,22 +165,29 @@ fn parse_reply(key: &GateKey, value: Value) -> Result<(Verdict, Reply), GateErro
     };
     let int = |item: &str| item.parse::<u64>().map_err(|_| malformed(key, format!("{item:?} is not a count in {text:?}")));
     let verdict = match verdict {
-        "allowed" => Verdict::Allowed,
-        "probe" => Verdict::Probe,
-        _ => Verdict::Denied,
+        "allowed" => Some(Verdict::Allowed),
+        "probe" => Some(Verdict::Probe),
+        "denied" => Some(Verdict::Denied),
+        "-" => None,
+        other => return Err(malformed(key, format!("unknown verdict {other:?} in {text:?}"))),
+    };
+    let fenced = match fenced {
+        "0" => false,
+        "1" => true,
+        other => return Err(malformed(key, format!("fenced is {other:?}, not 0 or 1, in {text:?}"))),
     };
     let transition = match from {
         "-" => None,
         from => Some(Transition { from: state_from(key, from)?, to: state_from(key, to)?, cause: cause_from(key, cause)? }),
     };
-    let reply = Reply {
+    Ok(Reply {
+        verdict,
         state: state_from(key, state)?,
         epoch: int(epoch)?,
         retry_after: Duration::from_millis(int(retry_after_ms)?),
         transition,
-        fenced: fenced == "1",
-    };
-    Ok((verdict, reply))
+        fenced,
+    })
 }
 
 fn gate_from_fields(key: &GateKey, fields: &HashMap<String, String>) -> Result<Gate, GateError> {
@@ -202,35 +219,25 @@ fn gate_from_fields(key: &GateKey, fields: &HashMap<String, String>) -> Result<G
 
 #[async_trait]
 impl BreakerGate for RedisGates {
-    async fn try_enter(&self, key: &GateKey, params: &GateParams) -> Result<Entry, GateError> {
-        let (verdict, reply) = self.op(&self.conn.scripts().try_enter, key, params, Vec::new()).await?;
-        Ok(Entry { verdict, reply })
-    }
-
-    async fn record_success(&self, key: &GateKey, params: &GateParams, epoch: u64, real: bool) -> Result<Reply, GateError> {
-        let extra = vec![Value::String(epoch.to_string().into()), Value::Integer(i64::from(real))];
-        self.record(&self.conn.scripts().record_success, key, params, extra).await
+    async fn apply(&self, key: &GateKey, params: &GateParams, op: GateOp) -> Result<Reply, GateError> {
+        let (hash, param) = self.encode(key, params)?;
+        let [name, epoch, kind] = op_args(op);
+        let args = [self.conn.now_arg(), param, name, epoch, kind];
+        let result = match self.conn.run(&self.conn.scripts().gate, std::slice::from_ref(&hash), &args, key).await {
+            Ok(value) => parse_reply(key, value),
+            Err(error) => Err(error),
+        };
+        // A record Redis cannot take is counted and logged; the call goes on.
+        if let Err(error @ GateError::BackendUnavailable { .. }) = &result
+            && op.is_record()
+        {
+            self.conn.degrade("gate", error);
+        }
+        result
     }
 
     async fn read(&self, key: &GateKey) -> Result<Gate, GateError> {
         self.snapshot(key).await
-    }
-
-    async fn record_slow_success(&self, key: &GateKey, params: &GateParams, epoch: u64) -> Result<Reply, GateError> {
-        let extra = vec![Value::String(epoch.to_string().into()), Value::Integer(2)];
-        self.record(&self.conn.scripts().record_success, key, params, extra).await
-    }
-
-    async fn record_failure(&self, key: &GateKey, params: &GateParams, epoch: u64) -> Result<Reply, GateError> {
-        self.record(&self.conn.scripts().record_failure, key, params, vec![Value::String(epoch.to_string().into())]).await
-    }
-
-    async fn force_open(&self, key: &GateKey, params: &GateParams) -> Result<Reply, GateError> {
-        self.record(&self.conn.scripts().force_open, key, params, Vec::new()).await
-    }
-
-    async fn release_probe(&self, key: &GateKey, params: &GateParams, epoch: u64) -> Result<Reply, GateError> {
-        self.record(&self.conn.scripts().release_probe, key, params, vec![Value::String(epoch.to_string().into())]).await
     }
 
     async fn retry_after(&self, gates: &[(GateKey, GateParams)]) -> Result<Duration, GateError> {

@@ -1,6 +1,7 @@
-//! The Lua scripts, one per operation: the shared clock (`now.lua`), an optional fast path for
-//! the operation's hottest case, a shared prelude (`gate.lua`, `quota.lua`, `pacer.lua`), then the
-//! operation's body; with the SHA1 each is called by.
+//! The Lua scripts: the shared clock and retry_after rule (`now.lua`), a shared prelude
+//! (`quota.lua`, `pacer.lua`) where several operations share one, then the body; with the SHA1
+//! each is called by. Every breaker operation is one script, `gate.lua`, as every one is
+//! `Gate::apply` in gateway-core.
 
 use fred::util::sha1_hash;
 
@@ -13,13 +14,7 @@ pub(crate) struct Script {
 
 impl Script {
     fn new(name: &'static str, prelude: &str, body: &str) -> Self {
-        Script::with_fast_path(name, "", prelude, body)
-    }
-
-    /// `fast` runs first (after `now.lua`) and returns early for the common case, before the
-    /// prelude's setup.
-    fn with_fast_path(name: &'static str, fast: &str, prelude: &str, body: &str) -> Self {
-        let lua = format!("{}\n{fast}\n{prelude}\n{body}", include_str!("../lua/now.lua"));
+        let lua = format!("{}\n{prelude}\n{body}", include_str!("../lua/now.lua"));
         let sha = sha1_hash(&lua);
         Script { name, lua, sha }
     }
@@ -27,11 +22,7 @@ impl Script {
 
 /// Every script of the crate.
 pub(crate) struct Scripts {
-    pub(crate) try_enter: Script,
-    pub(crate) record_success: Script,
-    pub(crate) record_failure: Script,
-    pub(crate) force_open: Script,
-    pub(crate) release_probe: Script,
+    pub(crate) gate: Script,
     pub(crate) retry_after: Script,
     pub(crate) quota_acquire: Script,
     pub(crate) quota_settle: Script,
@@ -43,30 +34,10 @@ pub(crate) struct Scripts {
 
 impl Scripts {
     pub(crate) fn new() -> Self {
-        let gate = include_str!("../lua/gate.lua");
         let quota = include_str!("../lua/quota.lua");
         let pacer = include_str!("../lua/pacer.lua");
         Scripts {
-            try_enter: Script::with_fast_path(
-                "try_enter",
-                include_str!("../lua/try_enter_fast.lua"),
-                gate,
-                include_str!("../lua/try_enter.lua"),
-            ),
-            record_success: Script::with_fast_path(
-                "record_success",
-                include_str!("../lua/record_success_fast.lua"),
-                gate,
-                include_str!("../lua/record_success.lua"),
-            ),
-            record_failure: Script::with_fast_path(
-                "record_failure",
-                include_str!("../lua/record_failure_fast.lua"),
-                gate,
-                include_str!("../lua/record_failure.lua"),
-            ),
-            force_open: Script::new("force_open", gate, include_str!("../lua/force_open.lua")),
-            release_probe: Script::new("release_probe", gate, include_str!("../lua/release_probe.lua")),
+            gate: Script::new("gate", "", include_str!("../lua/gate.lua")),
             retry_after: Script::new("retry_after", "", include_str!("../lua/retry_after.lua")),
             quota_acquire: Script::new("quota_acquire", quota, include_str!("../lua/quota_acquire.lua")),
             quota_settle: Script::new("quota_settle", quota, include_str!("../lua/quota_settle.lua")),
@@ -77,13 +48,9 @@ impl Scripts {
         }
     }
 
-    pub(crate) fn all(&self) -> [&Script; 12] {
+    pub(crate) fn all(&self) -> [&Script; 8] {
         [
-            &self.try_enter,
-            &self.record_success,
-            &self.record_failure,
-            &self.force_open,
-            &self.release_probe,
+            &self.gate,
             &self.retry_after,
             &self.quota_acquire,
             &self.quota_settle,

@@ -1,69 +1,117 @@
-//! The backend contract suite: one body per case, run unchanged against the memory gates and
-//! the Redis gates (`memory::<case>` and `redis::<case>`). `cargo xtask contract` runs it and
-//! prints the table of cases × backends.
+//! The backend contract suite, one target (`cargo test -p gateway-tests --test contract`;
+//! `cargo xtask contract` prints its table):
+//! - `script::<case>`: a gate case as data (`cases/<case>.gate`) run on the pure `Gate`, its
+//!   trace kept as an `insta` snapshot (`snapshots/`); `memory::<case>` and `redis::<case>` run
+//!   the same script on the backend and must give the same trace;
+//! - `memory::` / `redis::random_breaker_sequences` and `…random_quota_sequences`: the
+//!   differential suite (random operation sequences, every reply and state compared);
+//! - `memory::` / `redis::<case>` for the cases a script cannot say: concurrent callers, two
+//!   processes, the pacer, the quota's leases.
+//!
+//! Redis cases need Redis at `GATEWAY_REDIS_URL`: without it they are reported ignored, never
+//! `ok` (or failed, with `GATEWAY_REDIS_REQUIRED=1`). `CONTRACT_SEQUENCES` sets how many random
+//! sequences each differential case runs (default 2 000).
 
-mod breaker;
+mod concurrency;
+mod differential;
 mod pacer;
 mod quota;
+mod script;
 mod support;
 
-/// Declares each case once per backend.
-macro_rules! on_every_backend {
-    ($($module:ident :: $case:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    crate::support::run(crate::support::Kind::Memory, stringify!($case), |b| Box::pin(crate::$module::$case(b))).await;
-                }
-            )*
-        }
-        mod redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    crate::support::run(crate::support::Kind::Redis, stringify!($case), |b| Box::pin(crate::$module::$case(b))).await;
-                }
-            )*
-        }
-    };
+use gateway_tests::redis_cases::{self, NamedCase};
+use libtest_mimic::Trial;
+use script::{Pure, Script};
+use std::process::ExitCode;
+use std::sync::Arc;
+use support::{Backend, Case, Kind, runtime};
+
+/// The cases that run on every backend as code.
+const CASES: &[(&str, Case)] = &[
+    ("concurrent_try_enter_on_an_expired_open_gate_grants_one_probe", |b| Box::pin(concurrency::concurrent_try_enter_on_an_expired_open_gate_grants_one_probe(b))),
+    ("two_processes_see_one_gate", |b| Box::pin(concurrency::two_processes_see_one_gate(b))),
+    ("quota_concurrency_frees_on_release", |b| Box::pin(quota::quota_concurrency_frees_on_release(b))),
+    ("quota_leases_of_a_crashed_worker_expire", |b| Box::pin(quota::quota_leases_of_a_crashed_worker_expire(b))),
+    ("quota_rpm_hints_when_the_oldest_start_leaves", |b| Box::pin(quota::quota_rpm_hints_when_the_oldest_start_leaves(b))),
+    ("quota_tpm_charges_the_estimate_and_settle_corrects_it", |b| Box::pin(quota::quota_tpm_charges_the_estimate_and_settle_corrects_it(b))),
+    ("quota_refusal_names_the_first_limit_and_the_longest_wait", |b| Box::pin(quota::quota_refusal_names_the_first_limit_and_the_longest_wait(b))),
+    ("pacer_starts_at_eight_or_its_ceiling_and_grants_up_to_its_limit", |b| Box::pin(pacer::pacer_starts_at_eight_or_its_ceiling_and_grants_up_to_its_limit(b))),
+    ("pacer_cuts_once_per_round_trip_and_grows_back_by_one_over_the_limit", |b| Box::pin(pacer::pacer_cuts_once_per_round_trip_and_grows_back_by_one_over_the_limit(b))),
+    ("pacer_leases_of_a_crashed_worker_expire", |b| Box::pin(pacer::pacer_leases_of_a_crashed_worker_expire(b))),
+    ("pacer_two_processes_respect_one_limit", |b| Box::pin(pacer::pacer_two_processes_respect_one_limit(b))),
+];
+
+fn sequences() -> u32 {
+    std::env::var("CONTRACT_SEQUENCES").ok().and_then(|n| n.parse().ok()).unwrap_or(2_000)
 }
 
-on_every_backend!(
-    breaker::contract_01_low_success_source_opens_at_min_calls,
-    breaker::contract_02_rate_channel_never_opens_under_min_calls,
-    breaker::contract_02b_the_window_is_two_buckets_that_rotate_on_write,
-    breaker::contract_03_consecutive_threshold_is_raised_only_by_the_source_concurrency,
-    breaker::contract_04_open_time_doubles_per_streak_is_capped_and_decays,
-    breaker::contract_04b_decay_needs_a_real_success_after_twice_the_current_cooldown_eff,
-    breaker::contract_04c_a_consecutive_open_keeps_the_streak_and_the_plain_cooldown,
-    breaker::contract_05_result_invalid_and_request_rejected_never_enter_the_window,
-    breaker::contract_06_a_burst_of_429_never_opens_a_burst_of_timeouts_opens_and_heals,
-    breaker::contract_07_a_rate_channel_open_tops_failures_to_the_threshold,
-    breaker::contract_08_every_retry_after_exit,
-    breaker::contract_09_a_recovered_source_is_never_kept_out_by_the_memo,
-    breaker::contract_10_a_warm_healthy_source_survives_a_short_run_a_dying_one_opens,
-    breaker::contract_11_concurrent_try_enter_on_an_expired_open_gate_grants_one_probe,
-    breaker::contract_11b_two_processes_see_one_gate,
-    breaker::contract_12_stale_epoch_records_change_nothing,
-    breaker::force_open_escalates_per_probe_and_leaves_an_open_gate_alone,
-    breaker::half_open_needs_n_sequential_probe_successes,
-    breaker::a_probe_ending_in_pushback_or_a_bad_payload_hands_the_lease_back,
-    breaker::baseline_knobs_reproduce_the_old_breaker,
-    breaker::slow_channel_opens_at_the_slow_rate_with_min_calls,
-    breaker::slow_calls_rotate_with_the_window_and_count_nothing_without_the_channel,
-    breaker::a_slow_probe_success_counts_as_a_probe_success,
-    breaker::sla_adaptive_open_time_is_base_times_two_minus_the_success_rate_clamped,
-    breaker::tenant_partitions_of_one_source_are_independent_gates,
-    breaker::a_probe_close_starts_the_window_afresh,
-    breaker::sla_adaptive_reads_the_window_as_of_now,
-    quota::quota_concurrency_frees_on_release,
-    quota::quota_leases_of_a_crashed_worker_expire,
-    quota::quota_rpm_hints_when_the_oldest_start_leaves,
-    quota::quota_tpm_charges_the_estimate_and_settle_corrects_it,
-    quota::quota_refusal_names_the_first_limit_and_the_longest_wait,
-    pacer::pacer_starts_at_eight_or_its_ceiling_and_grants_up_to_its_limit,
-    pacer::pacer_cuts_once_per_round_trip_and_grows_back_by_one_over_the_limit,
-    pacer::pacer_leases_of_a_crashed_worker_expire,
-    pacer::pacer_two_processes_respect_one_limit,
-);
+fn scripts() -> Vec<Script> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/contract/cases");
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "gate"))
+        .collect();
+    paths.sort();
+    paths
+        .iter()
+        .map(|path| {
+            let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+            let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            Script::parse(&name, &text).unwrap_or_else(|e| panic!("{e}"))
+        })
+        .collect()
+}
+
+/// The script's trace on the pure gate.
+fn pure_trace(script: &Script) -> String {
+    runtime().block_on(script.run(&mut Pure::default()))
+}
+
+/// The script's trace on `kind` must be the pure gate's.
+fn same_trace(script: &Script, kind: Kind<'_>) {
+    let expected = pure_trace(script);
+    let got = runtime().block_on(async { script.run(&mut Backend::new(kind).await).await });
+    assert_eq!(got, expected, "{}: the backend's trace (left) is not the pure gate's (right)", script.name);
+}
+
+fn main() -> ExitCode {
+    let scripts: Vec<Arc<Script>> = scripts().into_iter().map(Arc::new).collect();
+    let mut plain = Vec::new();
+    let mut redis = Vec::new();
+    for script in &scripts {
+        let s = script.clone();
+        plain.push(Trial::test(format!("script::{}", script.name), move || {
+            insta::with_settings!({ snapshot_path => "snapshots", prepend_module_to_snapshot => false, omit_expression => true }, {
+                insta::assert_snapshot!(s.name.as_str(), pure_trace(&s));
+            });
+            Ok(())
+        }));
+        let s = script.clone();
+        plain.push(Trial::test(format!("memory::{}", script.name), move || {
+            same_trace(&s, Kind::Memory);
+            Ok(())
+        }));
+        let s = script.clone();
+        redis.push(NamedCase { name: script.name.clone(), body: Box::new(move |url| same_trace(&s, Kind::Redis(&url))) });
+    }
+    for &(name, case) in CASES {
+        plain.push(Trial::test(format!("memory::{name}"), move || {
+            support::run(Kind::Memory, case);
+            Ok(())
+        }));
+        redis.push(NamedCase { name: name.to_owned(), body: Box::new(move |url| support::run(Kind::Redis(&url), case)) });
+    }
+    let n = sequences();
+    plain.push(Trial::test("memory::random_breaker_sequences", move || {
+        differential::breaker_sequences(Kind::Memory, n);
+        Ok(())
+    }));
+    plain.push(Trial::test("memory::random_quota_sequences", move || {
+        differential::quota_sequences(Kind::Memory, n);
+        Ok(())
+    }));
+    redis.push(NamedCase { name: "random_breaker_sequences".into(), body: Box::new(move |url| differential::breaker_sequences(Kind::Redis(&url), n)) });
+    redis.push(NamedCase { name: "random_quota_sequences".into(), body: Box::new(move |url| differential::quota_sequences(Kind::Redis(&url), n)) });
+    redis_cases::run_with(plain, redis)
+}

@@ -1,11 +1,11 @@
 //! The backends the contract suite runs on, built fresh for each case: the memory gates, and
-//! the Redis gates on `GATEWAY_REDIS_URL` (default 127.0.0.1:6379), both on one injected clock.
-//! Each case gets its own scope, so cases run in parallel on one Redis without meeting.
+//! the Redis gates at the URL the harness found answering, both on one injected clock. Each
+//! case gets its own scope, so cases run in parallel on one Redis without meeting.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use gateway_core::breaker::{Entry, Gate, GateParams, Verdict};
-use gateway_core::outcome::{BreakerEffect, OutcomeClass};
+use gateway_core::breaker::{Gate, GateOp, GateParams, Reply};
+use gateway_core::outcome::OutcomeClass;
 use gateway_core::policy::{BreakerConfig, BreakerPolicy};
 use gateway_core::ports::{BreakerGate, GateKey, PacerGate, QuotaGate};
 use gateway_core::time::{Clock, ManualClock, Timestamp};
@@ -13,7 +13,6 @@ use gateway_memory::{MemoryGates, MemoryPacer, MemoryQuota};
 use gateway_redis::{RedisConfig, RedisConnection, RedisGates, RedisPacer, RedisQuota};
 use std::future::Future;
 use std::hash::BuildHasher;
-use std::io::Write;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,9 +22,10 @@ use std::time::Duration;
 pub const START: Timestamp = Timestamp::from_secs(1_000_000);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub enum Kind<'a> {
     Memory,
-    Redis,
+    /// Redis at this URL.
+    Redis(&'a str),
 }
 
 /// One case's view of a backend.
@@ -35,16 +35,8 @@ pub struct Backend {
     pub pacer: Arc<dyn PacerGate>,
     pub clock: Arc<ManualClock>,
     pub scope: String,
-    memory: Option<Arc<MemoryGates>>,
-    redis: Option<(RedisGates, Arc<RedisConnection>)>,
-}
-
-pub fn redis_url() -> String {
-    std::env::var("GATEWAY_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
-}
-
-pub fn redis_required() -> bool {
-    std::env::var("GATEWAY_REDIS_REQUIRED").is_ok_and(|v| v == "1" || v == "true")
+    memory: Option<(Arc<MemoryGates>, Arc<MemoryQuota>)>,
+    redis: Option<(RedisGates, RedisQuota, String)>,
 }
 
 /// A scope no other case (of this run or an earlier one) uses.
@@ -55,57 +47,42 @@ fn unique_scope() -> String {
     format!("c{:x}-{}", run & 0xffff_ffff, NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
-/// Says, past the test harness's capture, that a Redis case was skipped and why.
-pub fn say_skipped(case: &str, why: &str) {
-    let _ = writeln!(
-        std::io::stderr(),
-        "SKIPPED redis::{case}: {why} (start Redis or set GATEWAY_REDIS_URL; GATEWAY_REDIS_REQUIRED=1 makes this a failure)"
-    );
-}
-
-pub async fn redis_connection(clock: Option<Arc<dyn Clock>>) -> Result<Arc<RedisConnection>, String> {
-    let config = RedisConfig { url: redis_url(), pool_size: 2, clock, ..RedisConfig::default() };
-    RedisConnection::connect(config).await.map_err(|e| e.to_string())
+pub async fn redis_connection(url: &str, clock: Option<Arc<dyn Clock>>) -> Arc<RedisConnection> {
+    let config = RedisConfig { url: url.to_owned(), pool_size: 2, clock, ..RedisConfig::default() };
+    RedisConnection::connect(config).await.unwrap_or_else(|e| panic!("redis at {url} answered the probe, then: {e}"))
 }
 
 impl Backend {
-    /// The backend of `kind`, or `None` (after saying why) when Redis is unreachable and not
-    /// required.
-    pub async fn new(kind: Kind, case: &str) -> Option<Backend> {
+    /// A fresh backend of `kind` (Redis at the URL the harness found answering).
+    pub async fn new(kind: Kind<'_>) -> Backend {
         let clock = Arc::new(ManualClock::new(START));
         let scope = unique_scope();
         match kind {
             Kind::Memory => {
-                let gates = Arc::new(MemoryGates::new(clock.clone()));
-                Some(Backend {
+                let (gates, quota) = (Arc::new(MemoryGates::new(clock.clone())), Arc::new(MemoryQuota::new(clock.clone())));
+                Backend {
                     gates: gates.clone(),
-                    quota: Arc::new(MemoryQuota::new(clock.clone())),
+                    quota: quota.clone(),
                     pacer: Arc::new(MemoryPacer::new(clock.clone())),
                     clock,
                     scope,
-                    memory: Some(gates),
+                    memory: Some((gates, quota)),
                     redis: None,
-                })
+                }
             }
-            Kind::Redis => match redis_connection(Some(clock.clone())).await {
-                Ok(conn) => {
-                    let gates = RedisGates::new(conn.clone());
-                    Some(Backend {
-                        gates: Arc::new(gates.clone()),
-                        quota: Arc::new(RedisQuota::new(conn.clone())),
-                        pacer: Arc::new(RedisPacer::new(conn.clone())),
-                        clock,
-                        scope,
-                        memory: None,
-                        redis: Some((gates, conn)),
-                    })
+            Kind::Redis(url) => {
+                let conn = redis_connection(url, Some(clock.clone())).await;
+                let (gates, quota) = (RedisGates::new(conn.clone()), RedisQuota::new(conn.clone()));
+                Backend {
+                    gates: Arc::new(gates.clone()),
+                    quota: Arc::new(quota.clone()),
+                    pacer: Arc::new(RedisPacer::new(conn)),
+                    clock,
+                    scope,
+                    memory: None,
+                    redis: Some((gates, quota, url.to_owned())),
                 }
-                Err(why) if redis_required() => panic!("redis at {} is required (GATEWAY_REDIS_REQUIRED=1): {why}", redis_url()),
-                Err(why) => {
-                    say_skipped(case, &why);
-                    None
-                }
-            },
+            }
         }
     }
 
@@ -113,7 +90,7 @@ impl Backend {
     /// process") for Redis, the same in-process gates for memory.
     pub async fn second_gates(&self) -> Arc<dyn BreakerGate> {
         match &self.redis {
-            Some(_) => Arc::new(RedisGates::new(redis_connection(Some(self.clock.clone())).await.unwrap())),
+            Some((_, _, url)) => Arc::new(RedisGates::new(redis_connection(url, Some(self.clock.clone())).await)),
             None => self.gates.clone(),
         }
     }
@@ -121,7 +98,7 @@ impl Backend {
     /// A second handle on the same pacers (another process's, for Redis).
     pub async fn second_pacer(&self) -> Arc<dyn PacerGate> {
         match &self.redis {
-            Some(_) => Arc::new(RedisPacer::new(redis_connection(Some(self.clock.clone())).await.unwrap())),
+            Some((_, _, url)) => Arc::new(RedisPacer::new(redis_connection(url, Some(self.clock.clone())).await)),
             None => self.pacer.clone(),
         }
     }
@@ -138,32 +115,29 @@ impl Backend {
     /// The stored gate state.
     pub async fn snapshot(&self, key: &GateKey) -> Gate {
         match (&self.memory, &self.redis) {
-            (Some(memory), _) => memory.snapshot(key).unwrap_or_default(),
-            (_, Some((redis, _))) => redis.snapshot(key).await.unwrap(),
+            (Some((memory, _)), _) => memory.snapshot(key).unwrap_or_default(),
+            (_, Some((redis, _, _))) => redis.snapshot(key).await.unwrap(),
             _ => unreachable!("a backend is memory or redis"),
         }
     }
 
-    /// One whole attempt: `try_enter`, then the outcome's breaker effect from the outcome table
-    /// (and `release_probe` for a probe whose outcome tells the gate nothing).
-    pub async fn attempt(&self, key: &GateKey, p: &GateParams, class: OutcomeClass) -> Entry {
-        let entry = self.gates.try_enter(key, p).await.unwrap();
-        if entry.is_admitted() {
-            self.record(key, p, entry, class).await;
+    /// Permits of `key`'s quota account holding a concurrency slot now.
+    pub async fn quota_in_flight(&self, key: &GateKey) -> usize {
+        match (&self.memory, &self.redis) {
+            (Some((_, memory)), _) => memory.in_flight(key),
+            (_, Some((_, redis, _))) => redis.in_flight(key).await.unwrap(),
+            _ => unreachable!("a backend is memory or redis"),
         }
-        entry
     }
 
-    /// Reports `class` for an attempt admitted with `entry`.
-    pub async fn record(&self, key: &GateKey, p: &GateParams, entry: Entry, class: OutcomeClass) {
-        let epoch = entry.reply.epoch;
-        match class.effects().breaker {
-            BreakerEffect::RecordSuccess { real } => drop(self.gates.record_success(key, p, epoch, real).await.unwrap()),
-            BreakerEffect::RecordFailure => drop(self.gates.record_failure(key, p, epoch).await.unwrap()),
-            BreakerEffect::ForceOpen => drop(self.gates.force_open(key, p).await.unwrap()),
-            BreakerEffect::Nothing if entry.verdict == Verdict::Probe => drop(self.gates.release_probe(key, p, epoch).await.unwrap()),
-            BreakerEffect::Nothing => {}
+    /// One whole attempt: `TryEnter`, then, if admitted, the outcome table's operation for
+    /// `class`.
+    pub async fn attempt(&self, key: &GateKey, p: &GateParams, class: OutcomeClass) -> Reply {
+        let entry = self.gates.apply(key, p, GateOp::TryEnter).await.unwrap();
+        if let Some(op) = entry.is_admitted().then(|| class.effects().gate_op(&entry, Duration::ZERO, None)).flatten() {
+            self.gates.apply(key, p, op).await.unwrap();
         }
+        entry
     }
 
     /// `n` attempts of `class` at the current time.
@@ -190,9 +164,16 @@ pub fn params(config: BreakerConfig, max_concurrency: u32) -> GateParams {
 
 pub type CaseFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// Runs `case` on a fresh backend of `kind` (or reports the skip).
-pub async fn run(kind: Kind, name: &str, case: fn(Backend) -> CaseFuture) {
-    if let Some(backend) = Backend::new(kind, name).await {
-        case(backend).await;
-    }
+/// A contract case on the port: its body, run on a fresh backend.
+pub type Case = fn(Backend) -> CaseFuture;
+
+/// The runtime a case runs on (as `#[tokio::test(flavor = "multi_thread", worker_threads = 2)]`).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+/// Runs `case` on a fresh backend of `kind`.
+pub fn run(kind: Kind<'_>, case: Case) {
+    let rt = runtime();
+    rt.block_on(async { case(Backend::new(kind).await).await });
 }

@@ -1,0 +1,189 @@
+//! The differential suite: random operation sequences replayed on the pure state machines of
+//! gateway-core and on a backend, comparing every reply and the stored state after every step.
+//! The breaker: `Gate::apply` against `BreakerGate::apply`. The quota: `QuotaAccount` against
+//! `QuotaGate`. Sequences come from a seeded proptest runner, so a run is repeatable, and a
+//! failure shrinks to a short sequence printed step by step.
+
+#![allow(clippy::unwrap_used)]
+
+use crate::support::{Backend, Kind, START, runtime};
+use gateway_core::breaker::{Gate, GateOp, GateParams, SuccessKind};
+use gateway_core::policy::{BreakerConfig, QuotaLimits};
+use gateway_core::ports::QuotaDecision;
+use gateway_core::quota::QuotaAccount;
+use gateway_core::time::Timestamp;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Operations per sequence.
+pub const STEPS: usize = 40;
+
+/// The breaker configurations sequences run under: the seed's, a small fast one that reaches
+/// every channel within a few steps, the slow-call channel, SLA-adaptive open times, and the
+/// old breaker's values (no rate channel, no escalation).
+fn breaker(index: usize) -> BreakerConfig {
+    let small = BreakerConfig {
+        fail_threshold: Some(3),
+        cooldown_s: Some(1.0),
+        min_calls: Some(4),
+        fail_rate: Some(0.5),
+        window_s: Some(10.0),
+        max_cooldown_s: Some(8.0),
+        half_open_successes: Some(2),
+        probe_ttl_s: Some(40.0),
+        ..BreakerConfig::default()
+    };
+    match index {
+        0 => BreakerConfig { fail_threshold: Some(5), cooldown_s: Some(60.0), ..BreakerConfig::default() },
+        1 => small,
+        2 => BreakerConfig { slow_call_s: Some(2.0), slow_rate: Some(0.5), ..small },
+        3 => BreakerConfig { sla_adaptive: Some(true), sla_min_cooldown_s: Some(1.5), sla_max_cooldown_s: Some(6.0), ..small },
+        _ => BreakerConfig { min_calls: Some(1_000_000), max_cooldown_s: Some(1.0), ..small },
+    }
+}
+
+/// One step: the time it advances, then an operation (`kind`) and, for a record, which epoch it
+/// carries (`epoch`: the last admission's, the gate's current one, or one before it).
+#[derive(Clone, Copy, Debug)]
+struct Step {
+    advance_ms: u64,
+    kind: u8,
+    epoch: u8,
+}
+
+fn steps() -> impl Strategy<Value = Vec<Step>> {
+    let advance = prop_oneof![3 => Just(0u64), 3 => 1..400u64, 2 => 900..1_200u64, 1 => 4_500..5_500u64, 1 => 7_000..9_000u64, 1 => 35_000..45_000u64];
+    proptest::collection::vec((advance, 0u8..8, 0u8..3).prop_map(|(advance_ms, kind, epoch)| Step { advance_ms, kind, epoch }), STEPS)
+}
+
+/// The gate operation of `step`, with epochs resolved against the pure gate now.
+fn gate_op(step: Step, gate: &Gate, admitted: u64) -> GateOp {
+    let epoch = match step.epoch {
+        0 => admitted,
+        1 => gate.epoch,
+        _ => gate.epoch.saturating_sub(1),
+    };
+    match step.kind {
+        0 | 7 => GateOp::TryEnter,
+        1 => GateOp::Success { epoch, kind: SuccessKind::Real },
+        2 => GateOp::Success { epoch, kind: SuccessKind::Slow },
+        3 => GateOp::Success { epoch, kind: SuccessKind::Unusable },
+        4 | 5 => GateOp::Failure { epoch },
+        6 => GateOp::Release { epoch },
+        _ => GateOp::ForceOpen,
+    }
+}
+
+fn runner(cases: u32) -> TestRunner {
+    let config = Config { cases, failure_persistence: None, ..Config::default() };
+    TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha))
+}
+
+fn fresh_source() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!("d{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// `cases` random sequences of [`STEPS`] gate operations on the pure gate and on `kind`.
+pub fn breaker_sequences(kind: Kind<'_>, cases: u32) {
+    let rt = runtime();
+    let backend = rt.block_on(Backend::new(kind));
+    let strategy = (0usize..5, 0u32..4, steps());
+    let result = runner(cases).run(&strategy, |(config, concurrency, steps)| rt.block_on(breaker_sequence(&backend, config, concurrency, &steps)));
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+async fn breaker_sequence(b: &Backend, config: usize, concurrency: u32, steps: &[Step]) -> Result<(), TestCaseError> {
+    let policy = breaker(config).resolve("differential.breaker").unwrap();
+    let p = GateParams::new(&policy, concurrency, Duration::from_secs(30), Duration::from_secs(30));
+    let key = b.key(&fresh_source());
+    let (mut gate, mut now, mut admitted) = (Gate::new(), START, 0);
+    let mut trace = format!("breaker {config}, concurrency {concurrency}\n");
+    for (i, &step) in steps.iter().enumerate() {
+        now = now.saturating_add(Duration::from_millis(step.advance_ms));
+        b.clock.set(now);
+        let op = gate_op(step, &gate, admitted);
+        let expected = gate.apply(&p, op, now);
+        let got = b.gates.apply(&key, &p, op).await.map_err(|e| TestCaseError::fail(format!("{trace}step {i} {op:?}: {e}")))?;
+        if op == GateOp::TryEnter {
+            admitted = expected.epoch;
+        }
+        let _ = writeln!(trace, "step {i}: +{} ms {op:?} → {}", step.advance_ms, crate::script::reply(&expected));
+        if got != expected {
+            return Err(TestCaseError::fail(format!("{trace}the backend replied {got:?}\nthe gate replied  {expected:?}")));
+        }
+        let stored = b.snapshot(&key).await;
+        if stored != gate {
+            return Err(TestCaseError::fail(format!("{trace}the backend holds {stored:?}\nthe gate holds     {gate:?}")));
+        }
+    }
+    let wait = b.gates.retry_after(&[(key, p.clone())]).await.unwrap();
+    prop_assert_eq!(wait, gate.retry_after(&p, now), "retry_after after\n{}", trace);
+    Ok(())
+}
+
+/// The quota account's limits sequences run under.
+fn quota_limits(max_concurrency: Option<u32>, rpm: Option<u32>, tpm: Option<u32>) -> QuotaLimits {
+    QuotaLimits { max_concurrency, rpm, tpm, permit_ttl: Duration::from_secs(30) }
+}
+
+/// `cases` random sequences of [`STEPS`] quota operations on `QuotaAccount` and on `kind`:
+/// acquire (with an estimate), settle and release of a permit granted earlier, with time
+/// passing; every decision (granted, or the refusing limit and its hint) and the in-flight
+/// count after every step must agree.
+pub fn quota_sequences(kind: Kind<'_>, cases: u32) {
+    let rt = runtime();
+    let backend = rt.block_on(Backend::new(kind));
+    let limit = |range: std::ops::Range<u32>| proptest::option::of(range);
+    let step = (prop_oneof![2 => Just(0u64), 2 => 1..3_000u64, 1 => 20_000..40_000u64], 0u8..4, 0usize..8, 0u32..400);
+    let strategy = (limit(1..4), limit(1..6), limit(200..1_000), proptest::collection::vec(step, STEPS));
+    let result = runner(cases).run(&strategy, |(c, rpm, tpm, steps)| rt.block_on(quota_sequence(&backend, quota_limits(c, rpm, tpm), &steps)));
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+async fn quota_sequence(b: &Backend, limits: QuotaLimits, steps: &[(u64, u8, usize, u32)]) -> Result<(), TestCaseError> {
+    let key = b.key(&fresh_source());
+    let mut account = QuotaAccount::new();
+    let mut now: Timestamp = START;
+    // Permits granted so far: the account's id and the backend's permit.
+    let mut permits = Vec::new();
+    let mut trace = format!("{limits:?}\n");
+    for (i, &(advance_ms, kind, pick, tokens)) in steps.iter().enumerate() {
+        now = now.saturating_add(Duration::from_millis(advance_ms));
+        b.clock.set(now);
+        match (kind, permits.is_empty()) {
+            (0 | 1, _) | (_, true) => {
+                let expected = account.acquire(&limits, tokens, now);
+                let got = b.quota.acquire(&key, &limits, tokens).await.map_err(|e| TestCaseError::fail(format!("{trace}step {i}: {e}")))?;
+                let _ = writeln!(trace, "step {i}: +{advance_ms} ms acquire {tokens} → {expected:?}");
+                match (expected, got) {
+                    (Ok(id), QuotaDecision::Granted(permit)) => permits.push((id, permit)),
+                    (Err(refusal), QuotaDecision::Refused { limit, retry_after }) if refusal.limit == limit && refusal.retry_after == retry_after => {}
+                    (_, got) => return Err(TestCaseError::fail(format!("{trace}the backend decided {got:?}"))),
+                }
+            }
+            (2, false) => {
+                let (id, permit) = &permits[pick % permits.len()];
+                account.settle(*id, tokens);
+                b.quota.settle(permit, tokens).await.unwrap();
+                let _ = writeln!(trace, "step {i}: +{advance_ms} ms settle permit {id} at {tokens}");
+            }
+            (_, false) => {
+                let (id, permit) = permits.swap_remove(pick % permits.len());
+                account.release(id);
+                b.quota.release(&permit).await.unwrap();
+                let _ = writeln!(trace, "step {i}: +{advance_ms} ms release permit {id}");
+            }
+        }
+        let (expected, got) = (account.in_flight(now), b.quota_in_flight(&key).await);
+        prop_assert_eq!(got, expected, "in flight after\n{}", trace);
+    }
+    Ok(())
+}

@@ -5,13 +5,16 @@
 //! environment overrides any key as `{SCOPE}__KEY`, `{SCOPE}__BREAKER__KEY` or
 //! `{SCOPE}__SOURCES__{NAME}__KEY`; a variable is read only when its first part names a scope
 //! of the file or one listed with [`Loader::scope`] (the environment also holds unrelated
-//! variables, so a misspelt scope prefix cannot be told from them and is not read). Defaults are
-//! filled by `ScopeConfig::resolve` in gateway-core, which also validates every value.
+//! variables, so a misspelt scope prefix cannot be told from them and is not read). A variable's
+//! value loads as the same value written in the file would for its key's type: `5` is a number
+//! for a numeric key and text for a text key (see [`EnvLayer`]). Defaults are filled by
+//! `ScopeConfig::resolve` in gateway-core, which also validates every value.
 
 use figment::providers::{Format, Toml};
 use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider};
 use gateway_core::policy::{PolicyError, Problem, ScopeConfig, ScopePolicy};
+use serde::de::DeserializeOwned;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -104,12 +107,11 @@ impl Loader {
             figment = figment.merge(Filtered { metadata: toml.metadata(), data });
         }
         let vars = match &self.env {
-            // Variables that are not UTF-8 belong to something else: skip them rather than panic.
-            EnvSource::Process => std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect(),
+            EnvSource::Process => process_vars(),
             EnvSource::Fixed(vars) => vars.clone(),
         };
-        figment = figment.merge(EnvProvider::new(vars, &scopes)?);
-        let raw: BTreeMap<String, ScopeConfig> = figment.extract().map_err(|e| from_figment(e, &self.file))?;
+        let (figment, raw) =
+            EnvLayer::new(vars, &scopes)?.extract::<BTreeMap<String, ScopeConfig>>(&figment).map_err(|e| from_figment(*e, &self.file))?;
         raw.iter().map(|(name, config)| config.resolve(name).map_err(|e| from_policy(&figment, e))).collect()
     }
 }
@@ -139,17 +141,35 @@ impl Provider for Filtered {
     }
 }
 
-/// `{SCOPE}__A__B=value` as the nested key `scope.a.b`, for the variables of known scopes.
-struct EnvProvider {
-    dict: Dict,
+/// The variables of the process environment. Those that are not UTF-8 belong to something else:
+/// they are skipped rather than refused.
+pub fn process_vars() -> Vec<(String, String)> {
+    std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect()
 }
 
-impl EnvProvider {
-    fn new(vars: Vec<(String, String)>, scopes: &[String]) -> Result<Self, ConfigError> {
-        let mut dict = Dict::new();
+/// The environment layer: `{TABLE}__A__B=value` as the nested key `table.a.b`, for the variables
+/// whose first part names one of the given top-level tables (matched case-blind).
+///
+/// A value loads as the same value written in TOML would for its key's type. It is first read
+/// as TOML reads a bare value (`5` a number, `2.5` a float, `true` a boolean, `[a, b]` a list,
+/// anything else text); where the key refuses that type, it is read again as its text, which a
+/// text key takes whatever it looks like (a tenant's tier `1`, an API key of digits). A key that
+/// refuses the text too keeps the error about the value as first read (`float 2.5, expected u32`).
+pub struct EnvLayer {
+    dict: Dict,
+    /// The text of each variable that was first read as something else, by its key path.
+    text: BTreeMap<Vec<String>, String>,
+}
+
+impl EnvLayer {
+    /// The layer of `vars` for the top-level `tables` (lower-case names). A variable with an
+    /// empty key part (`CHAT____RPM`), or one that sets both a value and a section under it, is
+    /// an error naming the variable.
+    pub fn new(vars: Vec<(String, String)>, tables: &[String]) -> Result<Self, ConfigError> {
+        let mut layer = EnvLayer { dict: Dict::new(), text: BTreeMap::new() };
         for (name, raw) in vars {
             let parts: Vec<String> = name.split("__").map(str::to_ascii_lowercase).collect();
-            if parts.len() < 2 || !scopes.contains(&parts[0]) {
+            if parts.len() < 2 || !tables.contains(&parts[0]) {
                 continue;
             }
             if parts.iter().any(String::is_empty) {
@@ -159,13 +179,54 @@ impl EnvProvider {
                     message: "empty key part (a doubled or trailing '__')".into(),
                 });
             }
-            // Text keys keep their text even when it looks like a number (an API key of digits).
-            let text_key =
-                parts.iter().any(|p| p == "headers") || ["api_key", "base_url", "model"].contains(&parts[parts.len() - 1].as_str());
-            let value: Value = if text_key { Value::from(raw.clone()) } else { raw.parse().unwrap_or_else(|_| Value::from(raw.clone())) };
-            insert(&mut dict, &parts, value).map_err(|message| ConfigError { key: name.clone(), layer: ENV_LAYER.into(), message })?;
+            let value: Value = raw.parse().unwrap_or_else(|never| match never {});
+            insert(&mut layer.dict, &parts, value.clone()).map_err(|message| ConfigError {
+                key: name.clone(),
+                layer: ENV_LAYER.into(),
+                message,
+            })?;
+            if !matches!(&value, Value::String(_, text) if *text == raw) {
+                layer.text.insert(parts, raw);
+            }
         }
-        Ok(EnvProvider { dict })
+        Ok(layer)
+    }
+
+    /// `T` from `base` with this layer merged over it, and the figment it came from (to find
+    /// where a value was set). Each variable is read again as its text at most once, so this
+    /// ends after at most one extraction per variable.
+    pub fn extract<T: DeserializeOwned>(mut self, base: &Figment) -> Result<(Figment, T), Box<figment::Error>> {
+        let mut reread: Option<figment::Error> = None;
+        loop {
+            let figment = base.clone().merge(&self);
+            let error = match figment.extract::<T>() {
+                Ok(value) => return Ok((figment, value)),
+                Err(error) => error,
+            };
+            if let Some(first) = reread.take().filter(|first| first.path == error.path) {
+                // The key refuses its text too. A refused type is best told as first read (the
+                // number, not the text of it); any other refusal (an unknown variant) is the text's.
+                return Err(Box::new(if matches!(error.kind, figment::error::Kind::InvalidType(..)) { first } else { error }));
+            }
+            if !self.read_as_text(&error) {
+                return Err(Box::new(error));
+            }
+            reread = Some(error);
+        }
+    }
+
+    /// Reads the variable `error` is about as its text, if the error is a refused type of a
+    /// variable not read so.
+    fn read_as_text(&mut self, error: &figment::Error) -> bool {
+        let from_env = error.metadata.as_ref().is_some_and(|m| m.name == ENV_LAYER);
+        if !from_env || !matches!(error.kind, figment::error::Kind::InvalidType(..)) {
+            return false;
+        }
+        match self.text.remove(&error.path) {
+            // The path was inserted once already, so it holds a value where the text goes.
+            Some(text) => insert(&mut self.dict, &error.path, Value::from(text)).is_ok(),
+            None => false,
+        }
     }
 }
 
@@ -186,7 +247,7 @@ fn insert(dict: &mut Dict, path: &[String], value: Value) -> Result<(), String> 
     }
 }
 
-impl Provider for EnvProvider {
+impl Provider for EnvLayer {
     fn metadata(&self) -> Metadata {
         Metadata::named(ENV_LAYER)
     }

@@ -321,3 +321,59 @@ impl Partitions {
 fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
     shard.lock().unwrap_or_else(PoisonError::into_inner)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gateway_core::policy::ScopeConfig;
+    use std::sync::Barrier;
+
+    fn partitions(max_tenants: usize, tenant_idle_s: u64) -> Partitions {
+        let config: ScopeConfig = serde_json::from_value(serde_json::json!({
+            "isolation": "per_tenant",
+            "max_tenants": max_tenants,
+            "tenant_idle_s": tenant_idle_s,
+            "breaker": {"fail_threshold": 5, "cooldown_s": 60},
+            "sources": {"s1": {}},
+        }))
+        .unwrap();
+        Partitions::new(config.resolve("chat").unwrap(), Preset::Default, &[])
+    }
+
+    /// The tenants with a partition in the map.
+    fn kept(partitions: &Partitions) -> usize {
+        partitions.shards.iter().map(|shard| lock(shard).len()).sum()
+    }
+
+    #[test]
+    fn concurrent_first_calls_never_pass_the_tenant_cap() {
+        const THREADS: usize = 64;
+        const CAP: usize = 4;
+        let partitions = partitions(CAP, 60);
+        let barrier = Barrier::new(THREADS);
+        let mut now = Timestamp::default();
+        for round in 0..300 {
+            // Every other round the last round's tenants have been idle past tenant_idle_s (the
+            // shard sweep drops them); otherwise they are idle but recent (the LRU scan does).
+            now = now.saturating_add(std::time::Duration::from_secs(if round % 2 == 0 { 61 } else { 1 }));
+            let served = std::thread::scope(|s| {
+                let calls: Vec<_> = (0..THREADS)
+                    .map(|i| {
+                        let (partitions, barrier) = (&partitions, &barrier);
+                        s.spawn(move || {
+                            barrier.wait();
+                            let held = partitions.partition(Some(&format!("r{round}-t{i}")), now);
+                            // Every admitted tenant holds its partition (a call in flight) until
+                            // all have asked, so none of this round's can make room.
+                            barrier.wait();
+                            held.is_ok()
+                        })
+                    })
+                    .collect();
+                calls.into_iter().map(|call| call.join().unwrap()).filter(|admitted| *admitted).count()
+            });
+            assert_eq!(served, CAP, "round {round}: the tenants admitted at once");
+            assert_eq!((kept(&partitions), partitions.tenants()), (CAP, CAP), "round {round}: the tenants kept and counted");
+        }
+    }
+}

@@ -238,9 +238,55 @@ fn kinds_take_a_list_or_one_kind_from_either_layer() {
     let path = file(&format!("{BASE}\n"));
     let scopes = Loader::new().file(&path).env_vars(env(&[("CHAT__KINDS", "embeddings")])).load().unwrap();
     assert_eq!(scopes[0].kinds, [gateway_core::request::Kind::Embeddings]);
+    let scopes = Loader::new().file(&path).env_vars(env(&[("CHAT__KINDS", "[embeddings, chat]")])).load().unwrap();
+    assert_eq!(scopes[0].kinds, gateway_core::request::Kind::ALL);
     let path = file(&BASE.replace("[chat.breaker]", "[chat]\nkinds = [\"embeddings\", \"chat\"]\n[chat.breaker]"));
     assert_eq!(Loader::new().file(&path).env_vars(env(&[])).load().unwrap()[0].kinds, gateway_core::request::Kind::ALL);
     let e = load_err(&BASE.replace("[chat.breaker]", "[chat]\nkinds = [\"images\"]\n[chat.breaker]"), &[]);
     assert!(e.key.starts_with("chat.kinds"), "{e}");
     assert!(e.message.contains("\"images\"") && e.message.contains("chat, embeddings"), "{e}");
+}
+
+/// A scope whose tier is named by a digit, the tenant's tier given by `tenants`.
+fn tier_one(tenants: &str) -> String {
+    format!("[chat]\nisolation = \"per_tenant\"\n\n[chat.tiers.1.breaker]\ncooldown_s = 30\n\n{tenants}\n{BASE}")
+}
+
+#[test]
+fn a_text_key_reads_an_environment_value_as_the_file_would_whatever_it_looks_like() {
+    let from_file = file(&format!("{}\naccount = \"42\"\n", tier_one("[chat.tenants]\nacme = \"1\"\n")));
+    let from_env = file(&tier_one(""));
+    let vars = env(&[("CHAT__TENANTS__ACME", "1"), ("CHAT__SOURCES__S1__ACCOUNT", "42"), ("CHAT__BREAKER__FAIL_THRESHOLD", "5")]);
+    let expected = Loader::new().file(&from_file).env_vars(Vec::new()).load().unwrap();
+    let loaded = Loader::new().file(&from_env).env_vars(vars).load().unwrap();
+    assert_eq!(loaded, expected);
+    assert_eq!(loaded[0].tenant_tiers.get("acme").map(String::as_str), Some("1"));
+    assert_eq!((loaded[0].sources[0].account.as_str(), loaded[0].breaker.fail_threshold), ("42", 5));
+}
+
+#[test]
+fn a_bad_environment_value_names_the_variable_and_what_its_key_takes() {
+    let e = load_err(BASE, &[("CHAT__BREAKER__FAIL_THRESHOLD", "five")]);
+    assert_eq!(e.to_string(), "CHAT__BREAKER__FAIL_THRESHOLD (environment): invalid type: string \"five\", expected u32");
+    // the number is refused as a number, not as the text it was read from
+    let e = load_err(BASE, &[("CHAT__BREAKER__FAIL_THRESHOLD", "2.5")]);
+    assert_eq!(e.to_string(), "CHAT__BREAKER__FAIL_THRESHOLD (environment): invalid type: float `2.5`, expected u32");
+    let e = load_err(BASE, &[("CHAT__BREAKER__SLA_ADAPTIVE", "1")]);
+    assert_eq!(e.to_string(), "CHAT__BREAKER__SLA_ADAPTIVE (environment): invalid type: unsigned int `1`, expected a boolean");
+    let e = load_err(BASE, &[("CHAT__TENANTS", "5")]);
+    assert_eq!(e.key, "CHAT__TENANTS", "{e}");
+    assert!(e.message.starts_with("invalid type: unsigned int `5`, expected a map"), "{e}");
+    // a refusal of the text itself is the text's: the kinds are named
+    let e = load_err(BASE, &[("CHAT__KINDS", "1")]);
+    assert_eq!(e.to_string(), "CHAT__KINDS (environment): unknown value \"1\" (expected one of chat, embeddings)");
+    let e = load_err(BASE, &[("CHAT__SOURCES__S1__HEADERS", "4242424242")]);
+    assert_eq!(e.key, "CHAT__SOURCES__S1__HEADERS", "{e}");
+    assert!(e.message.contains("the value is not shown") && !e.to_string().contains("4242424242"), "{e}");
+}
+
+#[test]
+fn the_file_keeps_its_types() {
+    let e = load_err(&BASE.replace("fail_threshold = 5", "fail_threshold = \"5\""), &[]);
+    assert_eq!(e.key, "chat.breaker.fail_threshold", "{e}");
+    assert_eq!(e.message, "invalid type: string \"5\", expected u32", "{e}");
 }

@@ -223,8 +223,10 @@ pub enum WaitMode {
     FailFast,
 }
 
-/// An API key: deserialized like a string, never shown by `Debug` or `Display`.
-#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// An API key: deserialized like a string, never shown by `Debug` or `Display`, and never
+/// written: it has no `Serialize`, so a config dump or a report cannot carry it (a type that
+/// holds one skips it when serialized).
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(transparent)]
 pub struct Secret(String);
 
@@ -252,7 +254,9 @@ impl fmt::Debug for Secret {
 pub struct SourceConfig {
     /// Endpoint base URL (the HTTP adapter requires it).
     pub base_url: Option<String>,
-    /// Provider API key: it names the provider account.
+    /// Provider API key: it names the provider account. Never serialized: a written config
+    /// leaves it out, to be given again (by the file or `{SCOPE}__SOURCES__{NAME}__API_KEY`).
+    #[serde(skip_serializing)]
     pub api_key: Option<Secret>,
     /// The provider account the source draws on (default: a digest of its `api_key`, so sources
     /// with one key share one account; the source's own name without a key). Sources of one
@@ -853,6 +857,16 @@ mod tests {
         let source = SourceConfig { api_key: Some(Secret::new("sk-live-123")), ..SourceConfig::default() };
         let shown = format!("{:?}", source.resolve("s1", "chat.sources.s1").unwrap());
         assert!(!shown.contains("sk-live-123") && shown.contains("<redacted>"), "{shown}");
+    }
+
+    #[test]
+    fn api_keys_are_never_serialized() {
+        let source = SourceConfig { api_key: Some(Secret::new("sk-live-123")), model: Some("m".into()), ..SourceConfig::default() };
+        let scope = ScopeConfig { sources: BTreeMap::from([("s1".to_owned(), source.clone())]), ..ScopeConfig::default() };
+        for written in [serde_json::to_string(&source).unwrap(), serde_json::to_string(&scope).unwrap()] {
+            assert!(!written.contains("sk-live-123") && !written.contains("api_key"), "{written}");
+            assert!(written.contains(r#""model":"m""#), "the other keys are written: {written}");
+        }
     }
 
     #[test]

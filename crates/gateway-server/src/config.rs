@@ -3,8 +3,8 @@
 //! variables. Errors name the key.
 
 use figment::Figment;
-use figment::providers::{Env, Format, Toml};
-use gateway_client::config::Loader;
+use figment::providers::{Format, Toml};
+use gateway_client::config::{self, EnvLayer, Loader};
 use gateway_core::policy::ScopePolicy;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -209,27 +209,82 @@ fn is_secret(path: &str) -> bool {
     path.split('.').any(|part| part == "api_keys" || part == "metrics_key" || part == "redis_url")
 }
 
+/// The tables of the file this module reads: `[server]` (every other is a scope's).
+#[derive(Deserialize)]
+struct Tables {
+    #[serde(default)]
+    server: Option<ServerConfig>,
+}
+
 /// Reads `path`: the `[server]` table (and `SERVER__*` variables) and the scopes.
 pub fn load(path: &Path) -> Result<(ServerConfig, Vec<ScopePolicy>), ConfigError> {
-    let scopes = Loader::new().file(path).reserve("server").load().map_err(|e| ConfigError(e.to_string()))?;
-    let figment = Figment::new().merge(Toml::file(path)).merge(Env::prefixed("SERVER__").split("__").map(|k| format!("server.{k}").into()));
-    let server = if figment.find_value("server").is_ok() {
-        figment.extract_inner::<ServerConfig>("server").map_err(|e| {
-            // figment puts the focused table last in the path: name the key from the top.
-            let inner: Vec<&str> = e.path.iter().map(String::as_str).filter(|p| *p != "server").collect();
-            let key = std::iter::once("server").chain(inner).collect::<Vec<_>>().join(".");
-            let message = match &e.kind {
-                // A secret's value is never printed, whatever is wrong with it.
-                kind if is_secret(&key) => gateway_client::config::secret_message(kind),
-                figment::error::Kind::UnknownField(field, _) => format!("unknown key {field:?}"),
-                figment::error::Kind::MissingField(field) => format!("required key {field:?} is missing"),
-                other => other.to_string(),
-            };
-            ConfigError(format!("{key}: {message}"))
-        })?
-    } else {
-        ServerConfig::default()
-    };
+    load_with(path, config::process_vars())
+}
+
+/// As [`load`], with these environment variables instead of the process's. A variable's value
+/// loads as the same value in the file would for its key's type (`SERVER__METRICS_KEY` of digits
+/// is text, `SERVER__MAX_BODY_BYTES=2048` a number).
+pub fn load_with(path: &Path, vars: Vec<(String, String)>) -> Result<(ServerConfig, Vec<ScopePolicy>), ConfigError> {
+    let scopes = Loader::new().file(path).reserve("server").env_vars(vars.clone()).load().map_err(|e| ConfigError(e.to_string()))?;
+    let env = EnvLayer::new(vars, &["server".to_owned()]).map_err(|e| ConfigError(e.to_string()))?;
+    let (_, tables) = env.extract::<Tables>(&Figment::new().merge(Toml::file(path))).map_err(|e| {
+        let key = e.path.join(".");
+        let message = match &e.kind {
+            // A secret's value is never printed, whatever is wrong with it.
+            kind if is_secret(&key) => config::secret_message(kind),
+            figment::error::Kind::UnknownField(field, _) => format!("unknown key {field:?}"),
+            figment::error::Kind::MissingField(field) => format!("required key {field:?} is missing"),
+            other => other.to_string(),
+        };
+        ConfigError(format!("{key}: {message}"))
+    })?;
+    let server = tables.server.unwrap_or_default();
     server.validate()?;
     Ok((server, scopes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SCOPE: &str = "[chat.breaker]\nfail_threshold = 5\ncooldown_s = 60\n[chat.sources.s1]\n";
+
+    fn load_text(text: &str, vars: &[(&str, &str)]) -> Result<ServerConfig, ConfigError> {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("gateway-server-config-{}-{n}.toml", std::process::id()));
+        std::fs::write(&path, format!("{text}\n{SCOPE}")).map_err(|e| ConfigError(e.to_string()))?;
+        let loaded = load_with(&path, vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+        let _ = std::fs::remove_file(&path);
+        loaded.map(|(server, _)| server)
+    }
+
+    #[test]
+    fn server_variables_load_as_the_file_would_for_each_key() {
+        let digits = "1234567890123456789";
+        let vars = [("SERVER__METRICS_KEY", digits), ("SERVER__MAX_BODY_BYTES", "2048"), ("SERVER__API_KEYS__OPS__TENANT", "7")];
+        let server = load_text("[server.api_keys.ops]\nkey = \"gw-secret-value-0123456789\"", &vars).unwrap();
+        assert_eq!((server.metrics_key.as_deref(), server.max_body_bytes), (Some(digits), 2048));
+        assert_eq!(server.api_keys["ops"].tenant.as_deref(), Some("7"));
+        let from_file = load_text(
+            &format!(
+                "[server]\nmetrics_key = \"{digits}\"\nmax_body_bytes = 2048\n[server.api_keys.ops]\nkey = \"gw-secret-value-0123456789\"\ntenant = \"7\""
+            ),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(server, from_file);
+    }
+
+    #[test]
+    fn a_bad_server_variable_is_named_and_a_secret_never_shown() {
+        let e = load_text("", &[("SERVER__MAX_BODY_BYTES", "big")]).unwrap_err().to_string();
+        assert_eq!(e, "server.max_body_bytes: invalid type: found string \"big\", expected usize");
+        let e = load_text("", &[("SERVER__LISEN", "x")]).unwrap_err().to_string();
+        assert_eq!(e, "server.lisen: unknown key \"lisen\"");
+        let e = load_text("", &[("SERVER__API_KEYS__OPS", "4242424242424242")]).unwrap_err().to_string();
+        assert!(e.starts_with("server.api_keys.ops: invalid type (the value is not shown)") && !e.contains("4242"), "{e}");
+        let e = load_text("", &[("SERVER____LISTEN", "x")]).unwrap_err().to_string();
+        assert!(e.starts_with("SERVER____LISTEN (environment): empty key part"), "{e}");
+    }
 }

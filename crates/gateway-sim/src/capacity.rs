@@ -95,7 +95,7 @@ impl Scenario {
                     f64::from(a.max_inflight)
                 };
                 inflight = inflight.min(mean_inflight);
-                per_s = per_s.min(f64::from(a.rpm) / self.minute_s);
+                per_s = per_s.min(f64::from(a.rpm) / self.minute_s());
             }
             if let Some(rpm) = source.quota.rpm {
                 per_s = per_s.min(f64::from(rpm) / 60.0);

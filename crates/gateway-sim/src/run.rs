@@ -215,7 +215,7 @@ fn scope_name(backend: &Backend, seed: u64) -> String {
 
 /// The scenario's scope under `name`, with the run's overrides.
 fn scope_policy(scenario: &Scenario, name: &str, config: &RunConfig) -> Result<ScopePolicy, String> {
-    let mut policy = scenario.gateway.resolve(name).map_err(|e| e.to_string())?;
+    let mut policy = scenario.scope_named(name).map_err(|e| e.to_string())?;
     apply_overrides(&mut policy, config);
     Ok(policy)
 }

@@ -2,9 +2,11 @@
 //! providers and accounts behind the sources (SPEC §12). The built-in ones live in
 //! `scenarios/*.toml`.
 
-use gateway_core::policy::{PolicyError, ScopeConfig, ScopePolicy};
+use gateway_core::backoff::Backoff;
+use gateway_core::policy::{BreakerPolicy, PolicyError, QuotaLimits, ScopeConfig, ScopePolicy, SourcePolicy};
 use serde::Deserialize;
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 /// A scenario file.
 #[derive(Clone, Debug, Deserialize)]
@@ -24,7 +26,8 @@ pub struct Scenario {
     /// Whether every call asks for structured output (JSON).
     #[serde(default)]
     pub structured: bool,
-    /// The gateway scope the calls go through (the `[scope]` table of a config file).
+    /// The gateway scope the calls go through (the `[scope]` table of a config file), as
+    /// written: [`Scenario::scope_named`] gives it as run, scaled.
     pub gateway: ScopeConfig,
     /// Provider accounts whose limits several sources share.
     #[serde(default)]
@@ -35,13 +38,14 @@ pub struct Scenario {
     /// share of the calls and of the workers.
     #[serde(default)]
     pub tenants: BTreeMap<String, Tenant>,
-    /// Length of the accounts' rate window in seconds (60, less in a scaled run).
-    #[serde(skip, default = "default_minute")]
-    pub minute_s: f64,
+    /// What every duration of the scenario is multiplied by in this run (1 as written; see
+    /// [`Scenario::scaled`]).
+    #[serde(skip, default = "unscaled")]
+    pub time_scale: f64,
 }
 
-fn default_minute() -> f64 {
-    60.0
+fn unscaled() -> f64 {
+    1.0
 }
 
 /// A tenant of the workload.
@@ -210,36 +214,31 @@ impl Scenario {
         Ok(scenario)
     }
 
-    /// The gateway scope (named `soak`).
+    /// The gateway scope (named `soak`), as run: see [`Scenario::scope_named`].
     pub fn scope(&self) -> Result<ScopePolicy, PolicyError> {
-        self.gateway.resolve("soak")
+        self.scope_named("soak")
+    }
+
+    /// The gateway scope under `name` as run: the policy gateway-core resolves (defaults
+    /// included), with every duration multiplied by the time scale and per-minute limits divided
+    /// by it.
+    pub fn scope_named(&self, name: &str) -> Result<ScopePolicy, PolicyError> {
+        Ok(scaled_policy(self.gateway.resolve(name)?, self.time_scale))
+    }
+
+    /// Length of the accounts' rate window in seconds: 60, less in a scaled run.
+    pub fn minute_s(&self) -> f64 {
+        60.0 * self.time_scale
     }
 
     /// The same scenario with every duration multiplied by `scale` (a real-time run at
-    /// `--time-scale`): the gateway's timeouts, windows, cooldowns, back-off and stall bound
-    /// (defaults included), the providers' latencies and outages, the accounts' peaks and rate
-    /// windows; per-minute limits are divided by it, since a minute of the scenario lasts
-    /// `60 × scale` seconds.
+    /// `--time-scale`): the gateway's (through [`Scenario::scope_named`]), the providers'
+    /// latencies and outages, the tenants' think times, the accounts' peaks and rate windows;
+    /// per-minute limits are divided by it, since a minute of the scenario lasts `60 × scale`
+    /// seconds.
     pub fn scaled(&self, scale: f64) -> Scenario {
         let mut s = self.clone();
-        let x = |v: Option<f64>, default: f64| Some(v.unwrap_or(default) * scale);
-        let per_minute = |v: Option<u32>| v.map(|v| ((f64::from(v) / scale).ceil() as u32).max(1));
-        let g = &mut s.gateway;
-        let cooldown = g.breaker.cooldown_s.unwrap_or(60.0);
-        g.breaker.max_cooldown_s = x(g.breaker.max_cooldown_s, cooldown.max(300.0));
-        g.breaker.cooldown_s = g.breaker.cooldown_s.map(|c| c * scale);
-        g.breaker.window_s = x(g.breaker.window_s, 60.0);
-        g.breaker.probe_ttl_s = g.breaker.probe_ttl_s.map(|t| t * scale);
-        g.stall_window_s = x(g.stall_window_s, 300.0);
-        g.poll_interval_s = x(g.poll_interval_s, 0.05);
-        g.backoff_base_s = x(g.backoff_base_s, 0.25);
-        g.backoff_cap_s = x(g.backoff_cap_s, 8.0);
-        for source in g.sources.values_mut() {
-            source.timeout_s = x(source.timeout_s, 60.0);
-            source.watchdog_s = source.watchdog_s.map(|w| w * scale);
-            source.rpm = per_minute(source.rpm);
-            source.tpm = per_minute(source.tpm);
-        }
+        s.time_scale *= scale;
         for provider in s.providers.values_mut() {
             provider.latency_median_s *= scale;
             for outage in &mut provider.outages {
@@ -254,7 +253,6 @@ impl Scenario {
             account.peak_every_s *= scale;
             account.peak_len_s *= scale;
         }
-        s.minute_s = 60.0 * scale;
         s
     }
 
@@ -292,6 +290,125 @@ impl Scenario {
     }
 }
 
+/// `policy` in a run at `scale`: every duration multiplied by it (in whole milliseconds, at least
+/// one, as resolved durations are), per-minute limits divided by it (rounded up, at least 1).
+/// Each policy struct is taken apart field by field, so a duration added to one cannot go
+/// unscaled without this failing to compile.
+fn scaled_policy(policy: ScopePolicy, scale: f64) -> ScopePolicy {
+    let ScopePolicy {
+        name,
+        breaker,
+        circuit_open,
+        quota_full,
+        selector,
+        max_retries,
+        structured_max_retries,
+        stall_window,
+        poll_interval,
+        concurrency,
+        backoff: Backoff { base, cap },
+        isolation,
+        max_tenants,
+        tenant_idle,
+        tiers,
+        tenant_tiers,
+        unknown_tenant,
+        fallback,
+        kinds,
+        sources,
+    } = policy;
+    let time = |d: Duration| scaled_duration(d, scale);
+    ScopePolicy {
+        name,
+        breaker: scaled_breaker(breaker, scale),
+        circuit_open,
+        quota_full,
+        selector,
+        max_retries,
+        structured_max_retries,
+        stall_window: time(stall_window),
+        poll_interval: time(poll_interval),
+        concurrency,
+        backoff: Backoff { base: time(base), cap: time(cap) },
+        isolation,
+        max_tenants,
+        tenant_idle: time(tenant_idle),
+        tiers: tiers.into_iter().map(|(tier, breaker)| (tier, scaled_breaker(breaker, scale))).collect(),
+        tenant_tiers,
+        unknown_tenant,
+        fallback,
+        kinds,
+        sources: sources.into_iter().map(|source| scaled_source(source, scale)).collect(),
+    }
+}
+
+fn scaled_breaker(breaker: BreakerPolicy, scale: f64) -> BreakerPolicy {
+    let BreakerPolicy {
+        fail_threshold,
+        cooldown,
+        min_calls,
+        fail_rate,
+        window,
+        max_cooldown,
+        half_open_successes,
+        probe_ttl,
+        slow_call,
+        slow_rate,
+        sla_cooldown,
+        rate_channel,
+        escalate_cooldown,
+        threshold_basis,
+    } = breaker;
+    let time = |d: Duration| scaled_duration(d, scale);
+    BreakerPolicy {
+        fail_threshold,
+        cooldown: time(cooldown),
+        min_calls,
+        fail_rate,
+        window: time(window),
+        max_cooldown: time(max_cooldown),
+        half_open_successes,
+        probe_ttl: probe_ttl.map(time),
+        slow_call: slow_call.map(time),
+        slow_rate,
+        sla_cooldown: sla_cooldown.map(|(floor, cap)| (time(floor), time(cap))),
+        rate_channel,
+        escalate_cooldown,
+        threshold_basis,
+    }
+}
+
+fn scaled_source(source: SourcePolicy, scale: f64) -> SourcePolicy {
+    let SourcePolicy {
+        name,
+        base_url,
+        api_key,
+        account,
+        model,
+        timeout,
+        watchdog,
+        quota: QuotaLimits { max_concurrency, rpm, tpm, permit_ttl },
+        headers,
+    } = source;
+    let time = |d: Duration| scaled_duration(d, scale);
+    let per_minute = |v: Option<u32>| v.map(|v| ((f64::from(v) / scale).ceil() as u32).max(1));
+    SourcePolicy {
+        name,
+        base_url,
+        api_key,
+        account,
+        model,
+        timeout: time(timeout),
+        watchdog: watchdog.map(time),
+        quota: QuotaLimits { max_concurrency, rpm: per_minute(rpm), tpm: per_minute(tpm), permit_ttl: time(permit_ttl) },
+        headers,
+    }
+}
+
+fn scaled_duration(d: Duration, scale: f64) -> Duration {
+    Duration::from_millis(((d.as_millis() as f64 * scale).round() as u64).max(1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -311,13 +428,94 @@ mod tests {
     fn scaling_shrinks_every_duration_and_widens_per_minute_limits() {
         let p6 = Scenario::load("p6").unwrap().scaled(0.05);
         let scope = p6.scope().unwrap();
-        assert_eq!(scope.breaker.cooldown, std::time::Duration::from_secs(3));
-        assert_eq!(scope.breaker.window, std::time::Duration::from_secs(3));
-        assert_eq!(scope.stall_window, std::time::Duration::from_secs(15));
-        assert_eq!(scope.sources[0].timeout, std::time::Duration::from_millis(1500));
+        assert_eq!(scope.breaker.cooldown, Duration::from_secs(3));
+        assert_eq!(scope.breaker.window, Duration::from_secs(3));
+        assert_eq!(scope.stall_window, Duration::from_secs(15));
+        assert_eq!(scope.sources[0].timeout, Duration::from_millis(1500));
         assert_eq!(scope.sources[3].quota.rpm, Some(120));
-        assert_eq!(p6.minute_s, 3.0);
+        assert_eq!(p6.minute_s(), 3.0);
         assert!((p6.providers["s1"].latency_median_s - 0.075).abs() < 1e-12);
+    }
+
+    /// A scenario of one source whose gateway section is `gateway` (keys of `[gateway]` and its
+    /// tables, a `gold` tier among them).
+    fn with_gateway(gateway: &str) -> Scenario {
+        let text = format!(
+            "name = \"d\"\ndescription = \"d\"\ncalls = 1\nworkers = 1\n\n{gateway}\n\n[gateway.tenants]\nacme = \"gold\"\n\n[providers.s1]\n"
+        );
+        Scenario::parse("d", &text).unwrap()
+    }
+
+    /// `d` scaled as a run at `scale` scales it: in whole milliseconds.
+    fn times(d: Duration, scale: f64) -> Duration {
+        Duration::from_millis((d.as_millis() as f64 * scale).round() as u64)
+    }
+
+    /// Every duration of `scaled` is that of `unscaled` times `scale`, in the scope, its tiers and
+    /// its sources; per-minute limits are divided by it.
+    fn check_scaled(unscaled: &ScopePolicy, scaled: &ScopePolicy, scale: f64) {
+        let t = |d: Duration| times(d, scale);
+        let breakers = std::iter::once(("scope", &unscaled.breaker, &scaled.breaker))
+            .chain(unscaled.tiers.iter().map(|(tier, b)| (tier.as_str(), b, &scaled.tiers[tier])));
+        for (at, a, b) in breakers {
+            assert_eq!(b.cooldown, t(a.cooldown), "{at}: cooldown");
+            assert_eq!(b.window, t(a.window), "{at}: window");
+            assert_eq!(b.max_cooldown, t(a.max_cooldown), "{at}: max_cooldown");
+            assert_eq!(b.probe_ttl, a.probe_ttl.map(t), "{at}: probe_ttl");
+            assert_eq!(b.slow_call, a.slow_call.map(t), "{at}: slow_call");
+            assert_eq!(b.sla_cooldown, a.sla_cooldown.map(|(min, max)| (t(min), t(max))), "{at}: sla_cooldown");
+            assert_eq!((b.fail_threshold, b.fail_rate, b.slow_rate), (a.fail_threshold, a.fail_rate, a.slow_rate), "{at}: not durations");
+        }
+        assert_eq!(scaled.tiers.len(), unscaled.tiers.len());
+        assert_eq!(scaled.stall_window, t(unscaled.stall_window), "stall_window");
+        assert_eq!(scaled.poll_interval, t(unscaled.poll_interval), "poll_interval");
+        assert_eq!((scaled.backoff.base, scaled.backoff.cap), (t(unscaled.backoff.base), t(unscaled.backoff.cap)), "backoff");
+        assert_eq!(scaled.tenant_idle, t(unscaled.tenant_idle), "tenant_idle");
+        for (a, b) in unscaled.sources.iter().zip(&scaled.sources) {
+            assert_eq!(b.timeout, t(a.timeout), "{}: timeout", a.name);
+            assert_eq!(b.watchdog, a.watchdog.map(t), "{}: watchdog", a.name);
+            assert_eq!(b.quota.permit_ttl, t(a.quota.permit_ttl), "{}: permit_ttl", a.name);
+            let per_minute = |v: Option<u32>| v.map(|v| (f64::from(v) / scale).ceil() as u32);
+            assert_eq!((b.quota.rpm, b.quota.tpm), (per_minute(a.quota.rpm), per_minute(a.quota.tpm)), "{}: per minute", a.name);
+        }
+    }
+
+    #[test]
+    fn scaling_scales_every_duration_key_of_the_scope_and_its_tiers() {
+        let scenario = with_gateway(
+            "[gateway]\nisolation = \"per_tenant\"\nstall_window_s = 200\npoll_interval_s = 0.2\nbackoff_base_s = 0.4\n\
+             backoff_cap_s = 10\ntenant_idle_s = 400\n\n\
+             [gateway.breaker]\nfail_threshold = 5\ncooldown_s = 20\nwindow_s = 40\nmax_cooldown_s = 400\nprobe_ttl_s = 60\n\
+             slow_call_s = 8\nsla_adaptive = true\nsla_min_cooldown_s = 30\nsla_max_cooldown_s = 200\n\n\
+             [gateway.tiers.gold.breaker]\ncooldown_s = 10\nwindow_s = 20\nmax_cooldown_s = 100\nprobe_ttl_s = 40\n\
+             slow_call_s = 4\nsla_min_cooldown_s = 16\nsla_max_cooldown_s = 80\n\n\
+             [gateway.sources.s1]\ntimeout_s = 20\nwatchdog_s = 6\nrpm = 60\ntpm = 6000",
+        );
+        let unscaled = scenario.scope().unwrap();
+        let scaled = scenario.scaled(0.05).scope().unwrap();
+        check_scaled(&unscaled, &scaled, 0.05);
+        // the values as written, to be sure the check compares what was set
+        let gold = &scaled.tiers["gold"];
+        assert_eq!(
+            (gold.slow_call, gold.sla_cooldown),
+            (Some(Duration::from_millis(200)), Some((Duration::from_millis(800), Duration::from_secs(4))))
+        );
+        assert_eq!((scaled.tenant_idle, scaled.breaker.slow_call), (Duration::from_secs(20), Some(Duration::from_millis(400))));
+        assert_eq!(scaled.breaker.sla_cooldown, Some((Duration::from_millis(1500), Duration::from_secs(10))));
+    }
+
+    #[test]
+    fn scaling_scales_the_defaults_gateway_core_resolves_for_unset_keys() {
+        let scenario = with_gateway(
+            "[gateway]\nisolation = \"per_tenant\"\n\n[gateway.breaker]\nfail_threshold = 5\ncooldown_s = 20\n\n\
+             [gateway.tiers.gold.breaker]\nsla_adaptive = true\nslow_call_s = 4\n\n[gateway.sources.s1]",
+        );
+        let unscaled = scenario.scope().unwrap();
+        let scaled = scenario.scaled(0.5).scope().unwrap();
+        check_scaled(&unscaled, &scaled, 0.5);
+        // tenant_idle_s defaults to 600 s; the tier's SLA bounds to its cooldown and max_cooldown
+        assert_eq!(scaled.tenant_idle, Duration::from_secs(300));
+        assert_eq!(scaled.tiers["gold"].sla_cooldown, Some((Duration::from_secs(10), Duration::from_secs(150))));
     }
 
     #[test]

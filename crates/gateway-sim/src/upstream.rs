@@ -97,7 +97,7 @@ impl Providers {
     pub fn new(scenario: &Scenario, clock: Arc<dyn Clock>, seed: u64) -> Self {
         let start = clock.now();
         Providers {
-            minute: Duration::from_secs_f64(scenario.minute_s),
+            minute: Duration::from_secs_f64(scenario.minute_s()),
             providers: scenario.providers.clone(),
             accounts: scenario.accounts.clone(),
             state: Arc::new(Mutex::new(State { rng: ChaCha8Rng::seed_from_u64(seed), accounts: BTreeMap::new() })),

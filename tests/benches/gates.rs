@@ -82,10 +82,10 @@ impl Op {
 
     async fn run(self, gates: &dyn BreakerGate, key: &GateKey, p: &GateParams, i: u64) {
         match self {
-            Op::TryEnter => drop(gates.apply(key, p, GateOp::TryEnter).await.unwrap()),
-            Op::RecordMix if i.is_multiple_of(10) => drop(gates.apply(key, p, GateOp::Failure { epoch: 0 }).await.unwrap()),
+            Op::TryEnter => gates.apply(key, p, GateOp::TryEnter).await.map(|_| ()).unwrap(),
+            Op::RecordMix if i.is_multiple_of(10) => gates.apply(key, p, GateOp::Failure { epoch: 0 }).await.map(|_| ()).unwrap(),
             Op::RecordSuccess | Op::RecordMix => {
-                drop(gates.apply(key, p, GateOp::Success { epoch: 0, kind: SuccessKind::Real }).await.unwrap());
+                gates.apply(key, p, GateOp::Success { epoch: 0, kind: SuccessKind::Real }).await.map(|_| ()).unwrap();
             }
         }
     }

@@ -105,3 +105,30 @@ fn architecture_code_map_names_every_crate() {
     }
     assert!(doc.contains("**Architecture Invariant:**"), "the code map states its invariants");
 }
+
+/// ARCHITECTURE: no loop matches on outcome classes; the outcome table says what a class does.
+/// The client's loops may build an outcome of a class, never compare or match one.
+#[test]
+fn the_call_loops_never_match_on_outcome_classes() {
+    let root = workspace_root();
+    let mut found = Vec::new();
+    for file in rust_files(&root.join("crates/gateway-client/src")).expect("walk sources") {
+        let text = fs::read_to_string(&file).expect("read source");
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            let Some(at) = code.find("OutcomeClass::") else { continue };
+            let (before, after) = (code[..at].trim_end(), &code[at + "OutcomeClass::".len()..]);
+            let variant_end = after.find(|c: char| !c.is_ascii_alphanumeric()).unwrap_or(after.len());
+            let rest = after[variant_end..].trim_start();
+            if before.ends_with("==")
+                || before.ends_with("!=")
+                || rest.starts_with("=>")
+                || rest.starts_with('|')
+                || before.ends_with("matches!(class,")
+            {
+                found.push(format!("{}:{}: {}", file.strip_prefix(&root).unwrap().display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "the call loops match on outcome classes (use the outcome table's effects):\n{}", found.join("\n"));
+}

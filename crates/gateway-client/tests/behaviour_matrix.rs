@@ -7,6 +7,7 @@ mod support;
 
 use gateway_client::{CallError, Exhausted, Preset};
 use gateway_core::admission::SkipReason;
+use gateway_core::breaker::{GateOp, SuccessKind};
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::ports::{QuotaDecision, QuotaGate};
 use gateway_core::telemetry::SourceReason;
@@ -118,15 +119,15 @@ async fn all_sources_open_wait_waits_for_the_earliest_recovery() {
 }
 
 /// Every gate of the scope half-open with a probe in flight (held by another caller).
-async fn all_half_open(h: &Harness, names: &[&str]) -> Vec<gateway_core::Entry> {
+async fn all_half_open(h: &Harness, names: &[&str]) -> Vec<gateway_core::Reply> {
     for name in names {
         h.open(name).await;
     }
     tokio::time::sleep(Duration::from_secs(60)).await;
     let mut probes = Vec::new();
     for name in names {
-        let probe = h.gates.try_enter(&h.key(name), &h.params(name)).await.unwrap();
-        assert_eq!(probe.verdict, gateway_core::Verdict::Probe);
+        let probe = h.gates.apply(&h.key(name), &h.params(name), GateOp::TryEnter).await.unwrap();
+        assert_eq!(probe.verdict, Some(gateway_core::Verdict::Probe));
         probes.push(probe);
     }
     probes
@@ -146,10 +147,10 @@ async fn all_half_open_fail_fast_fails_with_retry_after_zero() {
 async fn all_half_open_wait_polls_and_gets_through_once_a_probe_succeeds() {
     let h = Harness::new(sources(2, wait()), Preset::Default);
     let probes = all_half_open(&h, &["s1", "s2"]).await;
-    let (gates, key, params, epoch) = (h.gates.clone(), h.key("s1"), h.params("s1"), probes[0].reply.epoch);
+    let (gates, key, params, epoch) = (h.gates.clone(), h.key("s1"), h.params("s1"), probes[0].epoch);
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_secs(2)).await;
-        gates.record_success(&key, &params, epoch, true).await.unwrap();
+        gates.apply(&key, &params, GateOp::Success { epoch, kind: SuccessKind::Real }).await.unwrap();
     });
     h.call().await.unwrap();
     let t = h.now_s();
@@ -235,12 +236,12 @@ async fn the_memo_never_keeps_a_recovered_source_out() {
     assert_eq!(retry_after(&h.call().await.unwrap_err()), Duration::from_secs(50));
     tokio::time::sleep(Duration::from_secs(50)).await;
     // another process takes the probe; this one is denied with 0 and memoes nothing
-    let probe = h.gates.try_enter(&h.key("s1"), &h.params("s1")).await.unwrap();
-    assert_eq!(probe.verdict, gateway_core::Verdict::Probe);
+    let probe = h.gates.apply(&h.key("s1"), &h.params("s1"), GateOp::TryEnter).await.unwrap();
+    assert_eq!(probe.verdict, Some(gateway_core::Verdict::Probe));
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(retry_after(&h.call().await.unwrap_err()), Duration::ZERO);
     // the other probe succeeds: the very next call uses the source
-    h.gates.record_success(&h.key("s1"), &h.params("s1"), probe.reply.epoch, true).await.unwrap();
+    h.gates.apply(&h.key("s1"), &h.params("s1"), GateOp::Success { epoch: probe.epoch, kind: SuccessKind::Real }).await.unwrap();
     h.call().await.unwrap();
     assert_eq!(h.upstream.sent(), ["s1"]);
 }

@@ -8,7 +8,7 @@ mod support;
 
 use async_trait::async_trait;
 use gateway_client::{CallError, Exhausted, GatewayClient, Preset};
-use gateway_core::breaker::{Entry, GateParams, Reply};
+use gateway_core::breaker::{GateOp, GateParams, Reply};
 use gateway_core::outcome::OutcomeClass::*;
 use gateway_core::ports::{BreakerGate, GateError, GateKey, QuotaDecision, QuotaGate};
 use gateway_core::request::{Kind, Request};
@@ -296,25 +296,10 @@ struct DownGates;
 
 #[async_trait]
 impl BreakerGate for DownGates {
-    async fn try_enter(&self, key: &GateKey, _: &GateParams) -> Result<Entry, GateError> {
-        Err(GateError::BackendUnavailable { backend: "test", key: key.to_string(), detail: "down".into() })
-    }
-    async fn record_success(&self, key: &GateKey, _: &GateParams, _: u64, _: bool) -> Result<Reply, GateError> {
+    async fn apply(&self, key: &GateKey, _: &GateParams, _: GateOp) -> Result<Reply, GateError> {
         Err(GateError::BackendUnavailable { backend: "test", key: key.to_string(), detail: "down".into() })
     }
     async fn read(&self, key: &GateKey) -> Result<gateway_core::Gate, GateError> {
-        Err(GateError::BackendUnavailable { backend: "test", key: key.to_string(), detail: "down".into() })
-    }
-    async fn record_slow_success(&self, key: &GateKey, _: &GateParams, _: u64) -> Result<Reply, GateError> {
-        Err(GateError::BackendUnavailable { backend: "test", key: key.to_string(), detail: "down".into() })
-    }
-    async fn record_failure(&self, key: &GateKey, _: &GateParams, _: u64) -> Result<Reply, GateError> {
-        Err(GateError::BackendUnavailable { backend: "test", key: key.to_string(), detail: "down".into() })
-    }
-    async fn force_open(&self, key: &GateKey, _: &GateParams) -> Result<Reply, GateError> {
-        Err(GateError::BackendUnavailable { backend: "test", key: key.to_string(), detail: "down".into() })
-    }
-    async fn release_probe(&self, key: &GateKey, _: &GateParams, _: u64) -> Result<Reply, GateError> {
         Err(GateError::BackendUnavailable { backend: "test", key: key.to_string(), detail: "down".into() })
     }
     async fn retry_after(&self, _: &[(GateKey, GateParams)]) -> Result<Duration, GateError> {

@@ -6,8 +6,8 @@
 
 use crate::breaker::{GateOp, Reply, SuccessKind};
 use serde::{Deserialize, Serialize};
-use std::time::Duration;
 use std::fmt;
+use std::time::Duration;
 
 /// What an upstream adapter reports for one attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

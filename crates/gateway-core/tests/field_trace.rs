@@ -11,7 +11,7 @@
 mod common;
 
 use common::{params, seed_breaker};
-use gateway_core::breaker::{Gate, GateParams, Reply, Verdict};
+use gateway_core::breaker::{Gate, GateOp, GateParams, Reply, SuccessKind, Verdict};
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::random::unit;
 use gateway_core::time::Timestamp;
@@ -78,24 +78,25 @@ fn trace() -> String {
             let s = &mut sources[i];
             let class = if unit(&mut rng) < s.success { OutcomeClass::Success } else { OutcomeClass::Transient };
             let t = Timestamp::from_millis(at);
-            let reply = match class {
-                OutcomeClass::Success => s.gate.record_success(&s.params, epoch, t, true),
-                _ => s.gate.record_failure(&s.params, epoch, t),
+            let op = match class {
+                OutcomeClass::Success => GateOp::Success { epoch, kind: SuccessKind::Real },
+                _ => GateOp::Failure { epoch },
             };
+            let reply = s.gate.apply(&s.params, op, t);
             if probe || reply.transition.is_some() {
                 log(at, s, &reply);
             }
         }
         for (i, s) in sources.iter_mut().enumerate() {
             let t = Timestamp::from_millis(now);
-            let entry = s.gate.try_enter(&s.params, t);
-            log(now, s, &entry.reply);
-            if entry.verdict == Verdict::Denied {
+            let entry = s.gate.apply(&s.params, GateOp::TryEnter, t);
+            log(now, s, &entry);
+            if entry.verdict == Some(Verdict::Denied) {
                 s.denied += 1;
                 continue;
             }
             s.sent += 1;
-            pending.push(Reverse((now + s.latency_ms, i, entry.reply.epoch, entry.verdict == Verdict::Probe)));
+            pending.push(Reverse((now + s.latency_ms, i, entry.epoch, entry.is_probe())));
         }
     }
     writeln!(out, "\nover {} s of steady traffic (one attempt offered per second per source):", end_ms / 1000).unwrap();

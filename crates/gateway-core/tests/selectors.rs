@@ -162,8 +162,7 @@ fn selectors_without_health_demote_unconditionally_keeping_relative_order() {
 /// is re-asked through a new pick, as the call loop does. The attempts each source got, per
 /// half of the run.
 fn structured_run(calls: usize, seed: u64) -> ([[u32; 3]; 2], bool) {
-    use gateway_core::breaker::{CircuitState, Gate};
-    use gateway_core::outcome::BreakerEffect;
+    use gateway_core::breaker::{CircuitState, Gate, GateOp};
     use gateway_core::random::unit;
     let selector = Selector::new(SelectorKind::HealthAware);
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -198,9 +197,9 @@ fn structured_run(calls: usize, seed: u64) -> ([[u32; 3]; 2], bool) {
                 attempts[half][source] += 1;
                 let class = if source == 2 && unit(&mut answers) < 0.4 { OutcomeClass::ResultInvalid } else { OutcomeClass::Success };
                 health[source].observe_class(class);
-                let entry = gates[source].try_enter(&p, now);
-                if let BreakerEffect::RecordSuccess { real } = class.effects().breaker {
-                    gates[source].record_success(&p, entry.reply.epoch, now, real);
+                let entry = gates[source].apply(&p, GateOp::TryEnter, now);
+                if let Some(op) = class.effects().gate_op(&entry, std::time::Duration::ZERO, None) {
+                    gates[source].apply(&p, op, now);
                 }
                 gate_opened |= gates[source].state != CircuitState::Closed;
                 if class == OutcomeClass::Success {

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use gateway_core::breaker::{CircuitState, GateParams};
+use gateway_core::breaker::{CircuitState, GateOp, GateParams};
 use gateway_core::policy::BreakerConfig;
 use gateway_core::ports::{BreakerGate, GateKey};
 use gateway_core::time::{ManualClock, Timestamp};
@@ -23,17 +23,17 @@ async fn churning_tenants_do_not_grow_the_gates_without_bound() {
     let gates = MemoryGates::new(clock.clone());
     let p = params();
     let live = GateKey::new("chat", "s1").with_tenant("steady");
-    gates.force_open(&live, &p).await.unwrap();
+    gates.apply(&live, &p, GateOp::ForceOpen).await.unwrap();
     for i in 0..70_000 {
-        gates.try_enter(&GateKey::new("chat", "s1").with_tenant(format!("t{i}")), &p).await.unwrap();
+        gates.apply(&GateKey::new("chat", "s1").with_tenant(format!("t{i}")), &p, GateOp::TryEnter).await.unwrap();
     }
     assert!(gates.len() > 70_000, "nothing expired yet: {}", gates.len());
     // past every idle gate's TTL, but the steady tenant keeps being used
     clock.set(Timestamp::from_millis(1_000_000 + p.key_ttl_ms() - 1000));
-    gates.try_enter(&live, &p).await.unwrap();
+    gates.apply(&live, &p, GateOp::TryEnter).await.unwrap();
     clock.set(Timestamp::from_millis(1_000_000 + p.key_ttl_ms() + 1));
     for i in 0..70_000 {
-        gates.try_enter(&GateKey::new("chat", "s1").with_tenant(format!("u{i}")), &p).await.unwrap();
+        gates.apply(&GateKey::new("chat", "s1").with_tenant(format!("u{i}")), &p, GateOp::TryEnter).await.unwrap();
     }
     assert!(gates.len() < 100_000, "idle gates were swept: {} held", gates.len());
     assert_eq!(gates.snapshot(&live).unwrap().epoch, 1, "a gate in use is never dropped");
@@ -45,10 +45,10 @@ async fn a_small_map_is_never_swept() {
     let gates = MemoryGates::new(clock.clone());
     let p = params();
     let key = GateKey::new("chat", "s1");
-    gates.force_open(&key, &p).await.unwrap();
+    gates.apply(&key, &p, GateOp::ForceOpen).await.unwrap();
     clock.set(Timestamp::from_millis(10 * p.key_ttl_ms()));
     for i in 0..500 {
-        gates.try_enter(&GateKey::new("chat", format!("x{i}")), &p).await.unwrap();
+        gates.apply(&GateKey::new("chat", format!("x{i}")), &p, GateOp::TryEnter).await.unwrap();
     }
     // the old gate is still there (OPEN as left), as a Redis key within its TTL would be
     assert_eq!(gates.snapshot(&key).unwrap().state, CircuitState::Open);

@@ -226,7 +226,10 @@ mod tests {
         let reply = |text: &str| Error::new(ErrorKind::Unknown, text.to_owned());
         assert!(is_script_error(&reply("MALFORMED gate parameters: 1 2")));
         assert!(is_script_error(&reply("ERR user_script:12: attempt to perform arithmetic on a nil value")));
-        assert!(is_script_error(&Error::new(ErrorKind::InvalidArgument, "WRONGTYPE Operation against a key holding the wrong kind of value")));
+        assert!(is_script_error(&Error::new(
+            ErrorKind::InvalidArgument,
+            "WRONGTYPE Operation against a key holding the wrong kind of value"
+        )));
         assert!(!is_script_error(&Error::new(ErrorKind::Timeout, "Request timed out.")));
         assert!(!is_script_error(&Error::new(ErrorKind::IO, "Connection reset by peer")));
         assert!(!is_script_error(&reply("LOADING Redis is loading the dataset in memory")));

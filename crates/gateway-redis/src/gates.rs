@@ -75,7 +75,6 @@ impl RedisGates {
         let fields: HashMap<String, String> = self.conn.pool().hgetall(&hash).await.map_err(|e| unavailable(key, e))?;
         gate_from_fields(key, &fields)
     }
-
 }
 
 fn unavailable(key: &GateKey, e: Error) -> GateError {
@@ -263,5 +262,52 @@ impl BreakerGate for RedisGates {
             best = Some(best.map_or(wait, |b| b.min(wait)));
         }
         Ok(best.unwrap_or(Duration::ZERO))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> GateKey {
+        GateKey::new("chat", "s1")
+    }
+
+    #[test]
+    fn replies_decode_into_every_verdict_and_none() {
+        let reply = |text: &'static str| parse_reply(&key(), Value::from_static_str(text));
+        assert_eq!(reply("allowed CLOSED 0 0 - - - 0").unwrap().verdict, Some(Verdict::Allowed));
+        assert_eq!(reply("probe HALF_OPEN 1 0 OPEN HALF_OPEN cooldown_elapsed 0").unwrap().verdict, Some(Verdict::Probe));
+        let denied = reply("denied OPEN 1 5000 - - - 0").unwrap();
+        assert_eq!((denied.verdict, denied.retry_after), (Some(Verdict::Denied), Duration::from_secs(5)));
+        let fenced = reply("- CLOSED 2 0 - - - 1").unwrap();
+        assert_eq!((fenced.verdict, fenced.fenced), (None, true));
+    }
+
+    #[test]
+    fn a_reply_this_build_cannot_read_is_malformed_and_says_what() {
+        for (text, says) in [
+            ("maybe CLOSED 0 0 - - - 0", "unknown verdict \"maybe\""),
+            ("allowed AJAR 0 0 - - - 0", "unknown state \"AJAR\""),
+            ("- CLOSED x 0 - - - 0", "\"x\" is not a count"),
+            ("- CLOSED 0 0 - - - yes", "fenced is \"yes\""),
+            ("- OPEN 1 0 CLOSED OPEN gremlins 0", "unknown cause \"gremlins\""),
+            ("- CLOSED 0 0", "expected 8 reply items"),
+        ] {
+            let error = parse_reply(&key(), Value::from_static_str(text)).unwrap_err();
+            assert!(matches!(error, GateError::Malformed { .. }) && error.to_string().contains(says), "{text:?}: {error}");
+        }
+        assert!(matches!(parse_reply(&key(), Value::Integer(1)), Err(GateError::Malformed { .. })));
+    }
+
+    #[test]
+    fn every_operation_has_its_arguments() {
+        let text = |op| op_args(op).map(|v| v.as_string().unwrap_or_default());
+        assert_eq!(text(GateOp::TryEnter), ["enter", "-", "-"]);
+        assert_eq!(text(GateOp::Success { epoch: 3, kind: SuccessKind::Slow }), ["success", "3", "slow"]);
+        assert_eq!(text(GateOp::Success { epoch: 0, kind: SuccessKind::Unusable }), ["success", "0", "unusable"]);
+        assert_eq!(text(GateOp::Failure { epoch: 7 }), ["failure", "7", "-"]);
+        assert_eq!(text(GateOp::ForceOpen), ["force_open", "-", "-"]);
+        assert_eq!(text(GateOp::Release { epoch: 1 }), ["release", "1", "-"]);
     }
 }

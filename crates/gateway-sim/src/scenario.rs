@@ -355,9 +355,6 @@ fn scaled_breaker(breaker: BreakerPolicy, scale: f64) -> BreakerPolicy {
         slow_call,
         slow_rate,
         sla_cooldown,
-        rate_channel,
-        escalate_cooldown,
-        threshold_basis,
     } = breaker;
     let time = |d: Duration| scaled_duration(d, scale);
     BreakerPolicy {
@@ -372,9 +369,6 @@ fn scaled_breaker(breaker: BreakerPolicy, scale: f64) -> BreakerPolicy {
         slow_call: slow_call.map(time),
         slow_rate,
         sla_cooldown: sla_cooldown.map(|(floor, cap)| (time(floor), time(cap))),
-        rate_channel,
-        escalate_cooldown,
-        threshold_basis,
     }
 }
 

@@ -1,5 +1,8 @@
 //! The differential suite: random operation sequences replayed on the pure state machines of
-//! gateway-core and on a backend, comparing every reply and the stored state after every step.
+//! gateway-core and on a backend, comparing every reply and the stored state after every step,
+//! and holding the pure gate to the breaker's invariants at every step (the retry_after
+//! contract, legal transitions only, the epoch moving by one per open and by nothing else, a
+//! fenced record changing nothing, one live probe lease, sane window counts).
 //! The breaker: `Gate::apply` against `BreakerGate::apply`. The quota: `QuotaAccount` against
 //! `QuotaGate`. Sequences come from a seeded proptest runner, so a run is repeatable, and a
 //! failure shrinks to a short sequence printed step by step.
@@ -7,7 +10,7 @@
 #![allow(clippy::unwrap_used)]
 
 use crate::support::{Backend, Kind, START, runtime};
-use gateway_core::breaker::{Gate, GateOp, GateParams, SuccessKind};
+use gateway_core::breaker::{CircuitState, Gate, GateOp, GateParams, Reply, SuccessKind, Transition, Verdict};
 use gateway_core::policy::{BreakerConfig, QuotaLimits};
 use gateway_core::ports::QuotaDecision;
 use gateway_core::quota::QuotaAccount;
@@ -92,7 +95,8 @@ pub fn breaker_sequences(kind: Kind<'_>, cases: u32) {
     let rt = runtime();
     let backend = rt.block_on(Backend::new(kind));
     let strategy = (0usize..5, 0u32..4, steps());
-    let result = runner(cases).run(&strategy, |(config, concurrency, steps)| rt.block_on(breaker_sequence(&backend, config, concurrency, &steps)));
+    let result =
+        runner(cases).run(&strategy, |(config, concurrency, steps)| rt.block_on(breaker_sequence(&backend, config, concurrency, &steps)));
     if let Err(e) = result {
         panic!("{e}");
     }
@@ -108,7 +112,9 @@ async fn breaker_sequence(b: &Backend, config: usize, concurrency: u32, steps: &
         now = now.saturating_add(Duration::from_millis(step.advance_ms));
         b.clock.set(now);
         let op = gate_op(step, &gate, admitted);
+        let before = gate.clone();
         let expected = gate.apply(&p, op, now);
+        invariants(&before, &gate, &p, op, &expected, now).map_err(|e| TestCaseError::fail(format!("{trace}step {i} {op:?}: {e}")))?;
         let got = b.gates.apply(&key, &p, op).await.map_err(|e| TestCaseError::fail(format!("{trace}step {i} {op:?}: {e}")))?;
         if op == GateOp::TryEnter {
             admitted = expected.epoch;
@@ -127,6 +133,33 @@ async fn breaker_sequence(b: &Backend, config: usize, concurrency: u32, steps: &
     Ok(())
 }
 
+/// The breaker's invariants over one operation of the pure gate: `before` → `after`, answered
+/// `reply` at `now`.
+fn invariants(before: &Gate, after: &Gate, p: &GateParams, op: GateOp, reply: &Reply, now: Timestamp) -> Result<(), String> {
+    let max = Duration::from_millis(p.max_cooldown_ms());
+    let check = |ok: bool, what: &str| if ok { Ok(()) } else { Err(format!("{what}: {before:?} → {after:?}, {reply:?}")) };
+    check(reply.retry_after <= max, "retry_after above max_cooldown")?;
+    check(reply.state == CircuitState::Open || reply.retry_after.is_zero(), "retry_after must be 0 unless OPEN")?;
+    check((reply.state, reply.epoch) == (after.state, after.epoch), "the reply is not the gate's state")?;
+    check(reply.verdict.is_some() == (op == GateOp::TryEnter), "only TryEnter, and every TryEnter, has a verdict")?;
+    match reply.transition {
+        Some(Transition { from, to, .. }) => {
+            check((from, to) == (before.state, after.state), "the transition is not the change")?;
+            check(Transition::is_legal(from, to), "an illegal transition")?;
+            check(after.epoch == before.epoch + u64::from(to == CircuitState::Open), "the epoch moves by one on every open only")?;
+        }
+        None => check((after.state, after.epoch) == (before.state, before.epoch), "the state changed without a transition")?,
+    }
+    check(!reply.fenced || after == before, "a fenced record changed the gate")?;
+    match reply.verdict {
+        Some(Verdict::Allowed) => check(before.state == CircuitState::Closed, "only CLOSED allows")?,
+        Some(Verdict::Probe) => check(!before.lease_live(now) && after.lease_live(now), "a probe while a lease is live")?,
+        Some(Verdict::Denied) => check(before.state != CircuitState::Closed, "CLOSED never denies")?,
+        None => {}
+    }
+    check(after.f0 <= after.a0 && after.f1 <= after.a1 && after.s0 <= after.a0 && after.s1 <= after.a1, "window counts exceed attempts")
+}
+
 /// The quota account's limits sequences run under.
 fn quota_limits(max_concurrency: Option<u32>, rpm: Option<u32>, tpm: Option<u32>) -> QuotaLimits {
     QuotaLimits { max_concurrency, rpm, tpm, permit_ttl: Duration::from_secs(30) }
@@ -142,7 +175,8 @@ pub fn quota_sequences(kind: Kind<'_>, cases: u32) {
     let limit = |range: std::ops::Range<u32>| proptest::option::of(range);
     let step = (prop_oneof![2 => Just(0u64), 2 => 1..3_000u64, 1 => 20_000..40_000u64], 0u8..4, 0usize..8, 0u32..400);
     let strategy = (limit(1..4), limit(1..6), limit(200..1_000), proptest::collection::vec(step, STEPS));
-    let result = runner(cases).run(&strategy, |(c, rpm, tpm, steps)| rt.block_on(quota_sequence(&backend, quota_limits(c, rpm, tpm), &steps)));
+    let result =
+        runner(cases).run(&strategy, |(c, rpm, tpm, steps)| rt.block_on(quota_sequence(&backend, quota_limits(c, rpm, tpm), &steps)));
     if let Err(e) = result {
         panic!("{e}");
     }
@@ -165,7 +199,8 @@ async fn quota_sequence(b: &Backend, limits: QuotaLimits, steps: &[(u64, u8, usi
                 let _ = writeln!(trace, "step {i}: +{advance_ms} ms acquire {tokens} → {expected:?}");
                 match (expected, got) {
                     (Ok(id), QuotaDecision::Granted(permit)) => permits.push((id, permit)),
-                    (Err(refusal), QuotaDecision::Refused { limit, retry_after }) if refusal.limit == limit && refusal.retry_after == retry_after => {}
+                    (Err(refusal), QuotaDecision::Refused { limit, retry_after })
+                        if refusal.limit == limit && refusal.retry_after == retry_after => {}
                     (_, got) => return Err(TestCaseError::fail(format!("{trace}the backend decided {got:?}"))),
                 }
             }

@@ -6,16 +6,21 @@
 //! - `memory::` / `redis::random_breaker_sequences` and `…random_quota_sequences`: the
 //!   differential suite (random operation sequences, every reply and state compared);
 //! - `memory::` / `redis::<case>` for the cases a script cannot say: concurrent callers, two
-//!   processes, the pacer, the quota's leases.
+//!   processes, the pacer, the quota's leases; `redis::<case>` for what only Redis has (the key
+//!   TTL, the bounded argument cache).
 //!
 //! Redis cases need Redis at `GATEWAY_REDIS_URL`: without it they are reported ignored, never
 //! `ok` (or failed, with `GATEWAY_REDIS_REQUIRED=1`). `CONTRACT_SEQUENCES` sets how many random
 //! sequences each differential case runs (default 2 000).
 
+// A test binary with its own harness: a broken fixture panics, as in a #[test].
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod concurrency;
 mod differential;
 mod pacer;
 mod quota;
+mod redis_only;
 mod script;
 mod support;
 
@@ -28,17 +33,35 @@ use support::{Backend, Case, Kind, runtime};
 
 /// The cases that run on every backend as code.
 const CASES: &[(&str, Case)] = &[
-    ("concurrent_try_enter_on_an_expired_open_gate_grants_one_probe", |b| Box::pin(concurrency::concurrent_try_enter_on_an_expired_open_gate_grants_one_probe(b))),
+    ("concurrent_try_enter_on_an_expired_open_gate_grants_one_probe", |b| {
+        Box::pin(concurrency::concurrent_try_enter_on_an_expired_open_gate_grants_one_probe(b))
+    }),
     ("two_processes_see_one_gate", |b| Box::pin(concurrency::two_processes_see_one_gate(b))),
     ("quota_concurrency_frees_on_release", |b| Box::pin(quota::quota_concurrency_frees_on_release(b))),
     ("quota_leases_of_a_crashed_worker_expire", |b| Box::pin(quota::quota_leases_of_a_crashed_worker_expire(b))),
     ("quota_rpm_hints_when_the_oldest_start_leaves", |b| Box::pin(quota::quota_rpm_hints_when_the_oldest_start_leaves(b))),
-    ("quota_tpm_charges_the_estimate_and_settle_corrects_it", |b| Box::pin(quota::quota_tpm_charges_the_estimate_and_settle_corrects_it(b))),
-    ("quota_refusal_names_the_first_limit_and_the_longest_wait", |b| Box::pin(quota::quota_refusal_names_the_first_limit_and_the_longest_wait(b))),
-    ("pacer_starts_at_eight_or_its_ceiling_and_grants_up_to_its_limit", |b| Box::pin(pacer::pacer_starts_at_eight_or_its_ceiling_and_grants_up_to_its_limit(b))),
-    ("pacer_cuts_once_per_round_trip_and_grows_back_by_one_over_the_limit", |b| Box::pin(pacer::pacer_cuts_once_per_round_trip_and_grows_back_by_one_over_the_limit(b))),
+    ("quota_tpm_charges_the_estimate_and_settle_corrects_it", |b| {
+        Box::pin(quota::quota_tpm_charges_the_estimate_and_settle_corrects_it(b))
+    }),
+    ("quota_refusal_names_the_first_limit_and_the_longest_wait", |b| {
+        Box::pin(quota::quota_refusal_names_the_first_limit_and_the_longest_wait(b))
+    }),
+    ("pacer_starts_at_eight_or_its_ceiling_and_grants_up_to_its_limit", |b| {
+        Box::pin(pacer::pacer_starts_at_eight_or_its_ceiling_and_grants_up_to_its_limit(b))
+    }),
+    ("pacer_cuts_once_per_round_trip_and_grows_back_by_one_over_the_limit", |b| {
+        Box::pin(pacer::pacer_cuts_once_per_round_trip_and_grows_back_by_one_over_the_limit(b))
+    }),
     ("pacer_leases_of_a_crashed_worker_expire", |b| Box::pin(pacer::pacer_leases_of_a_crashed_worker_expire(b))),
     ("pacer_two_processes_respect_one_limit", |b| Box::pin(pacer::pacer_two_processes_respect_one_limit(b))),
+];
+
+/// The cases of what only Redis has.
+const REDIS_CASES: &[(&str, Case)] = &[
+    ("every_operation_keeps_the_gate_for_its_ttl", |b| Box::pin(redis_only::every_operation_keeps_the_gate_for_its_ttl(b))),
+    ("the_encoded_arguments_are_bounded_with_churning_gates", |b| {
+        Box::pin(redis_only::the_encoded_arguments_are_bounded_with_churning_gates(b))
+    }),
 ];
 
 fn sequences() -> u32 {
@@ -102,6 +125,9 @@ fn main() -> ExitCode {
         }));
         redis.push(NamedCase { name: name.to_owned(), body: Box::new(move |url| support::run(Kind::Redis(&url), case)) });
     }
+    for &(name, case) in REDIS_CASES {
+        redis.push(NamedCase { name: name.to_owned(), body: Box::new(move |url| support::run(Kind::Redis(&url), case)) });
+    }
     let n = sequences();
     plain.push(Trial::test("memory::random_breaker_sequences", move || {
         differential::breaker_sequences(Kind::Memory, n);
@@ -111,7 +137,13 @@ fn main() -> ExitCode {
         differential::quota_sequences(Kind::Memory, n);
         Ok(())
     }));
-    redis.push(NamedCase { name: "random_breaker_sequences".into(), body: Box::new(move |url| differential::breaker_sequences(Kind::Redis(&url), n)) });
-    redis.push(NamedCase { name: "random_quota_sequences".into(), body: Box::new(move |url| differential::quota_sequences(Kind::Redis(&url), n)) });
+    redis.push(NamedCase {
+        name: "random_breaker_sequences".into(),
+        body: Box::new(move |url| differential::breaker_sequences(Kind::Redis(&url), n)),
+    });
+    redis.push(NamedCase {
+        name: "random_quota_sequences".into(),
+        body: Box::new(move |url| differential::quota_sequences(Kind::Redis(&url), n)),
+    });
     redis_cases::run_with(plain, redis)
 }

@@ -128,7 +128,11 @@ impl Script {
 /// `START + secs`; a negative `secs` is before the start (a clock that stepped back far).
 fn at(secs: f64) -> Timestamp {
     let d = Duration::from_secs_f64(secs.abs());
-    if secs < 0.0 { Timestamp::from_millis(START.as_millis().saturating_sub(gateway_core::time::millis(d))) } else { START.saturating_add(d) }
+    if secs < 0.0 {
+        Timestamp::from_millis(START.as_millis().saturating_sub(gateway_core::time::millis(d)))
+    } else {
+        START.saturating_add(d)
+    }
 }
 
 /// The backend key of a script source: `name@tenant` is `name` in `tenant`'s partition.
@@ -140,7 +144,8 @@ fn script_key(b: &Backend, source: &str) -> GateKey {
 }
 
 async fn run_op(target: &mut dyn Target, source: &str, p: &GateParams, op: Op, admitted: &mut HashMap<String, Reply>) -> String {
-    let epoch = |given: Option<u64>, admitted: &HashMap<String, Reply>| given.unwrap_or_else(|| admitted.get(source).map_or(0, |r| r.epoch));
+    let epoch =
+        |given: Option<u64>, admitted: &HashMap<String, Reply>| given.unwrap_or_else(|| admitted.get(source).map_or(0, |r| r.epoch));
     let op = match op {
         Op::Enter => GateOp::TryEnter,
         Op::Success(kind, given) => GateOp::Success { epoch: epoch(given, admitted), kind },

@@ -121,6 +121,11 @@ impl Backend {
         }
     }
 
+    /// The Redis gates, when the backend is Redis.
+    pub fn redis_gates(&self) -> Option<&RedisGates> {
+        self.redis.as_ref().map(|(gates, _, _)| gates)
+    }
+
     /// Permits of `key`'s quota account holding a concurrency slot now.
     pub async fn quota_in_flight(&self, key: &GateKey) -> usize {
         match (&self.memory, &self.redis) {

@@ -5,7 +5,7 @@
 
 use async_trait::async_trait;
 use gateway_client::{Collector, GatewayClient, Preset, TokioClock};
-use gateway_core::breaker::GateParams;
+use gateway_core::breaker::{GateOp, GateParams};
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::policy::{ScopeConfig, ScopePolicy};
 use gateway_core::ports::{BreakerGate, GateKey, QuotaGate, Upstream};
@@ -164,7 +164,7 @@ impl Harness {
 
     /// Opens `source`'s gate now (as a dead key would: streak 1, one cooldown).
     pub async fn open(&self, source: &str) {
-        self.gates.force_open(&self.key(source), &self.params(source)).await.unwrap();
+        self.gates.apply(&self.key(source), &self.params(source), GateOp::ForceOpen).await.unwrap();
     }
 
     pub async fn call(&self) -> Result<Response, gateway_client::CallError> {

@@ -454,6 +454,16 @@ impl Gate {
         }
     }
 
+    /// Whether going from `before` to this state keeps the gate its key TTL
+    /// ([`GateParams::key_ttl_ms`]) longer: any change but counting within the current bucket
+    /// (`a0`, `f0`, `s0`, `failures`). An active gate is kept: its first count in each bucket
+    /// moves `win_id`. A gate that is only asked (TryEnter on CLOSED) is not: its TTL runs from
+    /// its last change, as a Redis key's runs from its last refresh.
+    pub fn keeps_longer_than(&self, before: &Gate) -> bool {
+        let uncounted = |g: &Gate| Gate { a0: 0, f0: 0, s0: 0, failures: 0, ..g.clone() };
+        uncounted(self) != uncounted(before)
+    }
+
     /// Window samples (attempts) in the current and previous bucket as of the last write (the
     /// window rotates on writes only).
     pub fn samples(&self) -> u32 {

@@ -50,8 +50,19 @@ impl BreakerGate for MemoryGates {
     async fn apply(&self, key: &GateKey, params: &GateParams, op: GateOp) -> Result<Reply, GateError> {
         let now = self.clock.now();
         let keep_until = now.saturating_add(Duration::from_millis(params.key_ttl_ms()));
-        // An idle gate past its TTL is dropped as Redis drops the key (only in large maps).
-        Ok(self.gates.with(key, now, keep_until, |_| true, |gate| gate.apply(params, op, now)))
+        // A gate is kept its TTL past its last change beyond the current bucket's counts, and
+        // one idle past it is dropped, as Redis drops the key (only in large maps).
+        Ok(self.gates.update(
+            key,
+            now,
+            keep_until,
+            |_| true,
+            |gate| {
+                let before = gate.clone();
+                let reply = gate.apply(params, op, now);
+                (reply, gate.keeps_longer_than(&before))
+            },
+        ))
     }
 
     async fn read(&self, key: &GateKey) -> Result<Gate, GateError> {

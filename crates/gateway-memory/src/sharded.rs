@@ -55,14 +55,26 @@ impl<T: Default + Clone> Sharded<T> {
         droppable: impl Fn(&T) -> bool,
         op: impl FnOnce(&mut T) -> R,
     ) -> R {
+        self.update(key, now, keep_until, droppable, |state| (op(state), true))
+    }
+
+    /// [`with`](Self::with), where `op` also says whether the entry is to be kept until
+    /// `keep_until` (the gates: only an operation that changed the gate keeps it longer, as a
+    /// Redis write refreshes the key's TTL).
+    pub(crate) fn update<R>(
+        &self,
+        key: &GateKey,
+        now: Timestamp,
+        keep_until: Timestamp,
+        droppable: impl Fn(&T) -> bool,
+        op: impl FnOnce(&mut T) -> (R, bool),
+    ) -> R {
         let mut shard = self.shard(key);
-        let result = match shard.map.get_mut(key) {
-            Some(entry) => {
-                entry.expires = entry.expires.max(keep_until);
-                op(&mut entry.state)
-            }
-            None => op(&mut shard.map.entry(key.clone()).or_insert(Entry { state: T::default(), expires: keep_until }).state),
-        };
+        let entry = shard.map.entry(key.clone()).or_insert(Entry { state: T::default(), expires: now });
+        let (result, keep) = op(&mut entry.state);
+        if keep {
+            entry.expires = entry.expires.max(keep_until);
+        }
         if shard.map.len() >= shard.sweep_at {
             shard.map.retain(|_, entry| entry.expires > now || !droppable(&entry.state));
             shard.sweep_at = (shard.map.len() * 2).max(SWEEP_MIN);

@@ -1,5 +1,6 @@
-//! The memory gates stay bounded when keys churn (tenants that come and go): idle gates past
-//! their TTL are swept from large maps, live ones stay, and a small map is never swept.
+//! The memory gates stay bounded when keys churn (tenants that come and go): gates past their
+//! TTL since their last change are swept from large maps, as Redis lets their keys expire;
+//! changing ones stay, and a small map is never swept.
 
 #![allow(clippy::unwrap_used)]
 
@@ -25,7 +26,7 @@ async fn churning_tenants_do_not_grow_the_gates_without_bound() {
     let live = GateKey::new("chat", "s1").with_tenant("steady");
     gates.apply(&live, &p, GateOp::ForceOpen).await.unwrap();
     for i in 0..70_000 {
-        gates.apply(&GateKey::new("chat", "s1").with_tenant(format!("t{i}")), &p, GateOp::TryEnter).await.unwrap();
+        gates.apply(&GateKey::new("chat", "s1").with_tenant(format!("t{i}")), &p, GateOp::Failure { epoch: 0 }).await.unwrap();
     }
     assert!(gates.len() > 70_000, "nothing expired yet: {}", gates.len());
     // past every idle gate's TTL, but the steady tenant keeps being used
@@ -33,7 +34,7 @@ async fn churning_tenants_do_not_grow_the_gates_without_bound() {
     gates.apply(&live, &p, GateOp::TryEnter).await.unwrap();
     clock.set(Timestamp::from_millis(1_000_000 + p.key_ttl_ms() + 1));
     for i in 0..70_000 {
-        gates.apply(&GateKey::new("chat", "s1").with_tenant(format!("u{i}")), &p, GateOp::TryEnter).await.unwrap();
+        gates.apply(&GateKey::new("chat", "s1").with_tenant(format!("u{i}")), &p, GateOp::Failure { epoch: 0 }).await.unwrap();
     }
     assert!(gates.len() < 100_000, "idle gates were swept: {} held", gates.len());
     assert_eq!(gates.snapshot(&live).unwrap().epoch, 1, "a gate in use is never dropped");
@@ -52,4 +53,26 @@ async fn a_small_map_is_never_swept() {
     }
     // the old gate is still there (OPEN as left), as a Redis key within its TTL would be
     assert_eq!(gates.snapshot(&key).unwrap().state, CircuitState::Open);
+}
+
+#[tokio::test]
+async fn a_gate_is_kept_its_ttl_past_its_last_change_not_its_last_look() {
+    // As on Redis, where only a write refreshes the key's TTL: a gate that has only been asked
+    // (TryEnter on a CLOSED gate changes nothing) expires its TTL after its last change.
+    let clock = Arc::new(ManualClock::new(Timestamp::from_millis(1_000_000)));
+    let gates = MemoryGates::new(clock.clone());
+    let p = params();
+    let (asked, written) = (GateKey::new("chat", "asked"), GateKey::new("chat", "written"));
+    for key in [&asked, &written] {
+        gates.apply(key, &p, GateOp::Failure { epoch: 0 }).await.unwrap();
+    }
+    clock.set(Timestamp::from_millis(1_000_000 + p.key_ttl_ms() - 1000));
+    gates.apply(&asked, &p, GateOp::TryEnter).await.unwrap();
+    gates.apply(&written, &p, GateOp::Failure { epoch: 0 }).await.unwrap();
+    clock.set(Timestamp::from_millis(1_000_000 + p.key_ttl_ms() + 1));
+    for i in 0..70_000 {
+        gates.apply(&GateKey::new("chat", format!("c{i}")), &p, GateOp::Failure { epoch: 0 }).await.unwrap();
+    }
+    assert_eq!(gates.snapshot(&asked), None, "only asked since its last change: dropped, as its Redis key expires");
+    assert_eq!(gates.snapshot(&written).unwrap().failures, 2, "changed since: kept");
 }

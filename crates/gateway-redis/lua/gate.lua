@@ -2,47 +2,123 @@
 -- crates/gateway-core/src/breaker.rs, rule for rule; the differential contract suite replays
 -- random operation sequences on both and compares every reply and state.
 --
--- KEYS[1]  the gate HASH (fields named as in SPEC §3)
--- ARGV[1]  now in ms, or '' to use the Redis server clock (TIME, read only when needed)
--- ARGV[2]  the gate parameters in one string (one argument crosses into Lua far cheaper than
---          twelve): 'threshold cooldown_ms max_cooldown_ms min_calls fail_rate bucket_ms
---          half_open_successes probe_ttl_ms key_ttl_ms slow_rate(- when off) sla_floor_ms
---          sla_cap_ms(0 when off)'
--- ARGV[3]  the operation: enter | success | failure | force_open | release
--- ARGV[4]  the admission epoch of a record (success, failure, release)
--- ARGV[5]  how a success counts: real | slow | unusable
+-- KEYS[1]    the gate HASH (fields named as in SPEC §3)
+-- ARGV[1]    now in ms, or '' to use the Redis server clock (TIME, read only when needed)
+-- ARGV[2]    the operation: enter | success | failure | force_open | release
+-- ARGV[3]    the admission epoch of a record (success, failure, release), else '-'
+-- ARGV[4]    how a success counts: real | slow | unusable, else '-'
+-- ARGV[5..]  the gate parameters, in the order of PARAMS below ('-' for an absent slow_rate,
+--            0 0 for absent SLA bounds)
 --
 -- Returns one string, 'verdict state epoch retry_after_ms from to cause fenced', with '-' for
 -- an empty item. An argument this script cannot read is an error reply that starts with
 -- MALFORMED (the client reads it as a malformed request, never as an unavailable Redis).
+--
+-- Speed: every value crossing between Redis and Lua, and every table or closure a run builds,
+-- costs a fraction of a microsecond, so a parameter is converted when first used, the fields
+-- are read when first needed (one HMGET on an operation's common path), and only the fields
+-- that changed are written (one HSET).
 
 local key = KEYS[1]
+
 local now = nil
 local function clock()
   if now == nil then now = read_now() end
   return now
 end
 
-local p = { string.match(ARGV[2], '^(%d+) (%d+) (%d+) (%d+) (%S+) (%d+) (%d+) (%d+) (%d+) (%S+) (%d+) (%d+)$') }
-if #p ~= 12 or tonumber(p[5]) == nil then return redis.error_reply('MALFORMED gate parameters: ' .. ARGV[2]) end
-local threshold, cooldown, max_cooldown, min_calls = tonumber(p[1]), tonumber(p[2]), tonumber(p[3]), tonumber(p[4])
-local fail_rate, bucket, half_open_successes, probe_ttl = tonumber(p[5]), tonumber(p[6]), tonumber(p[7]), tonumber(p[8])
-local key_ttl, slow_rate, sla_floor, sla_cap = tonumber(p[9]), tonumber(p[10]), tonumber(p[11]), tonumber(p[12])
-local op = ARGV[3]
+-- The parameters: ARGV[5..16], each converted on first use (a parameter that is not a number
+-- is an error naming it; only slow_rate may be '-', absent).
+if #ARGV ~= 16 then return redis.error_reply('MALFORMED gate arguments: expected 16, got ' .. #ARGV) end
+local THRESHOLD, COOLDOWN, MAX_COOLDOWN, MIN_CALLS, FAIL_RATE, BUCKET = 5, 6, 7, 8, 9, 10
+local HALF_OPEN_SUCCESSES, PROBE_TTL, KEY_TTL, SLOW_RATE, SLA_FLOOR, SLA_CAP = 11, 12, 13, 14, 15, 16
+local params = {}
+local function p(i)
+  local v = params[i]
+  if v == nil then
+    v = tonumber(ARGV[i])
+    if v == nil and not (i == SLOW_RATE and ARGV[i] == '-') then
+      error(redis.error_reply('MALFORMED gate parameter ' .. (i - 4) .. ': ' .. tostring(ARGV[i])))
+    end
+    params[i] = v
+  end
+  return v
+end
 
--- The gate. Absent numeric fields read as 0, absent optional ones (probe_until, closed_since)
--- as nil, an absent state as CLOSED.
-local FIELDS = { 'state', 'epoch', 'open_until', 'probe_until', 'failures', 'win_id', 'a0', 'f0', 'a1', 'f1',
-  's0', 's1', 'streak', 'closed_since', 'probe_ok' }
-local OPTIONAL = { probe_until = true, closed_since = true }
-local g = {}
-do
-  local values = redis.call('HMGET', key, unpack(FIELDS))
-  for i, name in ipairs(FIELDS) do
+local op = ARGV[2]
+
+-- The reply, 'verdict state epoch retry_after_ms from to cause fenced': its one encoder.
+local function reply_text(verdict, state, epoch, wait, transition, fenced)
+  local change = '- - -'
+  if transition then change = transition[1] .. ' ' .. transition[2] .. ' ' .. transition[3] end
+  return verdict .. ' ' .. state .. ' ' .. string.format('%d %d', epoch, wait) .. ' ' .. change .. (fenced and ' 1' or ' 0')
+end
+
+-- The window's bucket at `at`.
+local function bucket_of(at)
+  return math.floor(at / p(BUCKET))
+end
+
+-- The two channels of a failure in CLOSED (the rate channel first; the consecutive one only
+-- without health evidence: min_calls samples, which then read below fail_rate), given the
+-- consecutive failures and the window after it: the cause that opens the gate, or nil.
+local function failure_opens(failures, samples, failed)
+  local evidence = samples >= p(MIN_CALLS)
+  if evidence and failed / samples >= p(FAIL_RATE) then return 'rate_channel' end
+  if failures >= p(THRESHOLD) and not evidence then return 'consecutive_channel' end
+  return nil
+end
+
+-- Fast paths: an operation on a CLOSED gate at the current epoch whose whole effect is nothing
+-- (enter) or a count within the current bucket (a real success with no streak to decay, a
+-- failure that opens no channel) is answered here, through the helpers above, without the
+-- machinery below; everything else falls through to the body. They change no field but the
+-- bucket's counts, so they keep the TTL as it is (Gate::keeps_longer_than). The differential
+-- suite runs both paths against Gate::apply.
+if op == 'enter' then
+  local f = redis.call('HMGET', key, 'state', 'epoch')
+  if not f[1] or f[1] == 'CLOSED' then return reply_text('allowed', 'CLOSED', tonumber(f[2]) or 0, 0, nil, false) end
+elseif op == 'success' and ARGV[4] == 'real' then
+  local f = redis.call('HMGET', key, 'state', 'epoch', 'failures', 'win_id', 'streak')
+  local epoch = tonumber(f[2]) or 0
+  if (not f[1] or f[1] == 'CLOSED') and tonumber(ARGV[3]) == epoch and (tonumber(f[5]) or 0) == 0
+      and bucket_of(clock()) <= (tonumber(f[4]) or 0) then
+    if (tonumber(f[3]) or 0) ~= 0 then redis.call('HSET', key, 'failures', 0) end
+    redis.call('HINCRBY', key, 'a0', 1)
+    return reply_text('-', 'CLOSED', epoch, 0, nil, false)
+  end
+elseif op == 'failure' then
+  local f = redis.call('HMGET', key, 'state', 'epoch', 'failures', 'win_id', 'a0', 'f0', 'a1', 'f1')
+  local epoch = tonumber(f[2]) or 0
+  if (not f[1] or f[1] == 'CLOSED') and tonumber(ARGV[3]) == epoch and bucket_of(clock()) <= (tonumber(f[4]) or 0) then
+    local failures, a0, f0 = (tonumber(f[3]) or 0) + 1, (tonumber(f[5]) or 0) + 1, (tonumber(f[6]) or 0) + 1
+    if failure_opens(failures, a0 + (tonumber(f[7]) or 0), f0 + (tonumber(f[8]) or 0)) == nil then
+      redis.call('HSET', key, 'failures', failures, 'a0', a0, 'f0', f0)
+      return reply_text('-', 'CLOSED', epoch, 0, nil, false)
+    end
+  end
+end
+
+-- The gate: a field is read when first needed (fields set are known). Absent numeric fields
+-- read as 0, absent optional ones (probe_until, closed_since) as nil, an absent state as CLOSED.
+local g, loaded = {}, {}
+local function need(...)
+  local first = next(loaded) == nil
+  local names = first and { ... } or {}
+  if not first then
+    for i = 1, select('#', ...) do
+      local name = select(i, ...)
+      if not loaded[name] then names[#names + 1] = name end
+    end
+    if #names == 0 then return end
+  end
+  local values = redis.call('HMGET', key, unpack(names))
+  for i, name in ipairs(names) do
     local v = values[i]
+    loaded[name] = true
     if name == 'state' then
       g.state = v or 'CLOSED'
-    elseif OPTIONAL[name] then
+    elseif name == 'probe_until' or name == 'closed_since' then
       g[name] = tonumber(v)
     else
       g[name] = tonumber(v) or 0
@@ -52,9 +128,16 @@ end
 
 -- Changed fields, written by reply() in one HSET (and one HDEL for cleared optional fields).
 local changed, cleared = {}, {}
+-- Whether a change beyond the current bucket's counts was made (Gate::keeps_longer_than).
+local keep = false
+-- A field set is known from then on: a later need() must not read it back from the HASH.
+-- (Clearing a field must know whether it is there.)
 local function set(name, value)
+  if value == nil then need(name) end
+  loaded[name] = true
   if g[name] == value then return end
   g[name] = value
+  if name ~= 'a0' and name ~= 'f0' and name ~= 's0' and name ~= 'failures' then keep = true end
   if value == nil then
     cleared[#cleared + 1] = name
   else
@@ -68,34 +151,37 @@ local transition = nil
 local function reply(verdict, fenced)
   if #changed > 0 then redis.call('HSET', key, unpack(changed)) end
   if #cleared > 0 then redis.call('HDEL', key, unpack(cleared)) end
-  -- Every operation keeps the gate for key_ttl more, as the memory gates do (a missing key
-  -- stays missing: a gate nothing was written to is a new gate).
-  redis.call('PEXPIRE', key, key_ttl)
+  -- A gate is kept key_ttl past its last change beyond the current bucket's counts, as the
+  -- memory gates keep it.
+  if keep then redis.call('PEXPIRE', key, p(KEY_TTL)) end
   local wait = 0
-  if g.state == 'OPEN' then wait = retry_wait(g.state, g.open_until, clock(), max_cooldown) end
-  local from, to, cause = '-', '-', '-'
-  if transition then from, to, cause = transition[1], transition[2], transition[3] end
-  return string.format('%s %s %d %d %s %s %s %d', verdict, g.state, g.epoch, wait, from, to, cause, fenced and 1 or 0)
+  if g.state == 'OPEN' then
+    need('open_until')
+    wait = retry_wait(g.state, g.open_until, clock(), p(MAX_COOLDOWN))
+  end
+  return reply_text(verdict, g.state, g.epoch, wait, transition, fenced)
 end
 
 -- min(cooldown × 2^(streak−1), max_cooldown); the plain cooldown for streak ≤ 1.
 local function cooldown_eff(streak)
-  if streak <= 1 then return math.min(cooldown, max_cooldown) end
-  return math.min(cooldown * (2 ^ (streak - 1)), max_cooldown)
+  if streak <= 1 then return math.min(p(COOLDOWN), p(MAX_COOLDOWN)) end
+  return math.min(p(COOLDOWN) * (2 ^ (streak - 1)), p(MAX_COOLDOWN))
 end
 
 -- Every cause but the consecutive channel escalates the streak.
 local function open(cause)
+  need('streak', 'probe_until', 'closed_since')
   local from = g.state
-  local ms = cooldown
+  local ms = p(COOLDOWN)
   if cause ~= 'consecutive_channel' then
     set('streak', g.streak + 1)
     ms = cooldown_eff(g.streak)
   end
-  if sla_cap > 0 then
+  if p(SLA_CAP) > 0 then
     -- SLA-adaptive: base × (2 − R), R the window's success rate, read as of now (a bucket that
     -- has rotated out no longer counts): base + base × failed / samples, in integers.
-    local id = math.floor(clock() / bucket)
+    need('win_id', 'a0', 'f0', 'a1', 'f1')
+    local id = bucket_of(clock())
     local samples, failed = 0, 0
     if id <= g.win_id then
       samples, failed = g.a0 + g.a1, g.f0 + g.f1
@@ -104,7 +190,7 @@ local function open(cause)
     end
     failed = math.min(failed, samples)
     if samples > 0 then ms = ms + math.floor(ms * failed / samples) end
-    ms = math.max(math.min(ms, math.max(sla_cap, sla_floor)), sla_floor)
+    ms = math.max(math.min(ms, math.max(p(SLA_CAP), p(SLA_FLOOR))), p(SLA_FLOOR))
   end
   set('state', 'OPEN')
   set('epoch', g.epoch + 1)
@@ -118,8 +204,10 @@ end
 -- Rotates the two buckets to now's window id, then counts one attempt (and a failure, or a
 -- slow success). A clock that stepped back keeps writing the newest bucket.
 local function count(failed, slow)
-  local id = math.floor(clock() / bucket)
+  need('win_id', 'a0')
+  local id = bucket_of(clock())
   if id > g.win_id then
+    need('f0', 's0')
     local shift = id == g.win_id + 1
     local a0, f0, s0 = g.a0, g.f0, g.s0
     set('a1', shift and a0 or 0)
@@ -131,65 +219,75 @@ local function count(failed, slow)
     set('win_id', id)
   end
   set('a0', g.a0 + 1)
-  if failed then set('f0', g.f0 + 1) end
-  if slow then set('s0', g.s0 + 1) end
+  if failed then
+    need('f0')
+    set('f0', g.f0 + 1)
+  end
+  if slow then
+    need('s0')
+    set('s0', g.s0 + 1)
+  end
 end
 
+
 if op == 'enter' then
+  need('state', 'epoch')
   if g.state == 'CLOSED' then return reply('allowed', false) end
+  need('open_until', 'probe_until')
   if g.state == 'OPEN' then
     if clock() < g.open_until then return reply('denied', false) end
     set('state', 'HALF_OPEN')
     set('probe_ok', 0)
-    set('probe_until', clock() + probe_ttl)
+    set('probe_until', clock() + p(PROBE_TTL))
     transition = { 'OPEN', 'HALF_OPEN', 'cooldown_elapsed' }
     return reply('probe', false)
   end
   if g.probe_until ~= nil and clock() < g.probe_until then return reply('denied', false) end
   -- lazy reissue: the holder of the expired lease is presumed lost
-  set('probe_until', clock() + probe_ttl)
+  set('probe_until', clock() + p(PROBE_TTL))
   return reply('probe', false)
 end
 
 if op == 'force_open' then
+  need('state', 'epoch', 'streak')
   if g.state ~= 'OPEN' then open('forced_open') end
   return reply('-', false)
 end
 
-if op ~= 'success' and op ~= 'failure' and op ~= 'release' then
-  return redis.error_reply('MALFORMED gate operation: ' .. tostring(op))
-end
-local epoch = tonumber(ARGV[4])
-if epoch == nil then return redis.error_reply('MALFORMED gate epoch: ' .. tostring(ARGV[4])) end
-if epoch ~= g.epoch then return reply('-', true) end
+local epoch = tonumber(ARGV[3])
+if epoch == nil then return redis.error_reply('MALFORMED gate epoch: ' .. tostring(ARGV[3])) end
 
 if op == 'release' then
+  need('state', 'epoch', 'probe_until')
+  if epoch ~= g.epoch then return reply('-', true) end
   if g.state == 'HALF_OPEN' then set('probe_until', nil) end
   return reply('-', false)
 end
 
 if op == 'success' then
-  local kind = ARGV[5]
-  if kind ~= 'real' and kind ~= 'slow' and kind ~= 'unusable' then
-    return redis.error_reply('MALFORMED success kind: ' .. tostring(kind))
-  end
+  local kind = ARGV[4]
+  if kind ~= 'real' and kind ~= 'slow' and kind ~= 'unusable' then return redis.error_reply('MALFORMED success kind: ' .. tostring(kind)) end
+  need('state', 'epoch', 'failures', 'win_id', 'streak', 'a0')
+  if epoch ~= g.epoch then return reply('-', true) end
   if g.state == 'CLOSED' then
     set('failures', 0)
     if kind ~= 'unusable' then
-      local slow = kind == 'slow' and slow_rate ~= nil
+      local slow = kind == 'slow' and p(SLOW_RATE) ~= nil
       count(false, slow)
-      local samples = g.a0 + g.a1
-      if slow and samples >= min_calls and (g.s0 + g.s1) / samples >= slow_rate then
+      if slow then need('a1', 's0', 's1') end
+      if slow and g.a0 + g.a1 >= p(MIN_CALLS) and (g.s0 + g.s1) / (g.a0 + g.a1) >= p(SLOW_RATE) then
         open('slow_channel')
-      elseif g.streak > 0 and g.closed_since ~= nil and clock() - g.closed_since >= 2 * cooldown_eff(g.streak) then
+      elseif g.streak > 0 then
         -- decay on this success, after 2 × cooldown_eff of stable CLOSED (never on a timer)
-        set('streak', 0)
+        need('closed_since')
+        if g.closed_since ~= nil and clock() - g.closed_since >= 2 * cooldown_eff(g.streak) then set('streak', 0) end
       end
     end
   elseif g.state == 'HALF_OPEN' then
+    need('probe_ok', 'probe_until', 'closed_since', 'f0', 's0', 'a1', 'f1', 's1')
     set('probe_ok', g.probe_ok + 1)
     set('probe_until', nil)
-    if g.probe_ok >= half_open_successes then
+    if g.probe_ok >= p(HALF_OPEN_SUCCESSES) then
       set('state', 'CLOSED')
       set('failures', 0)
       set('closed_since', clock())
@@ -201,19 +299,17 @@ if op == 'success' then
   return reply('-', false)
 end
 
--- failure: the rate channel is checked first; the consecutive channel opens only without
--- health evidence (min_calls samples in the window, which then read below fail_rate).
+if op ~= 'failure' then return redis.error_reply('MALFORMED gate operation: ' .. tostring(op)) end
+-- failure: the channels of failure_opens.
+need('state', 'epoch', 'failures', 'win_id', 'a0', 'f0', 'a1', 'f1', 'streak')
+if epoch ~= g.epoch then return reply('-', true) end
 if g.state == 'CLOSED' then
   set('failures', g.failures + 1)
   count(true, false)
-  local samples, failed = g.a0 + g.a1, g.f0 + g.f1
-  local evidence = samples >= min_calls
-  if evidence and failed / samples >= fail_rate then
-    open('rate_channel')
-    set('failures', threshold)
-  elseif g.failures >= threshold and not evidence then
-    open('consecutive_channel')
-  end
+  local cause = failure_opens(g.failures, g.a0 + g.a1, g.f0 + g.f1)
+  if cause then open(cause) end
+  -- a rate channel open tops the consecutive count up to the threshold
+  if cause == 'rate_channel' then set('failures', p(THRESHOLD)) end
 elseif g.state == 'HALF_OPEN' then
   open('probe_failed')
 end

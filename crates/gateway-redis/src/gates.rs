@@ -23,12 +23,12 @@ pub struct RedisGates {
 /// memory gates bound their maps likewise).
 const ENCODED_CAP: usize = 4096;
 
-/// A gate's HASH name and parameter string as sent: every operation sends both, and building
+/// A gate's HASH name and parameter arguments as sent: every operation sends both, and building
 /// them was a large part of the client's work per operation, so they are built once per gate.
 struct Encoded {
     params: GateParams,
     hash: Value,
-    param: Value,
+    args: Arc<[Value]>,
 }
 
 impl RedisGates {
@@ -37,26 +37,26 @@ impl RedisGates {
         RedisGates { conn, encoded: Arc::default() }
     }
 
-    /// The HASH name and parameter argument of `key` under `params` (cached while they hold).
-    fn encode(&self, key: &GateKey, params: &GateParams) -> Result<(Value, Value), GateError> {
+    /// The HASH name and parameter arguments of `key` under `params` (cached while they hold).
+    fn encode(&self, key: &GateKey, params: &GateParams) -> Result<(Value, Arc<[Value]>), GateError> {
         let cached = self
             .encoded
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(key)
             .filter(|e| e.params == *params)
-            .map(|e| (e.hash.clone(), e.param.clone()));
+            .map(|e| (e.hash.clone(), e.args.clone()));
         if let Some(encoded) = cached {
             return Ok(encoded);
         }
-        let (hash, param) = (Value::String(keys::gate(key)?.into()), param_arg(params));
-        let entry = Encoded { params: params.clone(), hash: hash.clone(), param: param.clone() };
+        let (hash, args) = (Value::String(keys::gate(key)?.into()), param_args(params));
+        let entry = Encoded { params: params.clone(), hash: hash.clone(), args: args.clone() };
         let mut encoded = self.encoded.lock().unwrap_or_else(PoisonError::into_inner);
         if encoded.len() >= ENCODED_CAP {
             encoded.clear();
         }
         encoded.insert(key.clone(), entry);
-        Ok((hash, param))
+        Ok((hash, args))
     }
 
     /// Gates whose encoded arguments this handle keeps now (at most 4 096).
@@ -85,32 +85,31 @@ fn malformed(key: &GateKey, detail: String) -> GateError {
     GateError::Malformed { backend: "redis", key: key.to_string(), detail }
 }
 
-/// ARGV[2] of `gate.lua`: the parameters in one string, in the order the script reads them.
-/// The one encoder of it.
-fn param_arg(p: &GateParams) -> Value {
+/// ARGV[5..] of `gate.lua`: the parameters, in the order its `PARAMS` names them. The one
+/// encoder of them.
+fn param_args(p: &GateParams) -> Arc<[Value]> {
+    let int = |n: u64| Value::Integer(i64::try_from(n).unwrap_or(i64::MAX));
+    let (sla_floor, sla_cap) = p.sla_cooldown_ms().unwrap_or((0, 0));
     // `{}` on an f64 prints the shortest string that reads back as the same f64, as Lua's
-    // tonumber does, so both sides compare against the same fail_rate.
-    Value::String(
-        format!(
-            "{} {} {} {} {} {} {} {} {} {} {} {}",
-            p.threshold(),
-            p.cooldown_ms(),
-            p.max_cooldown_ms(),
-            p.min_calls(),
-            p.fail_rate(),
-            p.bucket_ms(),
-            p.half_open_successes(),
-            p.probe_ttl_ms(),
-            p.key_ttl_ms(),
-            p.slow_rate().map_or_else(|| "-".to_owned(), |r| r.to_string()),
-            p.sla_cooldown_ms().map_or(0, |(floor, _)| floor),
-            p.sla_cooldown_ms().map_or(0, |(_, cap)| cap),
-        )
-        .into(),
-    )
+    // tonumber does, so both sides compare against the same rates.
+    let rate = |r: f64| Value::String(r.to_string().into());
+    Arc::from([
+        int(u64::from(p.threshold())),
+        int(p.cooldown_ms()),
+        int(p.max_cooldown_ms()),
+        int(u64::from(p.min_calls())),
+        rate(p.fail_rate()),
+        int(p.bucket_ms()),
+        int(u64::from(p.half_open_successes())),
+        int(p.probe_ttl_ms()),
+        int(p.key_ttl_ms()),
+        p.slow_rate().map_or_else(|| Value::from_static_str("-"), rate),
+        int(sla_floor),
+        int(sla_cap),
+    ])
 }
 
-/// ARGV[3..5] of `gate.lua`: the operation, the admission epoch of a record, and how a success
+/// ARGV[2..4] of `gate.lua`: the operation, the admission epoch of a record, and how a success
 /// counts ('-' where an operation has none). The one encoder of them.
 fn op_args(op: GateOp) -> [Value; 3] {
     let (name, epoch, kind) = match op {
@@ -219,9 +218,11 @@ fn gate_from_fields(key: &GateKey, fields: &HashMap<String, String>) -> Result<G
 #[async_trait]
 impl BreakerGate for RedisGates {
     async fn apply(&self, key: &GateKey, params: &GateParams, op: GateOp) -> Result<Reply, GateError> {
-        let (hash, param) = self.encode(key, params)?;
-        let [name, epoch, kind] = op_args(op);
-        let args = [self.conn.now_arg(), param, name, epoch, kind];
+        let (hash, param_args) = self.encode(key, params)?;
+        let mut args = Vec::with_capacity(4 + param_args.len());
+        args.push(self.conn.now_arg());
+        args.extend(op_args(op));
+        args.extend(param_args.iter().cloned());
         let result = match self.conn.run(&self.conn.scripts().gate, std::slice::from_ref(&hash), &args, key).await {
             Ok(value) => parse_reply(key, value),
             Err(error) => Err(error),

@@ -58,7 +58,9 @@ const CASES: &[(&str, Case)] = &[
 
 /// The cases of what only Redis has.
 const REDIS_CASES: &[(&str, Case)] = &[
-    ("every_operation_keeps_the_gate_for_its_ttl", |b| Box::pin(redis_only::every_operation_keeps_the_gate_for_its_ttl(b))),
+    ("a_change_beyond_the_buckets_counts_keeps_the_gate_for_its_ttl", |b| {
+        Box::pin(redis_only::a_change_beyond_the_buckets_counts_keeps_the_gate_for_its_ttl(b))
+    }),
     ("the_encoded_arguments_are_bounded_with_churning_gates", |b| {
         Box::pin(redis_only::the_encoded_arguments_are_bounded_with_churning_gates(b))
     }),

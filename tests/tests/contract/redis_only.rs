@@ -1,16 +1,16 @@
-//! What only the Redis gates have: the key's TTL, which every operation refreshes as the memory
-//! gates keep a gate on every operation, and the per-process cache of encoded arguments, which
-//! is bounded however many gates a process touches.
+//! What only the Redis gates have: the key's TTL, which every change beyond the current
+//! bucket's counts refreshes (the memory gates keep a gate likewise, `Gate::keeps_longer_than`),
+//! and the per-process cache of encoded arguments, bounded however many gates a process touches.
 
 #![allow(clippy::unwrap_used)]
 
 use crate::support::{Backend, params, seed_breaker};
 use fred::prelude::*;
-use gateway_core::breaker::GateOp;
+use gateway_core::breaker::{GateOp, SuccessKind};
 use gateway_core::outcome::OutcomeClass::Transient;
 use gateway_core::ports::BreakerGate;
 
-pub async fn every_operation_keeps_the_gate_for_its_ttl(b: Backend) {
+pub async fn a_change_beyond_the_buckets_counts_keeps_the_gate_for_its_ttl(b: Backend) {
     let (key, p) = (b.key("s"), params(seed_breaker(), 1));
     b.at(0.0);
     b.attempt(&key, &p, Transient).await;
@@ -18,12 +18,17 @@ pub async fn every_operation_keeps_the_gate_for_its_ttl(b: Backend) {
     let pool = redis.connection().pool().clone();
     let hash = format!("gw:{{{}}}:gate:s", b.scope);
     let ttl = i64::try_from(p.key_ttl_ms()).unwrap();
-    // A gate that only sees TryEnter (a CLOSED gate whose attempts the quota refuses) is still
-    // in use: its streak and counts must outlive the TTL as they do in memory.
+    let left = || async { pool.pttl::<i64, _>(&hash).await.unwrap() };
     let _: i64 = pool.pexpire(&hash, 1_000, None).await.unwrap();
+    // Neither a look (TryEnter on a CLOSED gate) nor a count within the current bucket keeps
+    // the gate longer, in memory either (Gate::keeps_longer_than)...
     b.gates.apply(&key, &p, GateOp::TryEnter).await.unwrap();
-    let left: i64 = pool.pttl(&hash).await.unwrap();
-    assert!(left > ttl - 60_000, "TryEnter left the gate {left} ms to live, its TTL is {ttl} ms");
+    b.gates.apply(&key, &p, GateOp::Success { epoch: 0, kind: SuccessKind::Real }).await.unwrap();
+    assert!(left().await <= 1_000, "a look or a count refreshed the TTL to {} ms", left().await);
+    // ...the first count of the next bucket does (an active gate is never lost).
+    b.at(30.0);
+    b.gates.apply(&key, &p, GateOp::Success { epoch: 0, kind: SuccessKind::Real }).await.unwrap();
+    assert!(left().await > ttl - 60_000, "a new bucket left the gate {} ms to live, its TTL is {ttl} ms", left().await);
     // A gate nothing was written to stays absent: TryEnter on it stores nothing.
     b.gates.apply(&b.key("fresh"), &p, GateOp::TryEnter).await.unwrap();
     let exists: i64 = pool.exists(format!("gw:{{{}}}:gate:fresh", b.scope)).await.unwrap();

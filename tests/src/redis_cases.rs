@@ -95,24 +95,38 @@ pub struct NamedCase {
 
 /// The trials for `cases`, given what the probe found at `url` and whether Redis is required.
 fn trials(cases: Vec<NamedCase>, url: &str, probe: &Result<(), String>, required: bool) -> Vec<Trial> {
-    cases
+    let what = format!("nothing answers at {url}");
+    let cases = cases
         .into_iter()
         .map(|NamedCase { name, body }| {
-            let name = format!("redis::{name}");
             let url = url.to_owned();
-            match probe {
-                Ok(()) => Trial::test(name, move || {
-                    body(url);
-                    Ok(())
-                }),
-                Err(why) if required => {
-                    let reason = format!("Redis is required (GATEWAY_REDIS_REQUIRED) and nothing answers at {url} ({why}): start Redis or set GATEWAY_REDIS_URL");
-                    Trial::test(name, move || Err(Failed::from(reason)))
-                }
-                Err(why) => {
-                    let reason = format!("not run: nothing answers at {url} ({why})");
-                    Trial::ignorable_test(name, move || Ok(Completion::ignored_with(reason))).with_ignored_flag(true)
-                }
+            let body: Box<dyn FnOnce() + Send> = Box::new(move || body(url));
+            (format!("redis::{name}"), body)
+        })
+        .collect();
+    let hint = "start Redis or set GATEWAY_REDIS_URL";
+    gated(cases, probe.as_ref().err().map(|why| format!("{what} ({why})")).as_deref(), hint, required)
+}
+
+/// Trials for cases that need something this machine may lack (a live Redis, a `redis-server`
+/// to start): run where `missing` is `None`; else failed with the reason when `required`
+/// (`GATEWAY_REDIS_REQUIRED`), or reported ignored with it, never `ok`. `hint` says how to
+/// provide what is missing.
+pub fn gated(cases: Vec<(String, Box<dyn FnOnce() + Send>)>, missing: Option<&str>, hint: &str, required: bool) -> Vec<Trial> {
+    cases
+        .into_iter()
+        .map(|(name, body)| match missing {
+            None => Trial::test(name, move || {
+                body();
+                Ok(())
+            }),
+            Some(why) if required => {
+                let reason = format!("GATEWAY_REDIS_REQUIRED is set and {why}: {hint}");
+                Trial::test(name, move || Err(Failed::from(reason)))
+            }
+            Some(why) => {
+                let reason = format!("not run: {why}");
+                Trial::ignorable_test(name, move || Ok(Completion::ignored_with(reason))).with_ignored_flag(true)
             }
         })
         .collect()

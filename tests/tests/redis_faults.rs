@@ -13,7 +13,7 @@ use gateway_core::breaker::{GateOp, GateParams, SuccessKind, Verdict};
 use gateway_core::policy::BreakerConfig;
 use gateway_core::ports::{BreakerGate, GateError, GateKey};
 use gateway_redis::{RedisConfig, RedisConnection, RedisGates};
-use libtest_mimic::{Arguments, Completion, Failed, Trial};
+use libtest_mimic::{Arguments, Trial};
 use std::io::Write;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::Arc;
@@ -93,30 +93,22 @@ fn main() -> ExitCode {
     ];
     let args = Arguments::from_args();
     let installed = installed();
-    let required = std::env::var("GATEWAY_REDIS_REQUIRED").is_ok_and(|v| v == "1" || v == "true");
-    let mut trials: Vec<Trial> = cases
+    let required = gateway_tests::redis_cases::required();
+    let runs: Vec<(String, Box<dyn FnOnce() + Send>)> = cases
         .iter()
         .map(|&(name, case)| {
-            let run = move || {
+            let body: Box<dyn FnOnce() + Send> = Box::new(move || {
                 let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
                 rt.block_on(case());
-                Ok(())
-            };
-            match &installed {
-                Ok(()) => Trial::test(name, run),
-                Err(why) if required => {
-                    let why = format!("GATEWAY_REDIS_REQUIRED=1 and {why}");
-                    Trial::test(name, move || Err(Failed::from(why)))
-                }
-                Err(why) => {
-                    let why = format!("not run: {why}");
-                    Trial::ignorable_test(name, move || Ok(Completion::ignored_with(why))).with_ignored_flag(true)
-                }
-            }
+            });
+            (name.to_owned(), body)
         })
         .collect();
-    if let Err(why) = &installed
+    let missing = installed.as_ref().err();
+    let mut trials = gateway_tests::redis_cases::gated(runs, missing.map(String::as_str), "install redis-server", required);
+    if let Some(why) = missing
         && !required
+        && !args.list
     {
         let _ = writeln!(std::io::stderr(), "SKIPPED {} Redis fault cases: {why}", cases.len());
     }

@@ -163,8 +163,9 @@ pub enum CallError {
         /// The kinds the scope serves.
         served: String,
     },
-    /// The call ended `CircuitOpen` or `AllSourcesExhausted` in its scope and failed again in
-    /// the scope's fallback: both chains.
+    /// The call ended `CircuitOpen`, `AllSourcesExhausted` or `RateLimited` in its scope and
+    /// failed again in the scope's fallback: both chains. (A fallback that refuses the call
+    /// before it starts leaves the primary's error.)
     #[error("{primary}; then in fallback scope {fallback_scope:?}: {fallback}")]
     FallbackFailed {
         /// The scope called.

@@ -316,8 +316,13 @@ impl GatewayClient {
         let Some(fallback) = fallback else { return Err(primary) };
         let second = self.run_in(&fallback, tenant, request, delivery, &mut prior, false).await;
         if let Some(event) = prior {
-            // The fallback refused the call before it started: the primary's part is all of it.
+            // The fallback refused the call before it started (a kind it does not serve, a
+            // tenant it refuses): the primary's part is all of the call, its event and its error.
             self.admission.telemetry.call(&event);
+            if let Err(refusal) = &second {
+                tracing::warn!(scope, fallback, %refusal, "the fallback scope refused the call before it started");
+            }
+            return Err(primary);
         }
         second.map_err(|second| CallError::FallbackFailed {
             scope: scope.to_owned(),
@@ -359,7 +364,11 @@ impl GatewayClient {
         // telemetry (metric labels) even from a shared scope.
         let tenant = tenant.map(tenant_name).transpose().map_err(refused)?;
         let scope = partitions.partition(tenant.as_deref(), self.admission.clock.now()).map_err(refused)?;
-        let id = self.next_call.fetch_add(1, Ordering::Relaxed);
+        // A fallback goes on with the call's id: its attempts belong to the one call event.
+        let id = match prior {
+            Some(primary) => primary.call_id,
+            None => self.next_call.fetch_add(1, Ordering::Relaxed),
+        };
         let mut state = CallState::new(id, self.admission.clock.clone(), scope.policy.sources.len());
         state.tenant = tenant;
         let mut guard = CallGuard::new(state, partitions.name().clone(), self.admission.telemetry.clone(), prior.take());

@@ -186,6 +186,34 @@ async fn a_call_that_falls_back_emits_one_event_with_the_primary_scope_and_the_f
     assert_eq!(s.upstream.sent(), ["s1", "s1", "s9"]);
     assert_eq!((event.result, event.attempts), (CallResult::Ok, 3));
     assert_merged(&event, &primary, &fallback, before, after);
+    let ids: Vec<u64> = s.telemetry.attempts().iter().map(|a| a.call_id).collect();
+    assert_eq!(ids, [event.call_id; 3], "every attempt of both scopes belongs to the one call event");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fallback_that_refuses_the_call_before_it_starts_leaves_the_primary_its_error_and_event() {
+    // `backup` serves embeddings only: a chat call it is handed never starts there.
+    let mut backup = scope("backup", "s9", None);
+    backup.kinds = vec![gateway_core::request::Kind::Embeddings];
+    let telemetry = Arc::new(Collector::new());
+    let clock = Arc::new(TokioClock::new());
+    let gates = Arc::new(MemoryGates::new(clock.clone()));
+    let client = GatewayClient::builder()
+        .scope(scope("chat", "s1", Some("backup")))
+        .scope(backup)
+        .gates(gates.clone())
+        .upstream(FakeUpstream::new())
+        .telemetry(telemetry.clone())
+        .clock(clock)
+        .build()
+        .unwrap();
+    let policy = scope("chat", "s1", None);
+    gates.apply(&GateKey::new("chat", "s1"), &policy.gate_params(0).unwrap(), GateOp::ForceOpen).await.unwrap();
+    let error = client.call("chat", &chat()).await.unwrap_err();
+    assert!(matches!(error, CallError::CircuitOpen { .. }), "the primary's error, as its event says: {error}");
+    let calls = telemetry.calls();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!((calls[0].scope.as_str(), calls[0].result), ("chat", CallResult::CircuitOpen));
 }
 
 #[tokio::test(start_paused = true)]

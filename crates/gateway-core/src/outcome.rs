@@ -180,7 +180,7 @@ impl Effects {
 
     /// A probe attempt whose breaker effect is [`BreakerEffect::Nothing`] (429, a rejected
     /// payload) proves nothing about the source and must hand its lease back with
-    /// `release_probe`; every other class settles the probe through its breaker effect
+    /// a `Release`; every other class settles the probe through its breaker effect
     /// (ResultInvalid counts as a probe success: the provider is up).
     pub const fn releases_probe(&self) -> bool {
         matches!(self.breaker, BreakerEffect::Nothing)
@@ -292,7 +292,7 @@ mod tests {
     }
 
     #[test]
-    fn rate_limited_never_consumes_the_retry_budget() {
+    fn rate_limited_is_pushback_and_spends_no_retry_of_its_own() {
         assert_eq!(OutcomeClass::RateLimited.effects().budget, BudgetEffect::Pushback);
         assert_eq!(OutcomeClass::Transient.effects().budget, BudgetEffect::Retry);
     }

@@ -48,8 +48,9 @@ fn breaker(index: usize) -> BreakerConfig {
     }
 }
 
-/// One step: the time it advances, then an operation (`kind`) and, for a record, which epoch it
-/// carries (`epoch`: the last admission's, the gate's current one, or one before it).
+/// One step: the time it advances, then an operation (`kind`, every `GateOp` drawn) and, for a
+/// record, which epoch it carries (`epoch`: the last admission's, the gate's current one, one
+/// before it, or one after it).
 #[derive(Clone, Copy, Debug)]
 struct Step {
     advance_ms: u64,
@@ -59,7 +60,7 @@ struct Step {
 
 fn steps() -> impl Strategy<Value = Vec<Step>> {
     let advance = prop_oneof![3 => Just(0u64), 3 => 1..400u64, 2 => 900..1_200u64, 1 => 4_500..5_500u64, 1 => 7_000..9_000u64, 1 => 35_000..45_000u64];
-    proptest::collection::vec((advance, 0u8..8, 0u8..3).prop_map(|(advance_ms, kind, epoch)| Step { advance_ms, kind, epoch }), STEPS)
+    proptest::collection::vec((advance, 0u8..9, 0u8..4).prop_map(|(advance_ms, kind, epoch)| Step { advance_ms, kind, epoch }), STEPS)
 }
 
 /// The gate operation of `step`, with epochs resolved against the pure gate now.
@@ -67,15 +68,16 @@ fn gate_op(step: Step, gate: &Gate, admitted: u64) -> GateOp {
     let epoch = match step.epoch {
         0 => admitted,
         1 => gate.epoch,
-        _ => gate.epoch.saturating_sub(1),
+        2 => gate.epoch.saturating_sub(1),
+        _ => gate.epoch + 1,
     };
     match step.kind {
-        0 | 7 => GateOp::TryEnter,
-        1 => GateOp::Success { epoch, kind: SuccessKind::Real },
-        2 => GateOp::Success { epoch, kind: SuccessKind::Slow },
-        3 => GateOp::Success { epoch, kind: SuccessKind::Unusable },
-        4 | 5 => GateOp::Failure { epoch },
-        6 => GateOp::Release { epoch },
+        0 | 1 => GateOp::TryEnter,
+        2 => GateOp::Success { epoch, kind: SuccessKind::Real },
+        3 => GateOp::Success { epoch, kind: SuccessKind::Slow },
+        4 => GateOp::Success { epoch, kind: SuccessKind::Unusable },
+        5 | 6 => GateOp::Failure { epoch },
+        7 => GateOp::Release { epoch },
         _ => GateOp::ForceOpen,
     }
 }
@@ -154,9 +156,23 @@ fn invariants(before: &Gate, after: &Gate, p: &GateParams, op: GateOp, reply: &R
     match reply.verdict {
         Some(Verdict::Allowed) => check(before.state == CircuitState::Closed, "only CLOSED allows")?,
         Some(Verdict::Probe) => check(!before.lease_live(now) && after.lease_live(now), "a probe while a lease is live")?,
-        Some(Verdict::Denied) => check(before.state != CircuitState::Closed, "CLOSED never denies")?,
+        Some(Verdict::Denied) => {
+            check(before.state != CircuitState::Closed, "CLOSED never denies")?;
+            // An OPEN gate denies until open_until, naming the exact wait; past it, or past a
+            // HALF_OPEN lease's end, the caller gets the probe.
+            check(before.state != CircuitState::Open || now < before.open_until, "an OPEN gate past open_until denied")?;
+            check(before.state != CircuitState::HalfOpen || before.lease_live(now), "an expired probe lease was not reissued")?;
+            let exact = before.open_until.saturating_since(now).min(max);
+            check(
+                reply.state != CircuitState::Open || (reply.retry_after == exact && !exact.is_zero()),
+                "an OPEN denial's wait is not open_until − now",
+            )?;
+        }
         None => {}
     }
+    // A record at the current epoch on an OPEN gate changes nothing.
+    let record = matches!(op, GateOp::Success { .. } | GateOp::Failure { .. } | GateOp::Release { .. });
+    check(!(record && before.state == CircuitState::Open) || after == before, "a record changed an OPEN gate")?;
     check(after.f0 <= after.a0 && after.f1 <= after.a1 && after.s0 <= after.a0 && after.s1 <= after.a1, "window counts exceed attempts")
 }
 

@@ -102,7 +102,10 @@ fn same_trace(script: &Script, kind: Kind<'_>) {
 
 fn main() -> ExitCode {
     let scripts: Vec<Arc<Script>> = scripts().into_iter().map(Arc::new).collect();
-    let mut plain = Vec::new();
+    let mut plain = vec![Trial::test("script::the_parser_names_the_line_and_what_is_wrong", || {
+        script::the_parser_names_the_line_and_what_is_wrong();
+        Ok(())
+    })];
     let mut redis = Vec::new();
     for script in &scripts {
         let s = script.clone();

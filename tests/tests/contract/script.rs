@@ -19,6 +19,7 @@
 //!                                                 for <class> if admitted (N times)
 //! show s                                          the gate's stored state
 //! retry_after s t …                               the minimum retry_after over the gates
+//!                                                 (none named: 0)
 //! ```
 
 use crate::support::{Backend, START};
@@ -217,12 +218,25 @@ fn parse_step(line: &str) -> Result<Step, String> {
     let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
     let words: Vec<&str> = rest.split_whitespace().collect();
     let source = || words.first().map(|s| (*s).to_owned()).ok_or("a source name is missing".to_owned());
-    let epoch = |items: &[&str]| -> Result<Option<u64>, String> {
-        items
-            .iter()
-            .find_map(|w| w.strip_prefix("epoch="))
-            .map(|e| e.parse().map_err(|_| format!("epoch {e:?} is not a count")))
-            .transpose()
+    // The words after the source: each must be one `take` knows.
+    let options = |take: &mut dyn FnMut(&str) -> Result<bool, String>| -> Result<(), String> {
+        for w in words.iter().skip(1) {
+            if !take(w)? {
+                return Err(format!("unexpected {w:?}"));
+            }
+        }
+        Ok(())
+    };
+    let count = |what: &str, n: &str| n.parse::<u64>().map_err(|_| format!("{what} {n:?} is not a count"));
+    let mut epoch = None;
+    let mut take_epoch = |w: &str| -> Result<bool, String> {
+        match w.strip_prefix("epoch=") {
+            Some(e) => {
+                epoch = Some(count("epoch", e)?);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
     };
     Ok(match word {
         "breaker" => {
@@ -230,37 +244,62 @@ fn parse_step(line: &str) -> Result<Step, String> {
             Step::Breaker(toml::from_str(&toml).map_err(|e| format!("breaker keys: {e}"))?)
         }
         "source" => {
-            let concurrency = match words.get(1).and_then(|w| w.strip_prefix("concurrency=")) {
-                Some(n) => n.parse().map_err(|_| format!("concurrency {n:?} is not a count"))?,
-                None => 0,
-            };
+            let mut concurrency = 0;
+            options(&mut |w| match w.strip_prefix("concurrency=") {
+                Some(n) => {
+                    concurrency = u32::try_from(count("concurrency", n)?).map_err(|_| format!("concurrency {n} is too large"))?;
+                    Ok(true)
+                }
+                None => Ok(false),
+            })?;
             Step::Source { name: source()?, concurrency }
         }
         "at" => Step::At(rest.trim().parse().map_err(|_| format!("{rest:?} is not a number of seconds"))?),
-        "enter" => Step::Op { source: source()?, op: Op::Enter, times: 1 },
-        "success" => {
-            let kind = match words.get(1).filter(|w| !w.starts_with("epoch=")) {
-                None | Some(&"real") => SuccessKind::Real,
-                Some(&"slow") => SuccessKind::Slow,
-                Some(&"unusable") => SuccessKind::Unusable,
-                Some(other) => return Err(format!("{other:?} is not real, slow or unusable")),
-            };
-            Step::Op { source: source()?, op: Op::Success(kind, epoch(&words)?), times: 1 }
+        "enter" | "force_open" | "show" => {
+            options(&mut |_| Ok(false))?;
+            match word {
+                "enter" => Step::Op { source: source()?, op: Op::Enter, times: 1 },
+                "force_open" => Step::Op { source: source()?, op: Op::ForceOpen, times: 1 },
+                _ => Step::Show(source()?),
+            }
         }
-        "failure" => Step::Op { source: source()?, op: Op::Failure(epoch(&words)?), times: 1 },
-        "release" => Step::Op { source: source()?, op: Op::Release(epoch(&words)?), times: 1 },
-        "force_open" => Step::Op { source: source()?, op: Op::ForceOpen, times: 1 },
+        "success" => {
+            let mut kind = SuccessKind::Real;
+            options(&mut |w| {
+                if take_epoch(w)? {
+                    return Ok(true);
+                }
+                kind = match w {
+                    "real" => SuccessKind::Real,
+                    "slow" => SuccessKind::Slow,
+                    "unusable" => SuccessKind::Unusable,
+                    _ => return Ok(false),
+                };
+                Ok(true)
+            })?;
+            Step::Op { source: source()?, op: Op::Success(kind, epoch), times: 1 }
+        }
+        "failure" | "release" => {
+            options(&mut take_epoch)?;
+            let op = if word == "failure" { Op::Failure(epoch) } else { Op::Release(epoch) };
+            Step::Op { source: source()?, op, times: 1 }
+        }
         "attempt" => {
             let class = words.get(1).ok_or("an outcome class is missing")?;
             let class = OutcomeClass::ALL.into_iter().find(|c| c.as_str() == *class).ok_or(format!("{class:?} is not an outcome class"))?;
-            let times = match words.get(2).map(|w| w.strip_prefix('x')) {
+            let times = match words.get(2) {
                 None => 1,
-                Some(Some(n)) => n.parse().map_err(|_| format!("x{n:?} is not a count"))?,
-                Some(None) => return Err("the repeat is written xN".to_owned()),
+                Some(w) => match w.strip_prefix('x').map(|n| count("repeat", n)) {
+                    Some(Ok(n)) if n >= 1 => u32::try_from(n).map_err(|_| format!("repeat {n} is too large"))?,
+                    _ => return Err(format!("the repeat is written xN with N ≥ 1, not {w:?}")),
+                },
             };
+            if let Some(extra) = words.get(3) {
+                return Err(format!("unexpected {extra:?}"));
+            }
             Step::Op { source: source()?, op: Op::Attempt(class), times }
         }
-        "show" => Step::Show(source()?),
+        // `retry_after` alone asks over no gates (0).
         "retry_after" => Step::RetryAfter(words.iter().map(|s| (*s).to_owned()).collect()),
         other => return Err(format!("unknown step {other:?}")),
     })
@@ -314,4 +353,28 @@ impl Target for Backend {
         let keyed: Vec<(GateKey, GateParams)> = gates.iter().map(|(s, p)| (script_key(self, s), p.clone())).collect();
         self.gates.retry_after(&keyed).await.unwrap()
     }
+}
+
+/// The parser refuses what it does not know, naming the script, the line and the fault.
+pub fn the_parser_names_the_line_and_what_is_wrong() {
+    for (text, says) in [
+        ("enter s x3", "case:2: unexpected \"x3\": \"enter s x3\""),
+        ("success s sometimes", "unexpected \"sometimes\""),
+        ("success s epoch=two", "epoch \"two\" is not a count"),
+        ("source s concurency=4", "unexpected \"concurency=4\""),
+        ("attempt s success x0", "the repeat is written xN with N ≥ 1, not \"x0\""),
+        ("attempt s timeout", "\"timeout\" is not an outcome class"),
+        ("attempt s", "an outcome class is missing"),
+        ("enter", "a source name is missing"),
+        ("at soon", "\"soon\" is not a number of seconds"),
+        ("breaker fail_threshold = five", "breaker keys:"),
+        ("open s", "unknown step \"open\""),
+    ] {
+        let error = Script::parse("case", &format!("# a comment\n{text}\n")).unwrap_err();
+        assert!(error.starts_with("case:2: ") && error.contains(says), "{text:?}: {error}");
+    }
+    let ok = Script::parse("case", "success s epoch=2 slow\nsuccess s unusable\nattempt s transient x2\n").unwrap();
+    assert!(matches!(ok.lines[0].1, Step::Op { op: Op::Success(SuccessKind::Slow, Some(2)), .. }), "{:?}", ok.lines[0]);
+    assert!(matches!(ok.lines[1].1, Step::Op { op: Op::Success(SuccessKind::Unusable, None), .. }));
+    assert!(matches!(ok.lines[2].1, Step::Op { op: Op::Attempt(OutcomeClass::Transient), times: 2, .. }));
 }

@@ -456,12 +456,14 @@ impl Gate {
 
     /// Whether going from `before` to this state keeps the gate its key TTL
     /// ([`GateParams::key_ttl_ms`]) longer: any change but counting within the current bucket
-    /// (`a0`, `f0`, `s0`, `failures`). An active gate is kept: its first count in each bucket
-    /// moves `win_id`. A gate that is only asked (TryEnter on CLOSED) is not: its TTL runs from
-    /// its last change, as a Redis key's runs from its last refresh.
+    /// (`a0`, `f0`, `s0`, `failures`), and any change at all while the window has never rotated
+    /// (`win_id` 0: a clock before the first bucket's end, so the counts are the gate's first
+    /// write). An active gate is kept: its first count in each bucket moves `win_id`. A gate that
+    /// is only asked (TryEnter on CLOSED) is not: its TTL runs from its last change, as a Redis
+    /// key's runs from its last refresh.
     pub fn keeps_longer_than(&self, before: &Gate) -> bool {
         let uncounted = |g: &Gate| Gate { a0: 0, f0: 0, s0: 0, failures: 0, ..g.clone() };
-        uncounted(self) != uncounted(before)
+        uncounted(self) != uncounted(before) || (self.win_id == 0 && self != before)
     }
 
     /// Window samples (attempts) in the current and previous bucket as of the last write (the

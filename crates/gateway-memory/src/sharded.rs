@@ -2,8 +2,8 @@
 //! different gates do not contend. Each operation holds one shard's lock for a few hundred
 //! nanoseconds of pure state-machine work and never across an `.await`.
 //!
-//! Bounded: every entry carries the moment it may be dropped (its last use plus an idle time, the
-//! Redis key TTL for gates). A shard that has doubled since its last sweep (and holds at least
+//! Bounded: every entry carries the moment it may be dropped (its last use plus an idle time; for
+//! gates, their last change beyond the current bucket's counts plus the Redis key TTL). A shard that has doubled since its last sweep (and holds at least
 //! `SWEEP_MIN` entries) drops its expired entries, so churning keys (tenants that come and go)
 //! cannot grow memory without bound, at an amortised O(1) per operation. Small maps are never
 //! swept, so expiry is never observable where the Redis gates would still hold the key.

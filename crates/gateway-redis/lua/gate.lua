@@ -7,8 +7,9 @@
 -- ARGV[2]    the operation: enter | success | failure | force_open | release
 -- ARGV[3]    the admission epoch of a record (success, failure, release), else '-'
 -- ARGV[4]    how a success counts: real | slow | unusable, else '-'
--- ARGV[5..]  the gate parameters, in the order of PARAMS below ('-' for an absent slow_rate,
---            0 0 for absent SLA bounds)
+-- ARGV[5..]  the gate parameters, in the order of the constants THRESHOLD..SLA_CAP below ('-'
+--            for an absent slow_rate, 0 0 for absent SLA bounds); each is read when a rule
+--            first uses it, so one no rule of this operation uses is not checked
 --
 -- Returns one string, 'verdict state epoch retry_after_ms from to cause fenced', with '-' for
 -- an empty item. An argument this script cannot read is an error reply that starts with
@@ -70,8 +71,8 @@ local function failure_opens(failures, samples, failed)
 end
 
 -- Fast paths: an operation on a CLOSED gate at the current epoch whose whole effect is nothing
--- (enter) or a count within the current bucket (a real success with no streak to decay, a
--- failure that opens no channel) is answered here, through the helpers above, without the
+-- (enter) or a count within the current bucket of a window that has rotated before (a real
+-- success with no streak to decay, a failure that opens no channel) is answered here, through the helpers above, without the
 -- machinery below; everything else falls through to the body. They change no field but the
 -- bucket's counts, so they keep the TTL as it is (Gate::keeps_longer_than). The differential
 -- suite runs both paths against Gate::apply.
@@ -81,8 +82,9 @@ if op == 'enter' then
 elseif op == 'success' and ARGV[4] == 'real' then
   local f = redis.call('HMGET', key, 'state', 'epoch', 'failures', 'win_id', 'streak')
   local epoch = tonumber(f[2]) or 0
+  local win = tonumber(f[4]) or 0
   if (not f[1] or f[1] == 'CLOSED') and tonumber(ARGV[3]) == epoch and (tonumber(f[5]) or 0) == 0
-      and bucket_of(clock()) <= (tonumber(f[4]) or 0) then
+      and win > 0 and bucket_of(clock()) <= win then
     if (tonumber(f[3]) or 0) ~= 0 then redis.call('HSET', key, 'failures', 0) end
     redis.call('HINCRBY', key, 'a0', 1)
     return reply_text('-', 'CLOSED', epoch, 0, nil, false)
@@ -90,7 +92,8 @@ elseif op == 'success' and ARGV[4] == 'real' then
 elseif op == 'failure' then
   local f = redis.call('HMGET', key, 'state', 'epoch', 'failures', 'win_id', 'a0', 'f0', 'a1', 'f1')
   local epoch = tonumber(f[2]) or 0
-  if (not f[1] or f[1] == 'CLOSED') and tonumber(ARGV[3]) == epoch and bucket_of(clock()) <= (tonumber(f[4]) or 0) then
+  local win = tonumber(f[4]) or 0
+  if (not f[1] or f[1] == 'CLOSED') and tonumber(ARGV[3]) == epoch and win > 0 and bucket_of(clock()) <= win then
     local failures, a0, f0 = (tonumber(f[3]) or 0) + 1, (tonumber(f[5]) or 0) + 1, (tonumber(f[6]) or 0) + 1
     if failure_opens(failures, a0 + (tonumber(f[7]) or 0), f0 + (tonumber(f[8]) or 0)) == nil then
       redis.call('HSET', key, 'failures', failures, 'a0', a0, 'f0', f0)
@@ -126,8 +129,9 @@ local function need(...)
   end
 end
 
--- Changed fields, written by reply() in one HSET (and one HDEL for cleared optional fields).
-local changed, cleared = {}, {}
+-- Changed fields, written by reply() as they end: one HSET of those with a value, one HDEL of
+-- those cleared.
+local dirty, written = {}, {}
 -- Whether a change beyond the current bucket's counts was made (Gate::keeps_longer_than).
 local keep = false
 -- A field set is known from then on: a later need() must not read it back from the HASH.
@@ -138,19 +142,31 @@ local function set(name, value)
   if g[name] == value then return end
   g[name] = value
   if name ~= 'a0' and name ~= 'f0' and name ~= 's0' and name ~= 'failures' then keep = true end
-  if value == nil then
-    cleared[#cleared + 1] = name
-  else
-    changed[#changed + 1] = name
-    changed[#changed + 1] = value
+  if not written[name] then
+    written[name] = true
+    dirty[#dirty + 1] = name
   end
 end
 
 local transition = nil
 
 local function reply(verdict, fenced)
-  if #changed > 0 then redis.call('HSET', key, unpack(changed)) end
-  if #cleared > 0 then redis.call('HDEL', key, unpack(cleared)) end
+  if #dirty > 0 then
+    local values, cleared = {}, {}
+    for _, name in ipairs(dirty) do
+      if g[name] == nil then
+        cleared[#cleared + 1] = name
+      else
+        values[#values + 1] = name
+        values[#values + 1] = g[name]
+      end
+    end
+    if #values > 0 then redis.call('HSET', key, unpack(values)) end
+    if #cleared > 0 then redis.call('HDEL', key, unpack(cleared)) end
+    -- A window that never rotated (a clock before the first bucket's end) is kept by every
+    -- change: its counts are the key's first write.
+    if g.win_id == 0 then keep = true end
+  end
   -- A gate is kept key_ttl past its last change beyond the current bucket's counts, as the
   -- memory gates keep it.
   if keep then redis.call('PEXPIRE', key, p(KEY_TTL)) end

@@ -120,7 +120,8 @@ impl RedisConnection {
         Ok(Arc::new(connection))
     }
 
-    /// Record operations that failed because Redis could not answer (each also logged).
+    /// Record operations Redis did not take, because it could not answer or answered that the
+    /// script could not do its work (each also logged).
     pub fn degraded_records(&self) -> u64 {
         self.degraded.load(Ordering::Relaxed)
     }
@@ -172,10 +173,16 @@ impl RedisConnection {
         })
     }
 
-    /// Counts and logs a record operation that Redis could not take; the call goes on.
+    /// Counts and logs a record operation that Redis did not take (it could not answer, or it
+    /// answered that the script could not do its work); the call goes on.
     pub(crate) fn degrade(&self, op: &'static str, error: &GateError) {
         self.degraded.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(op, %error, "breaker record dropped: redis unavailable; the call continues");
+        match error {
+            GateError::Malformed { .. } => {
+                tracing::error!(op, %error, "breaker record dropped: the script could not do its work; the call continues")
+            }
+            _ => tracing::warn!(op, %error, "breaker record dropped: redis unavailable; the call continues"),
+        }
     }
 
     async fn evalsha(&self, script: &Script, keys: &[Value], args: &[Value]) -> Result<Value, Error> {
@@ -208,12 +215,24 @@ impl RedisConnection {
 }
 
 /// Whether Redis answered, and the answer is that the script could not do its work: an error
-/// reply of our own (`MALFORMED …`), a Lua runtime error, or a key of the wrong type. That is a
-/// bug or state this build cannot read, not an outage: admission must not fail closed on it as
-/// if Redis were down, and the error says what is wrong.
+/// reply of our own (`MALFORMED …`), a Lua runtime or compile error (`ERR user_script:…`,
+/// `ERR Error …`), or a key of the wrong type (`WRONGTYPE`). That is a bug or state this build
+/// cannot read, not an outage: admission must not fail closed on it as if Redis were down, and
+/// the error says what is wrong. Decided by the error's code, its first word: Redis 7 appends
+/// `script: <sha>, on @user_script:N.` to every error a command inside a script meets, so an
+/// outage met inside the script (`READONLY` after a failover, `OOM`, `MISCONF`, `NOREPLICAS`,
+/// `MASTERDOWN`, `CLUSTERDOWN`, `LOADING`, `BUSY`…) still reads as unavailable.
 fn is_script_error(e: &Error) -> bool {
     let details = e.details();
-    details.starts_with("MALFORMED") || details.contains("user_script:") || details.starts_with("WRONGTYPE")
+    let code = details.split_whitespace().next().unwrap_or_default();
+    match code {
+        "MALFORMED" | "WRONGTYPE" => true,
+        "ERR" => {
+            let rest = details["ERR".len()..].trim_start();
+            rest.starts_with("user_script:") || rest.starts_with("Error compiling script") || rest.starts_with("Error running script")
+        }
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -233,6 +252,19 @@ mod tests {
         assert!(!is_script_error(&Error::new(ErrorKind::Timeout, "Request timed out.")));
         assert!(!is_script_error(&Error::new(ErrorKind::IO, "Connection reset by peer")));
         assert!(!is_script_error(&reply("LOADING Redis is loading the dataset in memory")));
+        let inside = " script: a7f1, on @user_script:93.";
+        for outage in [
+            "READONLY You can't write against a read only replica.",
+            "OOM command not allowed",
+            "NOREPLICAS Not enough good replicas to write.",
+            "MASTERDOWN Link with MASTER is down",
+            "CLUSTERDOWN The cluster is down",
+            "MISCONF Redis is configured to save RDB snapshots",
+        ] {
+            assert!(!is_script_error(&reply(&format!("{outage}{inside}"))), "{outage}");
+        }
+        assert!(is_script_error(&reply(&format!("WRONGTYPE Operation against a key holding the wrong kind of value{inside}"))));
+        assert!(is_script_error(&reply("ERR Error compiling script (new function): user_script:1: ...")));
         assert!(!is_script_error(&reply("BUSY Redis is busy running a script")));
     }
 

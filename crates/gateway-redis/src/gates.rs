@@ -85,8 +85,8 @@ fn malformed(key: &GateKey, detail: String) -> GateError {
     GateError::Malformed { backend: "redis", key: key.to_string(), detail }
 }
 
-/// ARGV[5..] of `gate.lua`: the parameters, in the order its `PARAMS` names them. The one
-/// encoder of them.
+/// ARGV[5..] of `gate.lua`: the parameters, in the order of its constants `THRESHOLD..SLA_CAP`.
+/// The one encoder of them.
 fn param_args(p: &GateParams) -> Arc<[Value]> {
     let int = |n: u64| Value::Integer(i64::try_from(n).unwrap_or(i64::MAX));
     let (sla_floor, sla_cap) = p.sla_cooldown_ms().unwrap_or((0, 0));
@@ -112,10 +112,9 @@ fn param_args(p: &GateParams) -> Arc<[Value]> {
 /// ARGV[2..4] of `gate.lua`: the operation, the admission epoch of a record, and how a success
 /// counts ('-' where an operation has none). The one encoder of them.
 fn op_args(op: GateOp) -> [Value; 3] {
-    let (name, epoch, kind) = match op {
-        GateOp::TryEnter => ("enter", None, "-"),
+    let (epoch, kind) = match op {
+        GateOp::TryEnter | GateOp::ForceOpen => (None, "-"),
         GateOp::Success { epoch, kind } => (
-            "success",
             Some(epoch),
             match kind {
                 SuccessKind::Real => "real",
@@ -123,12 +122,21 @@ fn op_args(op: GateOp) -> [Value; 3] {
                 SuccessKind::Unusable => "unusable",
             },
         ),
-        GateOp::Failure { epoch } => ("failure", Some(epoch), "-"),
-        GateOp::ForceOpen => ("force_open", None, "-"),
-        GateOp::Release { epoch } => ("release", Some(epoch), "-"),
+        GateOp::Failure { epoch } | GateOp::Release { epoch } => (Some(epoch), "-"),
     };
     let epoch = epoch.map_or_else(|| "-".to_owned(), |e| e.to_string());
-    [Value::from_static_str(name), Value::String(epoch.into()), Value::from_static_str(kind)]
+    [Value::from_static_str(op_name(op)), Value::String(epoch.into()), Value::from_static_str(kind)]
+}
+
+/// The operation's name in `gate.lua` (and in the log of a dropped record).
+fn op_name(op: GateOp) -> &'static str {
+    match op {
+        GateOp::TryEnter => "enter",
+        GateOp::Success { .. } => "success",
+        GateOp::Failure { .. } => "failure",
+        GateOp::ForceOpen => "force_open",
+        GateOp::Release { .. } => "release",
+    }
 }
 
 fn state_from(key: &GateKey, s: &str) -> Result<CircuitState, GateError> {
@@ -227,11 +235,11 @@ impl BreakerGate for RedisGates {
             Ok(value) => parse_reply(key, value),
             Err(error) => Err(error),
         };
-        // A record Redis cannot take is counted and logged; the call goes on.
-        if let Err(error @ GateError::BackendUnavailable { .. }) = &result
+        // A record Redis does not take is counted and logged; the call goes on.
+        if let Err(error @ (GateError::BackendUnavailable { .. } | GateError::Malformed { .. })) = &result
             && op.is_record()
         {
-            self.conn.degrade("gate", error);
+            self.conn.degrade(op_name(op), error);
         }
         result
     }

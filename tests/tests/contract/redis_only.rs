@@ -30,6 +30,12 @@ pub async fn a_change_beyond_the_buckets_counts_keeps_the_gate_for_its_ttl(b: Ba
     b.at(30.0);
     b.gates.apply(&key, &p, GateOp::Success { epoch: 0, kind: SuccessKind::Real }).await.unwrap();
     assert!(left().await > ttl - 60_000, "a new bucket left the gate {} ms to live, its TTL is {ttl} ms", left().await);
+    // A window that never rotated (a clock before the first bucket's end) is kept by its first
+    // count: the key never lives without a TTL.
+    b.clock.set(gateway_core::time::Timestamp::from_millis(5));
+    b.gates.apply(&b.key("early"), &p, GateOp::Success { epoch: 0, kind: SuccessKind::Real }).await.unwrap();
+    let early: i64 = pool.pttl(format!("gw:{{{}}}:gate:early", b.scope)).await.unwrap();
+    assert!(early > ttl - 60_000, "the first count of a window that never rotated left {early} ms to live");
     // A gate nothing was written to stays absent: TryEnter on it stores nothing.
     b.gates.apply(&b.key("fresh"), &p, GateOp::TryEnter).await.unwrap();
     let exists: i64 = pool.exists(format!("gw:{{{}}}:gate:fresh", b.scope)).await.unwrap();

@@ -80,13 +80,17 @@ if op == 'enter' then
   local f = redis.call('HMGET', key, 'state', 'epoch')
   if not f[1] or f[1] == 'CLOSED' then return reply_text('allowed', 'CLOSED', tonumber(f[2]) or 0, 0, nil, false) end
 elseif op == 'success' and ARGV[4] == 'real' then
-  local f = redis.call('HMGET', key, 'state', 'epoch', 'failures', 'win_id', 'streak')
+  local f = redis.call('HMGET', key, 'state', 'epoch', 'failures', 'win_id', 'streak', 'a0')
   local epoch = tonumber(f[2]) or 0
   local win = tonumber(f[4]) or 0
   if (not f[1] or f[1] == 'CLOSED') and tonumber(ARGV[3]) == epoch and (tonumber(f[5]) or 0) == 0
       and win > 0 and bucket_of(clock()) <= win then
-    if (tonumber(f[3]) or 0) ~= 0 then redis.call('HSET', key, 'failures', 0) end
-    redis.call('HINCRBY', key, 'a0', 1)
+    local a0 = (tonumber(f[6]) or 0) + 1
+    if (tonumber(f[3]) or 0) ~= 0 then
+      redis.call('HSET', key, 'failures', 0, 'a0', a0)
+    else
+      redis.call('HSET', key, 'a0', a0)
+    end
     return reply_text('-', 'CLOSED', epoch, 0, nil, false)
   end
 elseif op == 'failure' then

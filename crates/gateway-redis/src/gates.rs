@@ -124,8 +124,8 @@ fn op_args(op: GateOp) -> [Value; 3] {
         ),
         GateOp::Failure { epoch } | GateOp::Release { epoch } => (Some(epoch), "-"),
     };
-    let epoch = epoch.map_or_else(|| "-".to_owned(), |e| e.to_string());
-    [Value::from_static_str(op_name(op)), Value::String(epoch.into()), Value::from_static_str(kind)]
+    let epoch = epoch.map_or(Value::from_static_str("-"), |e| Value::Integer(i64::try_from(e).unwrap_or(i64::MAX)));
+    [Value::from_static_str(op_name(op)), epoch, Value::from_static_str(kind)]
 }
 
 /// The operation's name in `gate.lua` (and in the log of a dropped record).

@@ -33,6 +33,13 @@ pub fn opens_unlike_json(text: &str) -> bool {
     text.chars().find(|c| !c.is_whitespace()).is_some_and(|c| !matches!(c, '{' | '[' | '"' | '-' | '0'..='9' | 't' | 'f' | 'n' | '`'))
 }
 
+/// Whether an attempt for a whole answer to `kind` from a source with `watchdog` is asked for as
+/// a stream upstream and assembled (SPEC §13, one watchdog): the watchdog then bounds its first
+/// token and every gap, as it bounds a streamed call's. Only chat answers stream.
+pub fn streamed_upstream(kind: Kind, watchdog: Option<std::time::Duration>) -> bool {
+    kind == Kind::Chat && watchdog.is_some()
+}
+
 /// Whether a text answer to a request asking for `structured` is known to fail it from its
 /// opening alone: a JSON Schema check and a text that [`opens_unlike_json`]. (A parse function
 /// can only judge the whole text.) The rule both upstream adapters apply at a stream's commit

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::ports::{ChunkSource, Streamed};
 use gateway_core::request::{Attempt, Kind, Object, Outcome, ProviderError, Request, Response, Structured};
-use gateway_core::stream::{Chunk, assemble, commits, fails_from_its_opening};
+use gateway_core::stream::{Chunk, assemble, commits, fails_from_its_opening, streamed_upstream};
 use gateway_core::time::WallClock;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -92,7 +92,7 @@ fn request_id(response: &reqwest::Response) -> Option<String> {
 /// One attempt answered whole, without the total timeout (the caller applies it). A chat
 /// request to a source with a watchdog is streamed and assembled, so the watchdog applies.
 pub(crate) async fn exchange(src: &Source, request: &Request, limits: &HttpLimits, wall: &dyn WallClock, schemas: &Schemas) -> Attempt {
-    let answer = if request.kind() == Kind::Chat && src.watchdog.is_some() {
+    let answer = if streamed_upstream(request.kind(), src.watchdog) {
         assembled(src, request, limits, wall).await
     } else {
         whole(src, request, limits, wall).await

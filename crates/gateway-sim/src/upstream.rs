@@ -264,8 +264,9 @@ impl SimUpstream {
         let (Some(src), Some(reply)) = (self.sources.get(source), self.providers.reply(source, prompt_of(request))) else {
             return Begun::Ended(fail(OutcomeClass::SourceDead, "unknown_source"));
         };
+        let src = src.streamed(streamed);
         // The HTTP adapter's own bound on the wait for headers.
-        let (header_wait, cut) = gateway_http::header_wait(src.timeout, src.watchdog.filter(|_| streamed), None);
+        let (header_wait, cut) = gateway_http::header_wait(src.timeout, src.watchdog, None);
         match reply.answer {
             Answer::Refused => {
                 tokio::time::sleep(reply.after).await;
@@ -286,7 +287,7 @@ impl SimUpstream {
                 let (class, detail) = gateway_http::classify::classify_status(status, Some(code), self.not_found);
                 Begun::Ended(fail(class, &detail))
             }
-            Answer::Content(content) => Begun::Content { src: src.streamed(streamed), after: reply.after, content, reply },
+            Answer::Content(content) => Begun::Content { src, after: reply.after, content, reply },
         }
     }
 }
@@ -313,7 +314,7 @@ impl Upstream for SimUpstream {
     /// whole answer by the timeout.
     async fn send(&self, source: &str, request: &Request) -> Attempt {
         let chat = request.kind() == gateway_core::request::Kind::Chat;
-        let streamed = chat && self.sources.get(source).is_some_and(|s| s.watchdog.is_some());
+        let streamed = self.sources.get(source).is_some_and(|s| gateway_core::stream::streamed_upstream(request.kind(), s.watchdog));
         let (src, after, content, reply) = match self.begin(source, request, streamed).await {
             Begun::Content { src, after, content, reply } => (src, after, content, reply),
             Begun::Ended(attempt) => return attempt,

@@ -9,10 +9,15 @@
 local now = read_now()
 local key_ttl = tonumber(ARGV[2])
 local state, leases = KEYS[1], KEYS[2]
-local limit = tonumber(redis.call('HGET', state, 'limit')) or tonumber(ARGV[3])
-local gen = tonumber(redis.call('HGET', state, 'gen')) or 0
-
 local function fmt(x) return string.format('%.17g', x) end
+
+local stored = redis.call('HMGET', state, 'limit', 'gen')
+local limit = tonumber(stored[1]) or tonumber(ARGV[3])
+local gen = tonumber(stored[2]) or 0
+-- Writes the limit and generation when they differ from what is stored (a new account's are not).
+local function store()
+  if fmt(limit) ~= stored[1] or tostring(gen) ~= stored[2] then redis.call('HSET', state, 'limit', fmt(limit), 'gen', gen) end
+end
 
 local function touch()
   for _, k in ipairs(KEYS) do redis.call('PEXPIRE', k, key_ttl) end

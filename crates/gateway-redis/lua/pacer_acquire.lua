@@ -4,6 +4,6 @@ local inflight = redis.call('ZCARD', leases)
 if inflight >= limit then return { 0, fmt(limit), inflight } end
 local id = redis.call('HINCRBY', state, 'seq', 1)
 redis.call('ZADD', leases, now + tonumber(ARGV[4]), id)
-redis.call('HSET', state, 'limit', fmt(limit), 'gen', gen)
+store()
 touch()
 return { 1, id, gen }

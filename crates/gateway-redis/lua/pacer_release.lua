@@ -9,6 +9,6 @@ elseif effect == 'decrease' and tonumber(ARGV[5]) == gen then
   limit = math.max(limit * 0.5, 1)
   gen = gen + 1
 end
-redis.call('HSET', state, 'limit', fmt(limit), 'gen', gen)
+store()
 touch()
 return fmt(limit)

@@ -290,7 +290,7 @@ impl GateOp {
 ///
 /// Change it only through the operations; the fields are public so adapters can store and load
 /// it and the contract suite can compare backends.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Gate {
     /// CLOSED, OPEN or HALF_OPEN.
     pub state: CircuitState,
@@ -462,7 +462,7 @@ impl Gate {
     /// is only asked (TryEnter on CLOSED) is not: its TTL runs from its last change, as a Redis
     /// key's runs from its last refresh.
     pub fn keeps_longer_than(&self, before: &Gate) -> bool {
-        let uncounted = |g: &Gate| Gate { a0: 0, f0: 0, s0: 0, failures: 0, ..g.clone() };
+        let uncounted = |g: &Gate| Gate { a0: 0, f0: 0, s0: 0, failures: 0, ..*g };
         uncounted(self) != uncounted(before) || (self.win_id == 0 && self != before)
     }
 

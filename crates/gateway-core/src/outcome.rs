@@ -162,9 +162,15 @@ impl Effects {
     /// The operation that tells the gate how an attempt admitted with `admitted` ended: the
     /// row's breaker effect, a real success slower than `slow_call` (the whole attempt, or a
     /// stream's time to its commit point: `responsiveness`) as slow, and for a probe whose
-    /// outcome tells the gate nothing the lease's release. `None`: the gate is not told. The one
-    /// place a class becomes a gate operation.
+    /// outcome tells the gate nothing (429, a rejected payload: it proves nothing about the
+    /// source) the lease's release; every other class settles a probe through its effect
+    /// (ResultInvalid counts as a probe success: the provider is up). `None`: the gate is not
+    /// told, or `admitted` is a denial (no attempt was made). The one place a class becomes a
+    /// gate operation.
     pub fn gate_op(&self, admitted: &Reply, responsiveness: Duration, slow_call: Option<Duration>) -> Option<GateOp> {
+        if !admitted.is_admitted() {
+            return None;
+        }
         let epoch = admitted.epoch;
         match self.breaker {
             BreakerEffect::Success(SuccessKind::Real) if slow_call.is_some_and(|slow| responsiveness > slow) => {
@@ -176,14 +182,6 @@ impl Effects {
             BreakerEffect::Nothing if admitted.is_probe() => Some(GateOp::Release { epoch }),
             BreakerEffect::Nothing => None,
         }
-    }
-
-    /// A probe attempt whose breaker effect is [`BreakerEffect::Nothing`] (429, a rejected
-    /// payload) proves nothing about the source and must hand its lease back with
-    /// a `Release`; every other class settles the probe through its breaker effect
-    /// (ResultInvalid counts as a probe success: the provider is up).
-    pub const fn releases_probe(&self) -> bool {
-        matches!(self.breaker, BreakerEffect::Nothing)
     }
 }
 
@@ -287,8 +285,30 @@ mod tests {
 
     #[test]
     fn pushback_and_bad_payloads_release_a_probe_everything_else_settles_it() {
-        let releasing: Vec<_> = OutcomeClass::ALL.into_iter().filter(|c| c.effects().releases_probe()).collect();
+        let admission = |verdict| Reply {
+            verdict: Some(verdict),
+            state: crate::breaker::CircuitState::HalfOpen,
+            epoch: 3,
+            retry_after: Duration::ZERO,
+            transition: None,
+            fenced: false,
+        };
+        let probe = admission(crate::breaker::Verdict::Probe);
+        let releasing: Vec<_> = OutcomeClass::ALL
+            .into_iter()
+            .filter(|c| c.effects().gate_op(&probe, Duration::ZERO, None) == Some(GateOp::Release { epoch: 3 }))
+            .collect();
         assert_eq!(releasing, [OutcomeClass::RateLimited, OutcomeClass::RequestRejected]);
+        let allowed = Reply { state: crate::breaker::CircuitState::Closed, ..admission(crate::breaker::Verdict::Allowed) };
+        for class in [OutcomeClass::RateLimited, OutcomeClass::RequestRejected] {
+            assert_eq!(class.effects().gate_op(&allowed, Duration::ZERO, None), None, "{class}: an allowed attempt releases nothing");
+        }
+        let denied = admission(crate::breaker::Verdict::Denied);
+        for class in OutcomeClass::ALL {
+            assert_eq!(class.effects().gate_op(&denied, Duration::ZERO, None), None, "{class}: a denial made no attempt");
+        }
+        let slow = OutcomeClass::Success.effects().gate_op(&allowed, Duration::from_secs(9), Some(Duration::from_secs(5)));
+        assert_eq!(slow, Some(GateOp::Success { epoch: 3, kind: SuccessKind::Slow }));
     }
 
     #[test]

@@ -58,7 +58,7 @@ impl BreakerGate for MemoryGates {
             keep_until,
             |_| true,
             |gate| {
-                let before = gate.clone();
+                let before = *gate;
                 let reply = gate.apply(params, op, now);
                 (reply, gate.keeps_longer_than(&before))
             },

@@ -70,11 +70,23 @@ impl<T: Default + Clone> Sharded<T> {
         op: impl FnOnce(&mut T) -> (R, bool),
     ) -> R {
         let mut shard = self.shard(key);
-        let entry = shard.map.entry(key.clone()).or_insert(Entry { state: T::default(), expires: now });
-        let (result, keep) = op(&mut entry.state);
-        if keep {
-            entry.expires = entry.expires.max(keep_until);
-        }
+        // The key is cloned only to insert it: a clone on every call would write the scope's
+        // shared `Arc` counter from every shard.
+        let result = match shard.map.get_mut(key) {
+            Some(entry) => {
+                let (result, keep) = op(&mut entry.state);
+                if keep {
+                    entry.expires = entry.expires.max(keep_until);
+                }
+                result
+            }
+            None => {
+                let mut state = T::default();
+                let (result, keep) = op(&mut state);
+                shard.map.insert(key.clone(), Entry { state, expires: if keep { keep_until } else { now } });
+                result
+            }
+        };
         if shard.map.len() >= shard.sweep_at {
             shard.map.retain(|_, entry| entry.expires > now || !droppable(&entry.state));
             shard.sweep_at = (shard.map.len() * 2).max(SWEEP_MIN);

@@ -156,7 +156,7 @@ async fn run_op(target: &mut dyn Target, source: &str, p: &GateParams, op: Op, a
         Op::Attempt(class) => {
             let entry = target.apply(source, p, GateOp::TryEnter).await;
             admitted.insert(source.to_owned(), entry);
-            let Some(op) = entry.is_admitted().then(|| class.effects().gate_op(&entry, Duration::ZERO, None)).flatten() else {
+            let Some(op) = class.effects().gate_op(&entry, Duration::ZERO, None) else {
                 return reply(&entry);
             };
             let record = target.apply(source, p, op).await;

@@ -139,7 +139,7 @@ impl Backend {
     /// `class`.
     pub async fn attempt(&self, key: &GateKey, p: &GateParams, class: OutcomeClass) -> Reply {
         let entry = self.gates.apply(key, p, GateOp::TryEnter).await.unwrap();
-        if let Some(op) = entry.is_admitted().then(|| class.effects().gate_op(&entry, Duration::ZERO, None)).flatten() {
+        if let Some(op) = class.effects().gate_op(&entry, Duration::ZERO, None) {
             self.gates.apply(key, p, op).await.unwrap();
         }
         entry

@@ -75,10 +75,13 @@ end
 -- success with no streak to decay, a failure that opens no channel) is answered here, through the helpers above, without the
 -- machinery below; everything else falls through to the body. They change no field but the
 -- bucket's counts, so they keep the TTL as it is (Gate::keeps_longer_than). The differential
--- suite runs both paths against Gate::apply.
+-- suite runs both paths against Gate::apply. What a fast path read before it fell through is
+-- handed to the body (`read`: the names and their values), which does not read it again.
+local read = nil
 if op == 'enter' then
   local f = redis.call('HMGET', key, 'state', 'epoch')
   if not f[1] or f[1] == 'CLOSED' then return reply_text('allowed', 'CLOSED', tonumber(f[2]) or 0, 0, nil, false) end
+  read = { { 'state', 'epoch' }, f }
 elseif op == 'success' and ARGV[4] == 'real' then
   local f = redis.call('HMGET', key, 'state', 'epoch', 'failures', 'win_id', 'streak', 'a0')
   local epoch = tonumber(f[2]) or 0
@@ -93,6 +96,7 @@ elseif op == 'success' and ARGV[4] == 'real' then
     end
     return reply_text('-', 'CLOSED', epoch, 0, nil, false)
   end
+  read = { { 'state', 'epoch', 'failures', 'win_id', 'streak', 'a0' }, f }
 elseif op == 'failure' then
   local f = redis.call('HMGET', key, 'state', 'epoch', 'failures', 'win_id', 'a0', 'f0', 'a1', 'f1')
   local epoch = tonumber(f[2]) or 0
@@ -104,11 +108,22 @@ elseif op == 'failure' then
       return reply_text('-', 'CLOSED', epoch, 0, nil, false)
     end
   end
+  read = { { 'state', 'epoch', 'failures', 'win_id', 'a0', 'f0', 'a1', 'f1' }, f }
 end
 
 -- The gate: a field is read when first needed (fields set are known). Absent numeric fields
 -- read as 0, absent optional ones (probe_until, closed_since) as nil, an absent state as CLOSED.
 local g, loaded = {}, {}
+local function decode(name, v)
+  loaded[name] = true
+  if name == 'state' then
+    g.state = v or 'CLOSED'
+  elseif name == 'probe_until' or name == 'closed_since' then
+    g[name] = tonumber(v)
+  else
+    g[name] = tonumber(v) or 0
+  end
+end
 local function need(...)
   local first = next(loaded) == nil
   local names = first and { ... } or {}
@@ -120,17 +135,10 @@ local function need(...)
     if #names == 0 then return end
   end
   local values = redis.call('HMGET', key, unpack(names))
-  for i, name in ipairs(names) do
-    local v = values[i]
-    loaded[name] = true
-    if name == 'state' then
-      g.state = v or 'CLOSED'
-    elseif name == 'probe_until' or name == 'closed_since' then
-      g[name] = tonumber(v)
-    else
-      g[name] = tonumber(v) or 0
-    end
-  end
+  for i, name in ipairs(names) do decode(name, values[i]) end
+end
+if read then
+  for i, name in ipairs(read[1]) do decode(name, read[2][i]) end
 end
 
 -- Changed fields, written by reply() as they end: one HSET of those with a value, one HDEL of
@@ -251,9 +259,8 @@ end
 
 
 if op == 'enter' then
-  need('state', 'epoch')
-  if g.state == 'CLOSED' then return reply('allowed', false) end
-  need('open_until', 'probe_until')
+  -- (a CLOSED gate was answered by the fast path)
+  need('state', 'epoch', 'open_until', 'probe_until')
   if g.state == 'OPEN' then
     if clock() < g.open_until then return reply('denied', false) end
     set('state', 'HALF_OPEN')

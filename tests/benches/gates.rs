@@ -1,5 +1,6 @@
 //! Gate throughput: the memory gates and the Redis gates (loopback) with 1 and 64 concurrent
-//! tasks, beside an EVALSHA of an empty script (the floor any Redis gate pays). Each iteration
+//! tasks, beside an EVALSHA of an empty script (the floor any Redis gate pays), with no
+//! arguments and with a gate operation's. Each iteration
 //! is one operation, so criterion's throughput is operations per second. Redis benchmarks are
 //! skipped, with the reason, when Redis is unreachable (`GATEWAY_REDIS_URL`, default
 //! 127.0.0.1:6379).
@@ -155,20 +156,15 @@ fn redis(c: &mut Criterion) {
                 spread(&rt, tasks, iters, move |_| {
                     let (conn, sha) = (conn.clone(), sha.clone());
                     async move {
-                        // the arguments of a success: key, now, parameters, operation, epoch, kind
-                        let args = vec![
-                            Value::from(sha.as_str()),
-                            Value::Integer(1),
-                            Value::from("gw:{bench}:gate:s1"),
-                            Value::from(""),
-                            Value::from(format!(
-                                "{} {} {} {} {} {} {} {} {} {} {} {}",
-                                32, 60_000, 300_000, 10, 0.6, 30_000, 1, 60_000, 4_440_000, "-", 0, 0
-                            )),
-                            Value::from("success"),
-                            Value::from("0"),
-                            Value::from("real"),
-                        ];
+                        // the arguments of a success as gate.lua takes them: one key, now, the
+                        // operation, epoch and kind, then the twelve parameters
+                        let mut args: Vec<Value> = vec![Value::from(sha.as_str()), Value::Integer(1), Value::from("gw:{bench}:gate:s1")];
+                        args.extend(["", "success", "0", "real"].map(Value::from));
+                        let params = [32, 60_000, 300_000, 10, 30_000, 1, 60_000, 4_440_000].map(Value::Integer);
+                        args.extend(params[..4].iter().cloned());
+                        args.push(Value::from("0.6"));
+                        args.extend(params[4..].iter().cloned());
+                        args.extend([Value::from("-"), Value::Integer(0), Value::Integer(0)]);
                         let _: i64 = conn.pool().custom(fred::cmd!("EVALSHA"), args).await.unwrap();
                     }
                 })

@@ -143,13 +143,13 @@ impl RedisConnection {
         }
     }
 
-    /// Runs `script` with EVALSHA, reloading it once on NOSCRIPT. `key` names the gate or
-    /// account in the error.
+    /// Runs `script` with EVALSHA on `keys` and the arguments `args` (in parts, concatenated),
+    /// reloading it once on NOSCRIPT. `key` names the gate or account in the error.
     pub(crate) async fn run(
         &self,
         script: &Script,
         keys: &[Value],
-        args: &[Value],
+        args: &[&[Value]],
         key: &(dyn std::fmt::Display + Sync),
     ) -> Result<Value, GateError> {
         let first = self.evalsha(script, keys, args).await;
@@ -185,14 +185,17 @@ impl RedisConnection {
         }
     }
 
-    async fn evalsha(&self, script: &Script, keys: &[Value], args: &[Value]) -> Result<Value, Error> {
+    /// `args` in parts, so that a caller's cached arguments are copied once, into the command.
+    async fn evalsha(&self, script: &Script, keys: &[Value], args: &[&[Value]]) -> Result<Value, Error> {
         // Route by the first key's slot (every key of a script shares the scope's hash tag).
         let slot = keys.first().and_then(Value::as_bytes).map(fred::util::redis_keyslot);
-        let mut argv: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.len());
-        argv.push(Value::String(script.sha.as_str().into()));
+        let mut argv: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.iter().map(|part| part.len()).sum::<usize>());
+        argv.push(script.sha_arg.clone());
         argv.push(Value::Integer(keys.len() as i64));
         argv.extend(keys.iter().cloned());
-        argv.extend(args.iter().cloned());
+        for part in args {
+            argv.extend(part.iter().cloned());
+        }
         self.pool.with_options(&self.options).custom(CustomCommand::new("EVALSHA", slot, false), argv).await
     }
 

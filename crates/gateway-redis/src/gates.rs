@@ -227,10 +227,7 @@ fn gate_from_fields(key: &GateKey, fields: &HashMap<String, String>) -> Result<G
 impl BreakerGate for RedisGates {
     async fn apply(&self, key: &GateKey, params: &GateParams, op: GateOp) -> Result<Reply, GateError> {
         let (hash, param_args) = self.encode(key, params)?;
-        let mut args = Vec::with_capacity(4 + param_args.len());
-        args.push(self.conn.now_arg());
-        args.extend(op_args(op));
-        args.extend(param_args.iter().cloned());
+        let args: [&[Value]; 3] = [&[self.conn.now_arg()], &op_args(op), &param_args];
         let result = match self.conn.run(&self.conn.scripts().gate, std::slice::from_ref(&hash), &args, key).await {
             Ok(value) => parse_reply(key, value),
             Err(error) => Err(error),
@@ -261,7 +258,7 @@ impl BreakerGate for RedisGates {
                 hashes.push(self.encode(key, params)?.0);
                 args.push(Value::Integer(i64::try_from(params.max_cooldown_ms()).unwrap_or(i64::MAX)));
             }
-            let value = self.conn.run(&self.conn.scripts().retry_after, &hashes, &args, &scope).await?;
+            let value = self.conn.run(&self.conn.scripts().retry_after, &hashes, &[&args], &scope).await?;
             let ms = value.as_i64().ok_or_else(|| GateError::Malformed {
                 backend: "redis",
                 key: scope.to_owned(),

@@ -65,7 +65,7 @@ impl PacerGate for RedisPacer {
     async fn try_acquire(&self, key: &GateKey, params: &PacerParams) -> Result<PaceDecision, GateError> {
         let mut args = self.base_args(params);
         args.push(Value::Integer(ms(params.lease_ttl)));
-        let reply = self.conn.run(&self.conn.scripts().pacer_acquire, &pacer_keys(key)?, &args, key).await?;
+        let reply = self.conn.run(&self.conn.scripts().pacer_acquire, &pacer_keys(key)?, &[&args], key).await?;
         let items = items(key, "acquire", reply)?;
         if items.first().and_then(Value::as_i64) == Some(1) {
             let lease = Lease { id: count(key, items.get(1))?, generation: count(key, items.get(2))? };
@@ -89,12 +89,12 @@ impl PacerGate for RedisPacer {
             Value::String(effect.into()),
             Value::String(format!("{:?}", params.ceiling).into()),
         ]);
-        let reply = self.conn.run(&self.conn.scripts().pacer_release, &pacer_keys(key)?, &args, key).await?;
+        let reply = self.conn.run(&self.conn.scripts().pacer_release, &pacer_keys(key)?, &[&args], key).await?;
         limit_of(key, Some(&reply))
     }
 
     async fn read(&self, key: &GateKey, params: &PacerParams) -> Result<Paced, GateError> {
-        let reply = self.conn.run(&self.conn.scripts().pacer_read, &pacer_keys(key)?, &self.base_args(params), key).await?;
+        let reply = self.conn.run(&self.conn.scripts().pacer_read, &pacer_keys(key)?, &[&self.base_args(params)], key).await?;
         let items = items(key, "read", reply)?;
         let inflight = u32::try_from(count(key, items.get(1))?).unwrap_or(u32::MAX);
         Ok(Paced { limit: limit_of(key, items.first())?, inflight })

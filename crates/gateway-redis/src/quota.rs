@@ -75,7 +75,7 @@ impl QuotaGate for RedisQuota {
             Value::Integer(i64::try_from(limits.permit_ttl.as_millis()).unwrap_or(i64::MAX)),
             Value::Integer(i64::from(estimated_tokens)),
         ]);
-        let value = self.conn.run(&self.conn.scripts().quota_acquire, &keys, &args, key).await?;
+        let value = self.conn.run(&self.conn.scripts().quota_acquire, &keys, &[&args], key).await?;
         let items = match value {
             Value::Array(items) => items,
             other => return Err(malformed(key, format!("acquire reply {other:?}"))),
@@ -99,13 +99,13 @@ impl QuotaGate for RedisQuota {
         let keys = quota_keys(&permit.key)?;
         let mut args = self.base_args(Duration::ZERO);
         args.extend([Value::String(permit.id.to_string().into()), Value::Integer(i64::from(actual_tokens))]);
-        self.conn.run(&self.conn.scripts().quota_settle, &keys, &args, &permit.key).await.map(|_| ())
+        self.conn.run(&self.conn.scripts().quota_settle, &keys, &[&args], &permit.key).await.map(|_| ())
     }
 
     async fn release(&self, permit: &Permit) -> Result<(), GateError> {
         let keys = quota_keys(&permit.key)?;
         let mut args = self.base_args(Duration::ZERO);
         args.push(Value::String(permit.id.to_string().into()));
-        self.conn.run(&self.conn.scripts().quota_release, &keys, &args, &permit.key).await.map(|_| ())
+        self.conn.run(&self.conn.scripts().quota_release, &keys, &[&args], &permit.key).await.map(|_| ())
     }
 }

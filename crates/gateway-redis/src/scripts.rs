@@ -10,13 +10,16 @@ pub(crate) struct Script {
     pub(crate) name: &'static str,
     pub(crate) lua: String,
     pub(crate) sha: String,
+    /// The SHA1 as the EVALSHA argument, built once.
+    pub(crate) sha_arg: fred::types::Value,
 }
 
 impl Script {
     fn new(name: &'static str, prelude: &str, body: &str) -> Self {
         let lua = format!("{}\n{prelude}\n{body}", include_str!("../lua/now.lua"));
         let sha = sha1_hash(&lua);
-        Script { name, lua, sha }
+        let sha_arg = fred::types::Value::String(sha.as_str().into());
+        Script { name, lua, sha, sha_arg }
     }
 }
 

@@ -315,6 +315,14 @@ pub struct QuotaLimits {
     pub permit_ttl: Duration,
 }
 
+impl QuotaLimits {
+    /// How long an account's state is kept after its last use: an hour past its last permit's
+    /// lease and the rolling minute of its starts (both backends; the Redis keys' TTL).
+    pub fn keep_for(&self) -> Duration {
+        self.permit_ttl.saturating_add(Duration::from_secs(60 + 3600))
+    }
+}
+
 impl Default for QuotaLimits {
     fn default() -> Self {
         QuotaLimits { max_concurrency: None, rpm: None, tpm: None, permit_ttl: Duration::from_secs(120) }

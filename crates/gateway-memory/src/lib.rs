@@ -99,9 +99,9 @@ impl MemoryQuota {
 impl QuotaGate for MemoryQuota {
     async fn acquire(&self, key: &GateKey, limits: &QuotaLimits, estimated_tokens: u32) -> Result<QuotaDecision, GateError> {
         let now = self.clock.now();
-        // An account is kept an hour past its last permit's lease, and never dropped while it
-        // holds a permit or starts of the rolling minute.
-        let keep_until = now.saturating_add(limits.permit_ttl.saturating_mul(2)).saturating_add(Duration::from_secs(3600));
+        // Kept as long as the Redis keys are (`QuotaLimits::keep_for`), and never dropped while
+        // it holds a permit.
+        let keep_until = now.saturating_add(limits.keep_for());
         let granted = self.accounts.with(
             key,
             now,

@@ -16,9 +16,6 @@ pub struct RedisQuota {
     conn: Arc<RedisConnection>,
 }
 
-/// Lease keys outlive the longest lease and the rate window by an hour.
-const KEY_TTL_MARGIN_MS: i64 = 3_600_000;
-
 impl RedisQuota {
     /// Quota on `conn`.
     pub fn new(conn: Arc<RedisConnection>) -> Self {
@@ -41,9 +38,10 @@ impl RedisQuota {
         Ok(usize::try_from(count).unwrap_or(0))
     }
 
-    fn base_args(&self, ttl: Duration) -> Vec<Value> {
-        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX).saturating_add(60_000 + KEY_TTL_MARGIN_MS);
-        vec![self.conn.now_arg(), Value::Integer(ttl_ms)]
+    /// ARGV[1..2] of the quota scripts: now, and the keys' TTL (`QuotaLimits::keep_for`, set by
+    /// acquire; settle and release leave it as it is and send 0).
+    fn base_args(&self, keep_for: Duration) -> Vec<Value> {
+        vec![self.conn.now_arg(), Value::Integer(i64::try_from(keep_for.as_millis()).unwrap_or(i64::MAX))]
     }
 }
 
@@ -67,7 +65,7 @@ fn limit_arg(limit: Option<u32>) -> Value {
 impl QuotaGate for RedisQuota {
     async fn acquire(&self, key: &GateKey, limits: &QuotaLimits, estimated_tokens: u32) -> Result<QuotaDecision, GateError> {
         let keys = quota_keys(key)?;
-        let mut args = self.base_args(limits.permit_ttl);
+        let mut args = self.base_args(limits.keep_for());
         args.extend([
             limit_arg(limits.max_concurrency),
             limit_arg(limits.rpm),

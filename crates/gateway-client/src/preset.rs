@@ -45,7 +45,7 @@ impl Preset {
                 breaker.max_cooldown = breaker.cooldown;
                 // The threshold raised by the scope's concurrency (the per-source raise of SPEC
                 // §3 is below it whenever a source's concurrency is below the scope's).
-                breaker.fail_threshold = breaker.fail_threshold.max(policy.concurrency.saturating_mul(2));
+                breaker.fail_threshold = breaker.raised_threshold(policy.concurrency);
                 policy.structured_max_retries = policy.structured_max_retries.min(1);
                 Behaviour { rate_limited_consumes_budget: true, aimd: false, demotion: false }
             }

@@ -67,7 +67,7 @@ impl GateParams {
     pub fn new(policy: &BreakerPolicy, raise_by: u32, slowest_timeout: Duration, own_timeout: Duration) -> Self {
         let derived_ttl = (2 * millis(slowest_timeout)).max(millis(policy.cooldown)).max(millis(own_timeout) + 5000);
         GateParams {
-            threshold: policy.fail_threshold.max(raise_by.saturating_mul(2)),
+            threshold: policy.raised_threshold(raise_by),
             cooldown_ms: millis(policy.cooldown).max(1),
             max_cooldown_ms: millis(policy.max_cooldown).max(millis(policy.cooldown)).max(1),
             min_calls: policy.min_calls.max(1),

@@ -162,6 +162,14 @@ pub struct BreakerPolicy {
     pub sla_cooldown: Option<(Duration, Duration)>,
 }
 
+impl BreakerPolicy {
+    /// The consecutive threshold raised by a concurrency: `max(fail_threshold, raise_by × 2)`
+    /// (SPEC §3: a source's own `max_concurrency`; the `baseline` preset raises it by the scope's).
+    pub fn raised_threshold(&self, raise_by: u32) -> u32 {
+        self.fail_threshold.max(raise_by.saturating_mul(2))
+    }
+}
+
 impl BreakerConfig {
     /// `over`'s keys where it sets them, this section's elsewhere (a tier's overlay).
     pub fn overlaid(&self, over: &BreakerConfig) -> BreakerConfig {

@@ -93,20 +93,24 @@ pub struct NamedCase {
     pub body: Box<dyn FnOnce(String) + Send>,
 }
 
-/// The trials for `cases`, given what the probe found at `url` and whether Redis is required.
-fn trials(cases: Vec<NamedCase>, url: &str, probe: &Result<(), String>, required: bool) -> Vec<Trial> {
-    let what = format!("nothing answers at {url}");
-    let cases = cases
+/// `cases` as closures of no argument, each given `url`.
+fn at_url(cases: Vec<NamedCase>, url: &str) -> Vec<(String, Box<dyn FnOnce() + Send>)> {
+    cases
         .into_iter()
         .map(|NamedCase { name, body }| {
             let url = url.to_owned();
             let body: Box<dyn FnOnce() + Send> = Box::new(move || body(url));
             (format!("redis::{name}"), body)
         })
-        .collect();
-    let hint = "start Redis or set GATEWAY_REDIS_URL";
-    gated(cases, probe.as_ref().err().map(|why| format!("{what} ({why})")).as_deref(), hint, required)
+        .collect()
 }
+
+/// What is missing when the probe of `url` failed, as the skip and failure messages say it.
+fn missing_at(url: &str, probe: &Result<(), String>) -> Option<String> {
+    probe.as_ref().err().map(|why| format!("nothing answers at {url} ({why})"))
+}
+
+const HINT: &str = "start Redis or set GATEWAY_REDIS_URL";
 
 /// Trials for cases that need something this machine may lack (a live Redis, a `redis-server`
 /// to start): run where `missing` is `None`; else failed with the reason when `required`
@@ -142,18 +146,32 @@ pub fn run(cases: &[Case]) -> ExitCode {
 /// [`run`] for a target that also has cases needing no Redis (`plain`, run as they are) and
 /// Redis cases named at run time.
 pub fn run_with(plain: Vec<Trial>, cases: Vec<NamedCase>) -> ExitCode {
-    let args = Arguments::from_args();
     let url = url();
-    let required = required();
     let probe = answers(&url, PROBE_TIMEOUT);
-    let redis = trials(cases, &url, &probe, required);
-    if probe.is_err() && !required && !args.list {
-        let skipped = redis.iter().filter(|t| !args.is_filtered_out(t)).count();
-        if skipped > 0 {
-            let _ = writeln!(std::io::stderr(), "{}", skipped_line(skipped, &url));
+    run_gated(plain, at_url(cases, &url), missing_at(&url, &probe).as_deref(), HINT, |count| skipped_line(count, &url))
+}
+
+/// The `main` of a target whose `cases` need something this machine may lack (`missing` says
+/// what, when it does; `hint` how to provide it), beside `plain` cases that need nothing: the
+/// gated cases as [`gated`] makes them, and, when they are skipped, `skipped(count)` printed
+/// once on stderr before the run.
+pub fn run_gated(
+    plain: Vec<Trial>,
+    cases: Vec<(String, Box<dyn FnOnce() + Send>)>,
+    missing: Option<&str>,
+    hint: &str,
+    skipped: impl Fn(usize) -> String,
+) -> ExitCode {
+    let args = Arguments::from_args();
+    let required = required();
+    let gated = gated(cases, missing, hint, required);
+    if missing.is_some() && !required && !args.list {
+        let count = gated.iter().filter(|t| !args.is_filtered_out(t)).count();
+        if count > 0 {
+            let _ = writeln!(std::io::stderr(), "{}", skipped(count));
         }
     }
-    libtest_mimic::run(&args, plain.into_iter().chain(redis).collect()).exit_code()
+    libtest_mimic::run(&args, plain.into_iter().chain(gated).collect()).exit_code()
 }
 
 #[cfg(test)]
@@ -169,7 +187,7 @@ mod tests {
 
     fn trials(cases: &[Case], url: &str, probe: &Result<(), String>, required: bool) -> Vec<libtest_mimic::Trial> {
         let named = cases.iter().map(|&(name, body)| NamedCase { name: name.to_owned(), body: Box::new(body) }).collect();
-        super::trials(named, url, probe, required)
+        super::gated(super::at_url(named, url), super::missing_at(url, probe).as_deref(), super::HINT, required)
     }
 
     /// Runs `trials` as the harness would, its report in a file rather than amid this test's.

@@ -13,8 +13,7 @@ use gateway_core::breaker::{GateOp, GateParams, SuccessKind, Verdict};
 use gateway_core::policy::BreakerConfig;
 use gateway_core::ports::{BreakerGate, GateError, GateKey};
 use gateway_redis::{RedisConfig, RedisConnection, RedisGates};
-use libtest_mimic::{Arguments, Trial};
-use std::io::Write;
+use libtest_mimic::Trial;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
@@ -91,9 +90,6 @@ fn main() -> ExitCode {
         ("a_hung_redis_is_bounded_by_the_command_timeout", || Box::pin(a_hung_redis_is_bounded_by_the_command_timeout())),
         ("what_the_script_cannot_read_is_malformed_not_an_outage", || Box::pin(what_the_script_cannot_read_is_malformed_not_an_outage())),
     ];
-    let args = Arguments::from_args();
-    let installed = installed();
-    let required = gateway_tests::redis_cases::required();
     let runs: Vec<(String, Box<dyn FnOnce() + Send>)> = cases
         .iter()
         .map(|&(name, case)| {
@@ -104,20 +100,15 @@ fn main() -> ExitCode {
             (name.to_owned(), body)
         })
         .collect();
-    let missing = installed.as_ref().err();
-    let mut trials = gateway_tests::redis_cases::gated(runs, missing.map(String::as_str), "install redis-server", required);
-    if let Some(why) = missing
-        && !required
-        && !args.list
-    {
-        let _ = writeln!(std::io::stderr(), "SKIPPED {} Redis fault cases: {why}", cases.len());
-    }
-    trials.push(Trial::test("an_unreachable_redis_is_a_typed_error_at_connect", || {
+    let unreachable = Trial::test("an_unreachable_redis_is_a_typed_error_at_connect", || {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(an_unreachable_redis_is_a_typed_error_at_connect());
         Ok(())
-    }));
-    libtest_mimic::run(&args, trials).exit_code()
+    });
+    let missing = installed().err();
+    gateway_tests::redis_cases::run_gated(vec![unreachable], runs, missing.as_deref(), "install redis-server", |count| {
+        format!("SKIPPED {count} Redis fault cases: {}", missing.as_deref().unwrap_or_default())
+    })
 }
 
 async fn connect(url: String) -> Arc<RedisConnection> {

@@ -11,10 +11,10 @@ use gateway_core::admission::SkipReason;
 use gateway_core::breaker::CircuitState;
 use gateway_core::outcome::{BudgetEffect, Effects, NextStep, OutcomeClass};
 use gateway_core::ports::{ChunkSource, GateError, Streamed, Telemetry, Upstream};
-use gateway_core::request::{Attempt, Outcome, Request, Response};
+use gateway_core::request::{Attempt, Outcome, Request, Response, Structured};
 use gateway_core::select::AttemptFails;
 use gateway_core::stall::CallStall;
-use gateway_core::stream::{Chunk, commits};
+use gateway_core::stream::{Chunk, assemble, commits, opening_failure};
 use gateway_core::telemetry::{AttemptEvent, CallEvent, CallResult, SourceReason};
 use gateway_core::time::{Clock, Timestamp};
 use std::collections::BTreeMap;
@@ -252,8 +252,9 @@ pub(crate) async fn settle(
 }
 
 /// Reads a stream up to its commit point: the chunks so far, or how the attempt ended before
-/// anything could reach the caller (a stream that ends without content is `Transient(empty)`).
-async fn to_commit_point(rest: &mut dyn ChunkSource) -> Result<Vec<Chunk>, Outcome> {
+/// anything could reach the caller (a stream that ends without content is `Transient(empty)`;
+/// one that must be JSON and opens unlike it, `ResultInvalid(not_json)`).
+async fn to_commit_point(rest: &mut dyn ChunkSource, structured: Option<&Structured>) -> Result<Vec<Chunk>, Outcome> {
     let mut preamble = Vec::new();
     loop {
         match rest.next_chunk().await {
@@ -261,6 +262,13 @@ async fn to_commit_point(rest: &mut dyn ChunkSource) -> Result<Vec<Chunk>, Outco
                 let commits = commits(&chunk);
                 preamble.push(chunk);
                 if commits {
+                    // An answer that must be JSON and opens with prose ends here, unseen, and is
+                    // re-asked like a whole one.
+                    if structured.is_some()
+                        && let Some(outcome) = opening_failure(structured, assemble(&preamble).text_answers())
+                    {
+                        return Err(outcome);
+                    }
                     return Ok(preamble);
                 }
             }
@@ -342,7 +350,7 @@ impl CallLoop<'_> {
                 Delivery::Whole => self.upstream.send(&facts.name, request).await,
                 Delivery::Stream => match self.upstream.stream(&facts.name, request).await {
                     Streamed::Ended(attempt) => attempt,
-                    Streamed::Chunks(mut rest) => match to_commit_point(&mut *rest).await {
+                    Streamed::Chunks(mut rest) => match to_commit_point(&mut *rest, request.structured.as_ref()).await {
                         Ok(preamble) => {
                             let facts = Facts { committed: Some(clock.now()), ..facts };
                             return Ok(Delivered::Stream(Committed { slot, facts, preamble, rest }));

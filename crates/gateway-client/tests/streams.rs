@@ -33,8 +33,6 @@ enum Event {
     Hold(Duration),
     Empty,
     Break(&'static str),
-    /// The adapter's verdict on a stream that must be JSON and opens with prose.
-    Invalid,
 }
 
 /// One attempt's plan: the events of its stream, or the class it ends with before any.
@@ -79,7 +77,6 @@ impl ChunkSource for Chunks {
                 Some(Ok(json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}).as_object().cloned().unwrap()))
             }
             Event::Break(detail) => Some(Err(Outcome::new(OutcomeClass::Transient, detail))),
-            Event::Invalid => Some(Err(Outcome::new(OutcomeClass::ResultInvalid, "not_json"))),
         }
     }
 }
@@ -173,11 +170,16 @@ async fn failures_before_the_commit_point_are_retried_unseen() {
 
 #[tokio::test(start_paused = true)]
 async fn a_structure_failure_before_the_commit_point_is_reasked_unseen_without_spending_the_budget() {
-    // The upstream adapters end a stream that must be JSON and opens with prose `ResultInvalid`
-    // in place of its first content chunk: the call loop re-asks it like a whole answer.
+    // A stream that must be JSON and opens with prose ends `ResultInvalid` at its first content
+    // chunk, the commit point, unseen: the call loop re-asks it like a whole answer.
     let upstream = Arc::new(Scripted::default());
-    upstream
-        .plan("s1", vec![Ok(vec![Event::Empty, Event::Invalid]), Ok(vec![Event::Text("{\"a\":", Duration::ZERO), Event::Finish(" 1}")])]);
+    upstream.plan(
+        "s1",
+        vec![
+            Ok(vec![Event::Empty, Event::Text("Sure! Here is the JSON: {", Duration::ZERO), Event::Finish("}")]),
+            Ok(vec![Event::Text("{\"a\":", Duration::ZERO), Event::Finish(" 1}")]),
+        ],
+    );
     let s = setup(1, upstream, json!({"max_retries": 0}));
     let mut stream = s.client.stream("chat", &ask().json_object()).await.unwrap();
     assert_eq!(stream.attempts(), 2, "re-asked, though the retry budget is 0");

@@ -7,7 +7,8 @@
 //! it, nothing has reached the caller and a failure may be retried; after it, chunks are relayed
 //! as they come and a failure ends the stream.
 
-use crate::request::{Kind, Object, Response, Structured, message_is_usable};
+use crate::outcome::OutcomeClass;
+use crate::request::{Kind, Object, Outcome, Response, Structured, message_is_usable};
 use serde_json::{Value, json};
 
 /// One `chat.completion.chunk`.
@@ -42,10 +43,17 @@ pub fn streamed_upstream(kind: Kind, watchdog: Option<std::time::Duration>) -> b
 
 /// Whether a text answer to a request asking for `structured` is known to fail it from its
 /// opening alone: a JSON Schema check and a text that [`opens_unlike_json`]. (A parse function
-/// can only judge the whole text.) The rule both upstream adapters apply at a stream's commit
-/// point.
+/// can only judge the whole text.)
 pub fn fails_from_its_opening(structured: Option<&Structured>, text: &str) -> bool {
     matches!(structured, Some(Structured::JsonSchema(_))) && opens_unlike_json(text)
+}
+
+/// How an answer whose text `texts` (its text answers) fails the request's `structured` from
+/// the opening alone ends: `ResultInvalid` "not_json", or `None`. The one statement of it, asked
+/// at a stream's commit point (by the call loop, whatever the transport) and of a whole answer
+/// (by each upstream adapter, before any fuller check).
+pub fn opening_failure<'a>(structured: Option<&Structured>, mut texts: impl Iterator<Item = &'a str>) -> Option<Outcome> {
+    texts.any(|text| fails_from_its_opening(structured, text)).then(|| Outcome::new(OutcomeClass::ResultInvalid, "not_json"))
 }
 
 /// The `chat.completion` the chunks of one stream make. Per choice index: the deltas merged

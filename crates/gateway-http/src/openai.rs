@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::ports::{ChunkSource, Streamed};
 use gateway_core::request::{Attempt, Kind, Object, Outcome, ProviderError, Request, Response, Structured};
-use gateway_core::stream::{Chunk, assemble, commits, fails_from_its_opening, streamed_upstream};
+use gateway_core::stream::{Chunk, assemble, commits, opening_failure, streamed_upstream};
 use gateway_core::time::WallClock;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -108,6 +108,9 @@ fn checked(response: Response, request: &Request, schemas: &Schemas) -> Result<R
     if !response.is_usable() {
         return Err(transient("empty"));
     }
+    if let Some(outcome) = opening_failure(request.structured.as_ref(), response.text_answers()) {
+        return Err(outcome);
+    }
     if let Some(structured) = &request.structured {
         for text in response.text_answers() {
             schemas.check(structured, text).map_err(|why| Outcome::new(OutcomeClass::ResultInvalid, why))?;
@@ -161,7 +164,6 @@ pub(crate) async fn open_checked(
             schemas: schemas.clone(),
             structured: structured.clone(),
             answers: BTreeMap::new(),
-            committed: false,
         })),
         (streamed, _) => streamed,
     }
@@ -359,10 +361,9 @@ impl ChunkSource for Sse {
     }
 }
 
-/// A stream whose text answers are checked against the request's structure: one that must be
-/// JSON and opens unlike it ends the stream `ResultInvalid` at its commit point, before the
-/// caller sees it (so it is re-asked); any other is checked when the stream ends, and one that
-/// fails ends it `ResultInvalid` instead of cleanly.
+/// A stream whose text answers are checked against the request's structure when it ends: one
+/// that fails ends it `ResultInvalid` instead of cleanly. (One that must be JSON and opens unlike
+/// it is ended at its commit point by the call loop, before the caller sees it.)
 struct Checked {
     inner: Box<dyn ChunkSource>,
     schemas: Arc<Schemas>,
@@ -370,8 +371,6 @@ struct Checked {
     /// Per choice index, its text so far, or `None` once it carries a tool call or a refusal
     /// (not a text answer: not checked, as in a whole answer).
     answers: BTreeMap<u64, Option<String>>,
-    /// The commit point has passed.
-    committed: bool,
 }
 
 impl Checked {
@@ -397,12 +396,6 @@ impl ChunkSource for Checked {
         match self.inner.next_chunk().await {
             Some(Ok(chunk)) => {
                 self.note(&chunk);
-                if !self.committed && commits(&chunk) {
-                    self.committed = true;
-                    if self.answers.values().flatten().any(|text| fails_from_its_opening(Some(&self.structured), text)) {
-                        return Some(Err(Outcome::new(OutcomeClass::ResultInvalid, "not_json")));
-                    }
-                }
                 Some(Ok(chunk))
             }
             None => {

@@ -431,33 +431,35 @@ async fn a_streamed_answer_is_checked_against_its_structure_when_it_ends() {
 }
 
 #[tokio::test]
-async fn a_streamed_answer_that_must_be_json_and_opens_with_prose_ends_at_its_commit_point() {
+async fn a_streamed_answer_that_must_be_json_and_opens_with_prose_is_passed_on_and_a_whole_one_fails_not_json() {
+    // At a stream's commit point the call loop judges the opening, whatever the transport: the
+    // adapter passes the chunks on. A whole answer it judges itself, with the same rule first.
     let mock = Mock::start(|seen| {
-        let pieces: &[&str] =
-            if seen.body["messages"][0]["content"] == "prose" { &["  ", "Sure! Here is the JSON: {"] } else { &["  ", "{\"answer\": 1}"] };
-        let mut chunks: Vec<(Duration, String)> = pieces
-            .iter()
-            .map(|p| (Duration::ZERO, format!("data: {}\n\n", json!({"choices": [{"index": 0, "delta": {"content": p}}]}))))
-            .collect();
-        chunks.push((Duration::ZERO, "data: [DONE]\n\n".into()));
-        Reply::Sse { chunks }
+        let prose = seen.body["messages"][0]["content"] == "prose";
+        if seen.body["stream"] == true {
+            let pieces: &[&str] = if prose { &["  ", "Sure! Here is the JSON: {"] } else { &["  ", "{\"answer\": 1}"] };
+            let mut chunks: Vec<(Duration, String)> = pieces
+                .iter()
+                .map(|p| (Duration::ZERO, format!("data: {}\n\n", json!({"choices": [{"index": 0, "delta": {"content": p}}]}))))
+                .collect();
+            chunks.push((Duration::ZERO, "data: [DONE]\n\n".into()));
+            Reply::Sse { chunks }
+        } else {
+            let content = if prose { "Sure! Here is the JSON: {" } else { "{\"answer\": 1}" };
+            ok_json(json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}]}))
+        }
     })
     .await;
     let upstream = HttpUpstream::new(&[scope(&mock.url, json!({}))]).unwrap();
-    for (prompt, structured, content_reaches_the_caller) in [("prose", true, false), ("json", true, true), ("prose", false, true)] {
+    for prompt in ["prose", "json"] {
         let mut request = Request::chat(vec![Message::user(prompt)]);
-        if structured {
-            request.structured = Some(Structured::JsonSchema(json!({"type": "object"})));
-        }
+        request.structured = Some(Structured::JsonSchema(json!({"type": "object"})));
         let Streamed::Chunks(mut chunks) = upstream.stream("s1", &request).await else { panic!("chunks") };
-        assert!(matches!(chunks.next_chunk().await, Some(Ok(_))), "whitespace does not commit");
-        let second = chunks.next_chunk().await.unwrap();
-        if content_reaches_the_caller {
-            assert!(second.is_ok(), "{prompt} structured={structured}");
-        } else {
-            let outcome = second.unwrap_err();
-            assert_eq!((outcome.class, outcome.detail.as_str()), (ResultInvalid, "not_json"), "ended in place of the commit chunk");
-        }
+        assert!(matches!(chunks.next_chunk().await, Some(Ok(_))), "whitespace");
+        assert!(matches!(chunks.next_chunk().await, Some(Ok(_))), "{prompt}: the opening is passed on");
+        let outcome = upstream.send("s1", &request).await.outcome().clone();
+        let expected = if prompt == "prose" { (ResultInvalid, "not_json") } else { (Success, "http_200") };
+        assert_eq!((outcome.class, outcome.detail.as_str()), expected, "{prompt}, whole");
     }
 }
 

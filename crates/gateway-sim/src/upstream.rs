@@ -11,7 +11,7 @@ use gateway_core::policy::ScopePolicy;
 use gateway_core::ports::{ChunkSource, Streamed, Upstream};
 use gateway_core::random::unit;
 use gateway_core::request::{Attempt, Outcome, Request, Response, Usage};
-use gateway_core::stream::{Chunk, fails_from_its_opening};
+use gateway_core::stream::{Chunk, opening_failure};
 use gateway_core::time::{Clock, Timestamp};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
@@ -329,9 +329,9 @@ impl Upstream for SimUpstream {
         if content.is_empty() {
             return fail(OutcomeClass::Transient, "empty");
         }
-        // The same rule as a stream's commit point: the invalid answer opens with prose.
-        if fails_from_its_opening(request.structured.as_ref(), content) {
-            return fail(OutcomeClass::ResultInvalid, "not_json");
+        // The adapters' rule for a whole answer (the invalid answer opens with prose).
+        if let Some(outcome) = opening_failure(request.structured.as_ref(), std::iter::once(content)) {
+            return Attempt::ended(outcome);
         }
         Attempt::success(Response::chat_text(content, Some(USAGE)), "http_200")
     }
@@ -341,23 +341,20 @@ impl Upstream for SimUpstream {
     async fn stream(&self, source: &str, request: &Request) -> Streamed {
         match self.begin(source, request, true).await {
             Begun::Content { src, after, content, reply } => {
-                let fails = fails_from_its_opening(request.structured.as_ref(), content);
-                Streamed::Chunks(Box::new(SimChunks { wait: Some((src, after)), content, fails, step: 0, _reply: reply }))
+                Streamed::Chunks(Box::new(SimChunks { wait: Some((src, after)), content, step: 0, _reply: reply }))
             }
             Begun::Ended(attempt) => Streamed::Ended(attempt),
         }
     }
 }
 
-/// A simulated stream: the content chunk after the first-token wait, a usage chunk, the end.
-/// A structured request's invalid answer opens with prose, so it ends `ResultInvalid` in place
-/// of its content chunk, the commit point, as the HTTP adapter ends it. It holds the reply (and
-/// the account slot) until it is dropped.
+/// A simulated stream: the content chunk after the first-token wait, a usage chunk, the end. (A
+/// structured request's invalid answer opens with prose: the call loop ends it at this content
+/// chunk, the commit point, as over HTTP.) It holds the reply (and the account slot) until it
+/// is dropped.
 struct SimChunks {
     wait: Option<(SimSource, Duration)>,
     content: &'static str,
-    /// The content fails the request's structure from its opening (the commit point).
-    fails: bool,
     step: u8,
     _reply: Reply,
 }
@@ -372,9 +369,6 @@ impl ChunkSource for SimChunks {
         }
         self.step += 1;
         let chunk = match self.step {
-            1 if self.fails => {
-                return Some(Err(Outcome::new(OutcomeClass::ResultInvalid, "not_json")));
-            }
             1 => {
                 json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"role": "assistant", "content": self.content}, "finish_reason": "stop"}]})
             }

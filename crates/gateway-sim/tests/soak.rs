@@ -95,6 +95,11 @@ fn the_report_reads_throughput_against_capacity_and_waits_apart_from_call_time()
     let nine = invariants::check(&result).into_iter().find(|v| v.number == 9).unwrap();
     assert!(!nine.held);
     assert!(nine.violation.unwrap().starts_with(&format!("call {id} waited")));
+    // The same wait on a stalled call is invariant 7's, and 7's alone.
+    result.call_events[7].result = gateway_core::telemetry::CallResult::Stalled;
+    let verdicts = invariants::check(&result);
+    let held = |n: u8| verdicts.iter().find(|v| v.number == n).unwrap().held;
+    assert!(!held(7) && held(9), "{verdicts:?}");
 }
 
 #[test]

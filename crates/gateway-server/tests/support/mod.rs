@@ -109,14 +109,6 @@ pub async fn start_custom(
     start_serving(&custom_config(&root, server, &scopes.replace("{root}", &root)), recorder, shutdown).await
 }
 
-/// The proxy on a whole config text (its sources at `provider`, already started), serving forever.
-pub async fn start_text(
-    text: &str,
-    provider: provider::Recorder,
-) -> (Running, tokio::task::JoinHandle<std::io::Result<gateway_server::Served>>) {
-    start_serving(text, provider, std::future::pending()).await
-}
-
 async fn start_serving(
     text: &str,
     provider: provider::Recorder,

@@ -271,10 +271,19 @@ fn layer_name(metadata: Option<&Metadata>, file: &Option<PathBuf>) -> (String, b
 }
 
 fn from_figment(error: figment::Error, file: &Option<PathBuf>) -> ConfigError {
-    let (layer, from_env) = layer_name(error.metadata.as_ref(), file);
+    describe(error, file.as_deref(), is_secret)
+}
+
+/// A figment error of a config layered from `file` and the environment (by this module's
+/// loaders, or a table of the same file a tool reads, as the proxy reads `[server]`): the key as
+/// its layer spells it (dotted, or the variable's name), the layer, and the message, without the
+/// value when `secret` says the key may hold one.
+pub fn describe(error: figment::Error, file: Option<&Path>, secret: impl Fn(&[String]) -> bool) -> ConfigError {
+    let file = file.map(Path::to_path_buf);
+    let (layer, from_env) = layer_name(error.metadata.as_ref(), &file);
     // For an unknown field the path already ends with the field's name.
     let dotted = error.path.join(".");
-    let message = if is_secret(&error.path) { secret_message(&error.kind) } else { Message(&error.kind).to_string() };
+    let message = if secret(&error.path) { secret_message(&error.kind) } else { Message(&error.kind).to_string() };
     ConfigError { key: key_in_layer(&dotted, from_env), layer, message }
 }
 

@@ -227,17 +227,10 @@ pub fn load(path: &Path) -> Result<(ServerConfig, Vec<ScopePolicy>), ConfigError
 pub fn load_with(path: &Path, vars: Vec<(String, String)>) -> Result<(ServerConfig, Vec<ScopePolicy>), ConfigError> {
     let scopes = Loader::new().file(path).reserve("server").env_vars(vars.clone()).load().map_err(|e| ConfigError(e.to_string()))?;
     let env = EnvLayer::new(vars, &["server".to_owned()]).map_err(|e| ConfigError(e.to_string()))?;
-    let (_, tables) = env.extract::<Tables>(&Figment::new().merge(Toml::file(path))).map_err(|e| {
-        let key = e.path.join(".");
-        let message = match &e.kind {
-            // A secret's value is never printed, whatever is wrong with it.
-            kind if is_secret(&key) => config::secret_message(kind),
-            figment::error::Kind::UnknownField(field, _) => format!("unknown key {field:?}"),
-            figment::error::Kind::MissingField(field) => format!("required key {field:?} is missing"),
-            other => other.to_string(),
-        };
-        ConfigError(format!("{key}: {message}"))
-    })?;
+    // Named as the scopes' errors are; a secret's value is never printed, whatever is wrong.
+    let (_, tables) = env
+        .extract::<Tables>(&Figment::new().merge(Toml::file(path)))
+        .map_err(|e| ConfigError(config::describe(*e, Some(path), |key| is_secret(&key.join("."))).to_string()))?;
     let server = tables.server.unwrap_or_default();
     server.validate()?;
     Ok((server, scopes))
@@ -279,11 +272,11 @@ mod tests {
     #[test]
     fn a_bad_server_variable_is_named_and_a_secret_never_shown() {
         let e = load_text("", &[("SERVER__MAX_BODY_BYTES", "big")]).unwrap_err().to_string();
-        assert_eq!(e, "server.max_body_bytes: invalid type: found string \"big\", expected usize");
+        assert_eq!(e, "SERVER__MAX_BODY_BYTES (environment): invalid type: string \"big\", expected usize");
         let e = load_text("", &[("SERVER__LISEN", "x")]).unwrap_err().to_string();
-        assert_eq!(e, "server.lisen: unknown key \"lisen\"");
+        assert_eq!(e, "SERVER__LISEN (environment): unknown key \"lisen\"");
         let e = load_text("", &[("SERVER__API_KEYS__OPS", "4242424242424242")]).unwrap_err().to_string();
-        assert!(e.starts_with("server.api_keys.ops: invalid type (the value is not shown)") && !e.contains("4242"), "{e}");
+        assert!(e.starts_with("SERVER__API_KEYS__OPS (environment): invalid type (the value is not shown)") && !e.contains("4242"), "{e}");
         let e = load_text("", &[("SERVER____LISTEN", "x")]).unwrap_err().to_string();
         assert!(e.starts_with("SERVER____LISTEN (environment): empty key part"), "{e}");
     }

@@ -9,7 +9,7 @@ mod support;
 
 use axum::body::Body;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use tower::ServiceExt;
@@ -127,8 +127,12 @@ impl Proxy {
     }
 }
 
+/// A seeded runner: the same cases on every run, so a failure is repeatable.
 fn runner(cases: u32) -> TestRunner {
-    TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() })
+    TestRunner::new_with_rng(
+        Config { cases, failure_persistence: None, ..Config::default() },
+        TestRng::deterministic_rng(RngAlgorithm::ChaCha),
+    )
 }
 
 #[test]

@@ -150,8 +150,9 @@ pub fn state_on(
     Arc::new(AppState::new(Arc::new(client), gates, metrics, server, schemas))
 }
 
-/// An upstream that answers every attempt at once: an echo of the last message for chat, three
-/// numbers per input for embeddings.
+/// An upstream that answers every attempt at once: an echo of the last message for chat (as a
+/// JSON object when the request asks for structured output), three numbers per input for
+/// embeddings.
 pub struct Answers;
 
 #[async_trait::async_trait]
@@ -159,6 +160,10 @@ impl gateway_core::ports::Upstream for Answers {
     async fn send(&self, _source: &str, request: &gateway_core::request::Request) -> gateway_core::request::Attempt {
         use gateway_core::request::{Attempt, Kind, Response};
         let response = match request.kind() {
+            // A request for structured output gets JSON (a prose echo would fail it and be re-asked).
+            Kind::Chat if request.structured.is_some() => {
+                Response::chat_text(&serde_json::json!({"echo": request.texts().last().unwrap_or("")}).to_string(), None)
+            }
             Kind::Chat => Response::chat_text(&format!("echo: {}", request.texts().last().unwrap_or("")), None),
             Kind::Embeddings => Response::embedding_vectors(&vec![vec![0.5, -1.0, 2.0]; request.texts().count().max(1)], None),
         };

@@ -11,7 +11,7 @@
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use fred::prelude::*;
-use gateway_core::breaker::{GateOp, GateParams, SuccessKind};
+use gateway_core::breaker::{Fence, GateOp, GateParams, SuccessKind};
 use gateway_core::policy::BreakerConfig;
 use gateway_core::ports::{BreakerGate, GateKey};
 use gateway_core::time::{Clock, Timestamp};
@@ -81,12 +81,15 @@ impl Op {
         }
     }
 
-    async fn run(self, gates: &dyn BreakerGate, key: &GateKey, p: &GateParams, i: u64) {
+    /// One operation on `key`, whose records carry `fence` (the gate's admission fence: the
+    /// gate stays CLOSED at epoch 0, so every record counts).
+    async fn run(self, gates: &dyn BreakerGate, (key, fence): &(GateKey, Fence), p: &GateParams, i: u64) {
+        let fence = *fence;
         match self {
             Op::TryEnter => gates.apply(key, p, GateOp::TryEnter).await.map(|_| ()).unwrap(),
-            Op::RecordMix if i.is_multiple_of(10) => gates.apply(key, p, GateOp::Failure { epoch: 0 }).await.map(|_| ()).unwrap(),
+            Op::RecordMix if i.is_multiple_of(10) => gates.apply(key, p, GateOp::Failure { fence }).await.map(|_| ()).unwrap(),
             Op::RecordSuccess | Op::RecordMix => {
-                gates.apply(key, p, GateOp::Success { epoch: 0, kind: SuccessKind::Real }).await.map(|_| ()).unwrap();
+                gates.apply(key, p, GateOp::Success { fence, kind: SuccessKind::Real }).await.map(|_| ()).unwrap();
             }
         }
     }
@@ -94,7 +97,17 @@ impl Op {
 
 fn gate_ops(c: &mut Criterion, group_name: &str, rt: &Runtime, gates: Arc<dyn BreakerGate>, scope: &str) {
     let p = Arc::new(params());
-    let keys: Arc<Vec<GateKey>> = Arc::new((0..8).map(|i| GateKey::new(scope, format!("s{i}"))).collect());
+    let keys: Vec<GateKey> = (0..8).map(|i| GateKey::new(scope, format!("s{i}"))).collect();
+    // Each gate is created by an admission, whose fence its records carry.
+    let fenced = rt.block_on(async {
+        let mut fenced = Vec::new();
+        for key in keys {
+            let fence = gates.apply(&key, &p, GateOp::TryEnter).await.unwrap().fence();
+            fenced.push((key, fence));
+        }
+        fenced
+    });
+    let keys = Arc::new(fenced);
     let mut group = c.benchmark_group(group_name);
     group.throughput(Throughput::Elements(1)).sample_size(20).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
     for tasks in [1u64, 64] {

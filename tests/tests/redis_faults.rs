@@ -11,7 +11,7 @@
 use fred::prelude::ClientLike;
 use gateway_core::breaker::{GateOp, GateParams, SuccessKind, Verdict};
 use gateway_core::policy::BreakerConfig;
-use gateway_core::ports::{BreakerGate, GateError, GateKey};
+use gateway_core::ports::{BreakerGate, GateError, GateKey, QuotaGate};
 use gateway_redis::{RedisConfig, RedisConnection, RedisGates};
 use libtest_mimic::Trial;
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -89,6 +89,9 @@ fn main() -> ExitCode {
         ("script_flush_between_calls_recovers", || Box::pin(script_flush_between_calls_recovers())),
         ("a_hung_redis_is_bounded_by_the_command_timeout", || Box::pin(a_hung_redis_is_bounded_by_the_command_timeout())),
         ("what_the_script_cannot_read_is_malformed_not_an_outage", || Box::pin(what_the_script_cannot_read_is_malformed_not_an_outage())),
+        ("records_from_before_a_flushall_are_refused_by_the_new_gate_and_account", || {
+            Box::pin(records_from_before_a_flushall_are_refused_by_the_new_gate_and_account())
+        }),
     ];
     let runs: Vec<(String, Box<dyn FnOnce() + Send>)> = cases
         .iter()
@@ -144,9 +147,9 @@ async fn stopped_redis_fails_admission_at_once_degrades_records_and_recovers() {
     assert!(unavailable(&admission), "admission must fail closed with a typed error: {admission:?}");
     let retry_after = within(bound, gates.retry_after(&[(key.clone(), p.clone())])).await;
     assert!(unavailable(&retry_after), "{retry_after:?}");
-    let record = within(bound, gates.apply(&key, &p, GateOp::Failure { epoch: entry.epoch })).await;
+    let record = within(bound, gates.apply(&key, &p, GateOp::Failure { fence: entry.fence() })).await;
     assert!(unavailable(&record), "{record:?}");
-    let record = within(bound, gates.apply(&key, &p, GateOp::Success { epoch: entry.epoch, kind: SuccessKind::Real })).await;
+    let record = within(bound, gates.apply(&key, &p, GateOp::Success { fence: entry.fence(), kind: SuccessKind::Real })).await;
     assert!(unavailable(&record), "{record:?}");
     assert_eq!(gates.connection().degraded_records(), 2, "each dropped record is counted");
 
@@ -163,7 +166,7 @@ async fn stopped_redis_fails_admission_at_once_degrades_records_and_recovers() {
     })
     .await;
     assert_eq!(recovered.verdict, Some(Verdict::Allowed));
-    gates.apply(&key, &p, GateOp::Failure { epoch: recovered.epoch }).await.unwrap();
+    gates.apply(&key, &p, GateOp::Failure { fence: recovered.fence() }).await.unwrap();
     assert_eq!(gates.snapshot(&key).await.unwrap().failures, 1);
 }
 
@@ -174,7 +177,7 @@ async fn script_flush_between_calls_recovers() {
     let (key, p) = (GateKey::new("faults", "flush"), params());
     let entry = gates.apply(&key, &p, GateOp::TryEnter).await.unwrap();
     let _: String = conn.pool().custom(fred::cmd!("SCRIPT"), vec!["FLUSH"]).await.unwrap();
-    gates.apply(&key, &p, GateOp::Failure { epoch: entry.epoch }).await.unwrap();
+    gates.apply(&key, &p, GateOp::Failure { fence: entry.fence() }).await.unwrap();
     let _: String = conn.pool().custom(fred::cmd!("SCRIPT"), vec!["FLUSH"]).await.unwrap();
     assert_eq!(gates.apply(&key, &p, GateOp::TryEnter).await.unwrap().verdict, Some(Verdict::Allowed));
     assert_eq!(gates.snapshot(&key).await.unwrap().failures, 1);
@@ -230,7 +233,45 @@ async fn what_the_script_cannot_read_is_malformed_not_an_outage() {
     // Neither is an unavailable Redis; a record Redis did not take is still counted as dropped
     // (and logged as the script's fault), as one it could not answer is.
     assert_eq!(conn.degraded_records(), 0, "admission is not a record");
-    let record = gates.apply(&wrong_type, &p, GateOp::Failure { epoch: 0 }).await;
+    let record = gates.apply(&wrong_type, &p, GateOp::Failure { fence: gateway_core::breaker::Fence { incarnation: 1, epoch: 0 } }).await;
     assert!(malformed(&record), "{record:?}");
     assert_eq!(conn.degraded_records(), 1);
+}
+
+/// FLUSHALL empties Redis under a running gateway (as a restart without persistence, or a
+/// failover to a replica that missed the writes, would): the gate and the quota account are
+/// created again, epochs and permit ids starting afresh, and what was admitted before is fenced
+/// by its incarnation although its epoch (0) and permit id (1) are the new ones'.
+async fn records_from_before_a_flushall_are_refused_by_the_new_gate_and_account() {
+    let server = own_server();
+    let conn = connect(server.url()).await;
+    let (gates, quota) = (RedisGates::new(conn.clone()), gateway_redis::RedisQuota::new(conn.clone()));
+    let (key, p) = (GateKey::new("flush", "s1"), params());
+    let limits = gateway_core::policy::QuotaLimits { max_concurrency: Some(4), rpm: None, tpm: None, permit_ttl: Duration::from_secs(60) };
+    let before = gates.apply(&key, &p, GateOp::TryEnter).await.unwrap();
+    let granted = |d| match d {
+        gateway_core::ports::QuotaDecision::Granted(permit) => permit,
+        refused => panic!("refused: {refused:?}"),
+    };
+    let old_permit = granted(quota.acquire(&key, &limits, 10).await.unwrap());
+    let _: () = conn.pool().flushall(false).await.unwrap();
+    let after = gates.apply(&key, &p, GateOp::TryEnter).await.unwrap();
+    assert_eq!((before.epoch, after.epoch), (0, 0), "epochs start again");
+    assert_ne!(before.incarnation, after.incarnation, "the new gate is another incarnation");
+    let new_permit = granted(quota.acquire(&key, &limits, 10).await.unwrap());
+    assert_eq!((old_permit.id, new_permit.id), (1, 1), "permit ids start again");
+    assert_ne!(old_permit.incarnation, new_permit.incarnation);
+    // The records of the attempt admitted before the flush change nothing.
+    for op in [GateOp::Failure { fence: before.fence() }, GateOp::Success { fence: before.fence(), kind: SuccessKind::Real }] {
+        assert!(gates.apply(&key, &p, op).await.unwrap().fenced, "{op:?} was not fenced");
+    }
+    let gate = gates.snapshot(&key).await.unwrap();
+    assert_eq!((gate.failures, gate.a0), (0, 0), "a stale record counted: {gate:?}");
+    quota.release(&old_permit).await.unwrap();
+    assert_eq!(quota.in_flight(&key).await.unwrap(), 1, "the old permit's release freed the new permit 1");
+    // The new admission's records count.
+    gates.apply(&key, &p, GateOp::Failure { fence: after.fence() }).await.unwrap();
+    assert_eq!(gates.snapshot(&key).await.unwrap().failures, 1);
+    quota.release(&new_permit).await.unwrap();
+    assert_eq!(quota.in_flight(&key).await.unwrap(), 0);
 }

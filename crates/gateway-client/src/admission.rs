@@ -52,7 +52,14 @@ impl SourceAdmission {
     pub(crate) fn gate_event(&self, scope: &Scope, source: usize, reply: &Reply) {
         if let Some(transition) = reply.transition {
             let key = scope.gates[source].0.clone();
-            self.telemetry.gate(&GateEvent { key, at: self.clock.now(), transition, epoch: reply.epoch, retry_after: reply.retry_after });
+            self.telemetry.gate(&GateEvent {
+                key,
+                at: self.clock.now(),
+                transition,
+                incarnation: reply.incarnation,
+                epoch: reply.epoch,
+                retry_after: reply.retry_after,
+            });
         }
     }
 

@@ -189,6 +189,8 @@ pub(crate) struct Facts {
     pub(crate) started: Timestamp,
     pub(crate) probe: bool,
     pub(crate) admitted_in: CircuitState,
+    /// The incarnation of the gate that admitted it.
+    pub(crate) incarnation: u64,
     /// When a stream reached its commit point (its time to first token is what the slow-call
     /// channel judges: a long generation is no slow source).
     pub(crate) committed: Option<Timestamp>,
@@ -243,6 +245,7 @@ pub(crate) async fn settle(
         consumed_budget: consumed,
         probe: facts.probe,
         admitted_in: facts.admitted_in,
+        incarnation: facts.incarnation,
         health: finished.health,
         aimd_limit: finished.aimd_limit,
     });
@@ -343,6 +346,7 @@ impl CallLoop<'_> {
                 started: clock.now(),
                 probe: slot.is_probe(),
                 admitted_in: slot.admitted_in(),
+                incarnation: slot.incarnation(),
                 committed: None,
             };
             call.stall.attempt_started(facts.started);

@@ -6,7 +6,7 @@
 //! leak them. The end of every attempt made wakes the partition's oldest waiter.
 
 use crate::scope::Scope;
-use gateway_core::breaker::{GateOp, Reply};
+use gateway_core::breaker::{Fence, GateOp, Reply};
 use gateway_core::outcome::{AimdEffect, NextStep, OutcomeClass};
 use gateway_core::ports::{BreakerGate, PaceLease, PacerGate, Permit, QuotaGate};
 use gateway_core::time::Timestamp;
@@ -51,9 +51,14 @@ impl Slot {
         self.entry = Some(entry);
     }
 
-    /// The epoch the attempt was admitted at.
-    fn epoch(&self) -> u64 {
-        self.entry.map_or(0, |e| e.epoch)
+    /// The fence the attempt was admitted under.
+    fn fence(&self) -> Fence {
+        self.entry.map_or(Fence { incarnation: 0, epoch: 0 }, |e| e.fence())
+    }
+
+    /// The incarnation of the gate that admitted the attempt (0 before the gate was asked).
+    pub(crate) fn incarnation(&self) -> u64 {
+        self.entry.map_or(0, |e| e.incarnation)
     }
 
     /// The gate state the attempt was admitted in.
@@ -79,7 +84,7 @@ impl Slot {
             // send a second release, which could clear the next prober's lease.
             self.probe = false;
             let (key, params) = &self.scope.gates[self.source];
-            let _ = self.holders.gates.apply(key, params, GateOp::Release { epoch: self.epoch() }).await;
+            let _ = self.holders.gates.apply(key, params, GateOp::Release { fence: self.fence() }).await;
         }
         if let Some(pace) = &self.pace {
             let _ = self.holders.pacer.release(pace, AimdEffect::Nothing, &self.scope.pacer).await;
@@ -158,7 +163,7 @@ pub(crate) struct Finished {
 impl Drop for Slot {
     fn drop(&mut self) {
         self.end_inflight();
-        let probe = self.probe.then_some(self.epoch());
+        let probe = self.probe.then_some(self.fence());
         let (permit, pace) = (self.permit.take(), self.pace.take());
         // An attempt was admitted (settled by `finish` or cut short by the call's drop): its
         // capacity is free once what it still holds is released, and the oldest waiter's turn.
@@ -173,8 +178,8 @@ impl Drop for Slot {
         let releases = self.holders.releases.clone();
         let release = async move {
             let (key, params) = &scope.gates[source];
-            if let Some(epoch) = probe {
-                let _ = holders.gates.apply(key, params, GateOp::Release { epoch }).await;
+            if let Some(fence) = probe {
+                let _ = holders.gates.apply(key, params, GateOp::Release { fence }).await;
             }
             if let Some(pace) = pace {
                 let _ = holders.pacer.release(&pace, AimdEffect::Nothing, &scope.pacer).await;

@@ -147,10 +147,10 @@ async fn all_half_open_fail_fast_fails_with_retry_after_zero() {
 async fn all_half_open_wait_polls_and_gets_through_once_a_probe_succeeds() {
     let h = Harness::new(sources(2, wait()), Preset::Default);
     let probes = all_half_open(&h, &["s1", "s2"]).await;
-    let (gates, key, params, epoch) = (h.gates.clone(), h.key("s1"), h.params("s1"), probes[0].epoch);
+    let (gates, key, params, fence) = (h.gates.clone(), h.key("s1"), h.params("s1"), probes[0].fence());
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_secs(2)).await;
-        gates.apply(&key, &params, GateOp::Success { epoch, kind: SuccessKind::Real }).await.unwrap();
+        gates.apply(&key, &params, GateOp::Success { fence, kind: SuccessKind::Real }).await.unwrap();
     });
     h.call().await.unwrap();
     let t = h.now_s();
@@ -241,7 +241,7 @@ async fn the_memo_never_keeps_a_recovered_source_out() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(retry_after(&h.call().await.unwrap_err()), Duration::ZERO);
     // the other probe succeeds: the very next call uses the source
-    h.gates.apply(&h.key("s1"), &h.params("s1"), GateOp::Success { epoch: probe.epoch, kind: SuccessKind::Real }).await.unwrap();
+    h.gates.apply(&h.key("s1"), &h.params("s1"), GateOp::Success { fence: probe.fence(), kind: SuccessKind::Real }).await.unwrap();
     h.call().await.unwrap();
     assert_eq!(h.upstream.sent(), ["s1"]);
 }

@@ -29,7 +29,7 @@ fn hot_path(c: &mut Criterion) {
             now += 7; // crosses window buckets now and then, as real traffic does
             let t = Timestamp::from_millis(now);
             let entry = gate.apply(&p, GateOp::TryEnter, t);
-            black_box(gate.apply(&p, GateOp::Success { epoch: entry.epoch, kind: SuccessKind::Real }, t))
+            black_box(gate.apply(&p, GateOp::Success { fence: entry.fence(), kind: SuccessKind::Real }, t))
         });
     });
     group.bench_function("try_enter+record_failure", |b| {
@@ -43,9 +43,9 @@ fn hot_path(c: &mut Criterion) {
             let t = Timestamp::from_millis(now);
             let entry = gate.apply(&p, GateOp::TryEnter, t);
             if i.is_multiple_of(9) {
-                black_box(gate.apply(&p, GateOp::Failure { epoch: entry.epoch }, t))
+                black_box(gate.apply(&p, GateOp::Failure { fence: entry.fence() }, t))
             } else {
-                black_box(gate.apply(&p, GateOp::Success { epoch: entry.epoch, kind: SuccessKind::Real }, t))
+                black_box(gate.apply(&p, GateOp::Success { fence: entry.fence(), kind: SuccessKind::Real }, t))
             }
         });
     });
@@ -57,7 +57,7 @@ fn hot_path(c: &mut Criterion) {
             now += 7;
             let t = Timestamp::from_millis(now);
             let entry = gate.apply(&p, GateOp::TryEnter, t);
-            black_box(gate.apply(&p, GateOp::Failure { epoch: entry.epoch }, t))
+            black_box(gate.apply(&p, GateOp::Failure { fence: entry.fence() }, t))
         });
     });
     group.finish();

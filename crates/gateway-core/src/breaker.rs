@@ -181,25 +181,46 @@ impl Transition {
     }
 }
 
+/// What fences a record: the gate's incarnation and its epoch when the attempt was admitted.
+/// A record whose fence is not the gate's current one changes nothing: an epoch fences out
+/// attempts admitted before the gate last opened, an incarnation those admitted by a gate the
+/// backend has since lost (a Redis restart without persistence, a flush, a failover to a replica
+/// that missed writes, an eviction), whose replacement counts epochs from 0 again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Fence {
+    /// The incarnation of the gate that admitted the attempt.
+    pub incarnation: u64,
+    /// Its epoch then.
+    pub epoch: u64,
+}
+
 /// What every operation returns: the verdict of a `TryEnter`, the state after the operation,
-/// the epoch, and `retry_after` under the contract (0 unless OPEN; never above `max_cooldown`).
+/// the incarnation and epoch, and `retry_after` under the contract (0 unless OPEN; never above
+/// `max_cooldown`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Reply {
     /// The verdict of a [`GateOp::TryEnter`]; `None` for the other operations.
     pub verdict: Option<Verdict>,
     /// State after the operation.
     pub state: CircuitState,
+    /// The gate's incarnation (0: no gate is stored, e.g. a record on a lost gate).
+    pub incarnation: u64,
     /// Epoch after the operation.
     pub epoch: u64,
     /// Time until a certain retry moment: non-zero only when OPEN.
     pub retry_after: Duration,
     /// The state change this operation made, if any.
     pub transition: Option<Transition>,
-    /// The record carried a stale epoch and changed nothing.
+    /// The record carried a stale fence (epoch or incarnation) and changed nothing.
     pub fenced: bool,
 }
 
 impl Reply {
+    /// The fence of an attempt this reply admitted: what its record must carry.
+    pub fn fence(&self) -> Fence {
+        Fence { incarnation: self.incarnation, epoch: self.epoch }
+    }
+
     /// Whether a `TryEnter` admitted the caller (allowed, or holding the probe lease).
     pub fn is_admitted(&self) -> bool {
         matches!(self.verdict, Some(Verdict::Allowed | Verdict::Probe))
@@ -237,8 +258,8 @@ pub enum SuccessKind {
     Unusable,
 }
 
-/// One operation on a gate (SPEC §3 operations 1–5). Records carry the epoch the attempt was
-/// admitted at; a stale one changes nothing.
+/// One operation on a gate (SPEC §3 operations 1–5). Records carry the fence (incarnation and
+/// epoch) the attempt was admitted under; a stale one changes nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum GateOp {
@@ -247,16 +268,16 @@ pub enum GateOp {
     TryEnter,
     /// The attempt succeeded.
     Success {
-        /// Epoch of the admission.
-        epoch: u64,
+        /// The admission's fence.
+        fence: Fence,
         /// How it counts.
         kind: SuccessKind,
     },
     /// The attempt failed (never a 429). In CLOSED the rate channel is checked before the
     /// consecutive one.
     Failure {
-        /// Epoch of the admission.
-        epoch: u64,
+        /// The admission's fence.
+        fence: Fence,
     },
     /// The source is dead (bad key, no balance, unknown model). An already OPEN gate is left as
     /// it is: calls admitted before the open that all come back 401 must not push the streak up
@@ -265,8 +286,8 @@ pub enum GateOp {
     /// Hands back a probe lease that proved nothing (429, bad payload, cancellation), so the next
     /// `TryEnter` probes at once.
     Release {
-        /// Epoch of the admission.
-        epoch: u64,
+        /// The admission's fence.
+        fence: Fence,
     },
 }
 
@@ -277,10 +298,10 @@ impl GateOp {
         !matches!(self, GateOp::TryEnter)
     }
 
-    /// The admission epoch a record is fenced by (`None`: not fenced).
-    pub const fn epoch(self) -> Option<u64> {
+    /// The admission fence a record is fenced by (`None`: not fenced).
+    pub const fn fence(self) -> Option<Fence> {
         match self {
-            GateOp::Success { epoch, .. } | GateOp::Failure { epoch } | GateOp::Release { epoch } => Some(epoch),
+            GateOp::Success { fence, .. } | GateOp::Failure { fence } | GateOp::Release { fence } => Some(fence),
             GateOp::TryEnter | GateOp::ForceOpen => None,
         }
     }
@@ -294,6 +315,9 @@ impl GateOp {
 pub struct Gate {
     /// CLOSED, OPEN or HALF_OPEN.
     pub state: CircuitState,
+    /// This life of the gate, chosen at random by the backend when it creates the gate (see
+    /// [`Gate::apply_stored`]); 0 for a gate no backend stores (never written, expired or lost).
+    pub incarnation: u64,
     /// Incremented by every transition to OPEN, and by nothing else.
     pub epoch: u64,
     /// When an OPEN gate may be probed.
@@ -330,10 +354,27 @@ impl Gate {
         Gate::default()
     }
 
-    /// Applies `op` at `now` and returns the reply: the one entry point of the breaker, that
-    /// every backend runs (the memory gates directly, the Redis scripts rule for rule).
+    /// Applies `op` at `now` to the gate a backend stores (`Gate::default()`, incarnation 0, when
+    /// it stores none) and returns the reply: the one entry point of the breaker, that every
+    /// backend runs (the memory gates directly, the Redis script rule for rule). `TryEnter` and
+    /// `ForceOpen` (a dead source is dead whatever the backend lost) create a gate that is not
+    /// stored, with `fresh` (non-zero, drawn at random by the backend) as its incarnation; a
+    /// fenced record on it is refused and stores nothing, since the gate that admitted its
+    /// attempt is gone.
+    pub fn apply_stored(&mut self, p: &GateParams, op: GateOp, now: Timestamp, fresh: impl FnOnce() -> u64) -> Reply {
+        if self.incarnation == 0 {
+            if op.fence().is_some() {
+                return self.reply(p, now, None, None, true);
+            }
+            self.incarnation = fresh();
+        }
+        self.apply(p, op, now)
+    }
+
+    /// Applies `op` at `now` to this gate, which exists: [`Gate::apply_stored`] without the
+    /// creation rule (for a gate held in a test or a benchmark).
     pub fn apply(&mut self, p: &GateParams, op: GateOp, now: Timestamp) -> Reply {
-        if op.epoch().is_some_and(|epoch| epoch != self.epoch) {
+        if op.fence().is_some_and(|fence| fence != self.fence()) {
             return self.reply(p, now, None, None, true);
         }
         let (verdict, transition) = match op {
@@ -466,6 +507,11 @@ impl Gate {
         uncounted(self) != uncounted(before) || (self.win_id == 0 && self != before)
     }
 
+    /// The fence of an attempt this gate admits now.
+    pub fn fence(&self) -> Fence {
+        Fence { incarnation: self.incarnation, epoch: self.epoch }
+    }
+
     /// Window samples (attempts) in the current and previous bucket as of the last write (the
     /// window rotates on writes only).
     pub fn samples(&self) -> u32 {
@@ -545,7 +591,8 @@ impl Gate {
     }
 
     fn reply(&self, p: &GateParams, now: Timestamp, verdict: Option<Verdict>, transition: Option<Transition>, fenced: bool) -> Reply {
-        Reply { verdict, state: self.state, epoch: self.epoch, retry_after: self.retry_after(p, now), transition, fenced }
+        let (incarnation, epoch) = (self.incarnation, self.epoch);
+        Reply { verdict, state: self.state, incarnation, epoch, retry_after: self.retry_after(p, now), transition, fenced }
     }
 }
 

@@ -171,15 +171,15 @@ impl Effects {
         if !admitted.is_admitted() {
             return None;
         }
-        let epoch = admitted.epoch;
+        let fence = admitted.fence();
         match self.breaker {
             BreakerEffect::Success(SuccessKind::Real) if slow_call.is_some_and(|slow| responsiveness > slow) => {
-                Some(GateOp::Success { epoch, kind: SuccessKind::Slow })
+                Some(GateOp::Success { fence, kind: SuccessKind::Slow })
             }
-            BreakerEffect::Success(kind) => Some(GateOp::Success { epoch, kind }),
-            BreakerEffect::Failure => Some(GateOp::Failure { epoch }),
+            BreakerEffect::Success(kind) => Some(GateOp::Success { fence, kind }),
+            BreakerEffect::Failure => Some(GateOp::Failure { fence }),
             BreakerEffect::ForceOpen => Some(GateOp::ForceOpen),
-            BreakerEffect::Nothing if admitted.is_probe() => Some(GateOp::Release { epoch }),
+            BreakerEffect::Nothing if admitted.is_probe() => Some(GateOp::Release { fence }),
             BreakerEffect::Nothing => None,
         }
     }
@@ -259,6 +259,7 @@ pub const OUTCOME_TABLE: [Effects; 6] = [
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::breaker::Fence;
 
     #[test]
     fn table_rows_are_in_class_order() {
@@ -288,6 +289,7 @@ mod tests {
         let admission = |verdict| Reply {
             verdict: Some(verdict),
             state: crate::breaker::CircuitState::HalfOpen,
+            incarnation: 9,
             epoch: 3,
             retry_after: Duration::ZERO,
             transition: None,
@@ -296,7 +298,9 @@ mod tests {
         let probe = admission(crate::breaker::Verdict::Probe);
         let releasing: Vec<_> = OutcomeClass::ALL
             .into_iter()
-            .filter(|c| c.effects().gate_op(&probe, Duration::ZERO, None) == Some(GateOp::Release { epoch: 3 }))
+            .filter(|c| {
+                c.effects().gate_op(&probe, Duration::ZERO, None) == Some(GateOp::Release { fence: Fence { incarnation: 9, epoch: 3 } })
+            })
             .collect();
         assert_eq!(releasing, [OutcomeClass::RateLimited, OutcomeClass::RequestRejected]);
         let allowed = Reply { state: crate::breaker::CircuitState::Closed, ..admission(crate::breaker::Verdict::Allowed) };
@@ -308,7 +312,7 @@ mod tests {
             assert_eq!(class.effects().gate_op(&denied, Duration::ZERO, None), None, "{class}: a denial made no attempt");
         }
         let slow = OutcomeClass::Success.effects().gate_op(&allowed, Duration::from_secs(9), Some(Duration::from_secs(5)));
-        assert_eq!(slow, Some(GateOp::Success { epoch: 3, kind: SuccessKind::Slow }));
+        assert_eq!(slow, Some(GateOp::Success { fence: Fence { incarnation: 9, epoch: 3 }, kind: SuccessKind::Slow }));
     }
 
     #[test]

@@ -107,7 +107,10 @@ pub trait BreakerGate: Send + Sync {
 pub struct Permit {
     /// The source's quota account.
     pub key: GateKey,
-    /// Backend-unique permit id.
+    /// The account's incarnation it was granted in (its settle and release change nothing in
+    /// another).
+    pub incarnation: u64,
+    /// Permit id, unique in the account's incarnation.
     pub id: u64,
     /// Tokens charged at acquire.
     pub estimated_tokens: u32,

@@ -12,7 +12,10 @@
 //!   attempt ends, which no one can predict), the time until enough starts leave the window for
 //!   rpm and tpm;
 //! - a grant takes the next id, a lease and a start charged with the estimate; `settle`
-//!   replaces the charge with the actual count; `release` ends the lease.
+//!   replaces the charge with the actual count; `release` ends the lease;
+//! - the account has an incarnation, chosen at random by the backend at its first grant; a
+//!   permit names it, and a settle or release of a permit of another incarnation (one granted
+//!   before the backend lost the account, whose ids start again) changes nothing.
 
 use crate::policy::QuotaLimits;
 use crate::time::Timestamp;
@@ -63,6 +66,7 @@ struct Start {
 /// walks the window to find its wait), so an account with a large rpm stays cheap.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct QuotaAccount {
+    incarnation: u64,
     next_id: u64,
     leases: Vec<(u64, Timestamp)>,
     /// Starts in the rate window, oldest first.
@@ -79,8 +83,14 @@ impl QuotaAccount {
         QuotaAccount::default()
     }
 
-    /// Asks for a permit charging `estimated_tokens`; returns the permit id.
-    pub fn acquire(&mut self, limits: &QuotaLimits, estimated_tokens: u32, now: Timestamp) -> Result<u64, Refusal> {
+    /// The account's incarnation (0 before its first grant).
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+
+    /// Asks for a permit charging `estimated_tokens`; returns the account's incarnation (`fresh`,
+    /// non-zero and drawn by the backend, when this is its first grant) and the permit id.
+    pub fn acquire(&mut self, limits: &QuotaLimits, estimated_tokens: u32, now: Timestamp, fresh: u64) -> Result<(u64, u64), Refusal> {
         self.prune(now);
         let mut refusal: Option<Refusal> = None;
         let mut refuse = |limit, wait| {
@@ -121,6 +131,9 @@ impl QuotaAccount {
         if let Some(refusal) = refusal {
             return Err(refusal);
         }
+        if self.incarnation == 0 {
+            self.incarnation = fresh;
+        }
         self.next_id += 1;
         let id = self.next_id;
         self.leases.push((id, now.saturating_add(limits.permit_ttl)));
@@ -134,12 +147,15 @@ impl QuotaAccount {
         }
         self.charges.insert(id, estimated_tokens);
         self.tokens += u64::from(estimated_tokens);
-        Ok(id)
+        Ok((self.incarnation, id))
     }
 
-    /// Replaces the token charge of permit `id` with `actual_tokens` (nothing once its start has
-    /// left the window).
-    pub fn settle(&mut self, id: u64, actual_tokens: u32) {
+    /// Replaces the token charge of permit `id` of `incarnation` with `actual_tokens` (nothing
+    /// once its start has left the window, or for another incarnation's permit).
+    pub fn settle(&mut self, incarnation: u64, id: u64, actual_tokens: u32) {
+        if incarnation != self.incarnation {
+            return;
+        }
         if let Some(charge) = self.charges.get_mut(&id) {
             self.tokens = self.tokens - u64::from(*charge) + u64::from(actual_tokens);
             *charge = actual_tokens;
@@ -150,8 +166,12 @@ impl QuotaAccount {
         self.charges.get(&id).copied().unwrap_or(0)
     }
 
-    /// Ends the lease of permit `id`; releasing twice is harmless.
-    pub fn release(&mut self, id: u64) {
+    /// Ends the lease of permit `id` of `incarnation`; releasing twice, or a permit of another
+    /// incarnation, is harmless.
+    pub fn release(&mut self, incarnation: u64, id: u64) {
+        if incarnation != self.incarnation {
+            return;
+        }
         self.leases.retain(|&(lease, _)| lease != id);
     }
 
@@ -205,28 +225,47 @@ mod tests {
     fn concurrency_slots_free_on_release_or_lease_expiry() {
         let l = limits(Some(2), None, None);
         let mut q = QuotaAccount::new();
-        let a = q.acquire(&l, 0, at(0)).unwrap();
-        q.acquire(&l, 0, at(0)).unwrap();
-        assert_eq!(q.acquire(&l, 0, at(1)), Err(Refusal { limit: QuotaLimit::Concurrency, retry_after: Duration::ZERO }));
-        q.release(a);
-        q.release(a);
-        let c = q.acquire(&l, 0, at(1)).unwrap();
+        let a = q.acquire(&l, 0, at(0), 1).unwrap();
+        q.acquire(&l, 0, at(0), 1).unwrap();
+        assert_eq!(q.acquire(&l, 0, at(1), 1), Err(Refusal { limit: QuotaLimit::Concurrency, retry_after: Duration::ZERO }));
+        q.release(a.0, a.1);
+        q.release(a.0, a.1);
+        let c = q.acquire(&l, 0, at(1), 1).unwrap();
         assert_eq!(q.in_flight(at(1)), 2);
         // the first holder crashed: its lease ends at 60 s
-        assert!(q.acquire(&l, 0, at(59)).is_err());
-        assert!(q.acquire(&l, 0, at(60)).is_ok());
+        assert!(q.acquire(&l, 0, at(59), 1).is_err());
+        assert!(q.acquire(&l, 0, at(60), 1).is_ok());
         assert!(c > a, "ids grow");
+    }
+
+    #[test]
+    fn the_first_grant_names_the_incarnation_and_another_ones_permits_change_nothing() {
+        let l = limits(Some(1), None, Some(1000));
+        let mut q = QuotaAccount::new();
+        assert_eq!(q.incarnation(), 0);
+        let (incarnation, id) = q.acquire(&l, 600, at(0), 77).unwrap();
+        assert_eq!((incarnation, q.incarnation()), (77, 77));
+        assert_eq!(q.acquire(&l, 0, at(0), 78).unwrap_err().limit, QuotaLimit::Concurrency);
+        // a permit of the account's last life, with the same id, frees nothing and settles nothing
+        q.release(5, id);
+        q.settle(5, id, 0);
+        assert_eq!((q.in_flight(at(0)), q.tokens_in_window()), (1, 600));
+        q.release(incarnation, id);
+        assert_eq!(q.acquire(&l, 0, at(1), 79).unwrap().0, 77, "the incarnation is the first grant's");
     }
 
     #[test]
     fn rpm_refuses_until_the_oldest_start_leaves_the_window() {
         let l = limits(None, Some(2), None);
         let mut q = QuotaAccount::new();
-        q.acquire(&l, 0, at(10)).unwrap();
-        q.acquire(&l, 0, at(20)).unwrap();
-        assert_eq!(q.acquire(&l, 0, at(30)), Err(Refusal { limit: QuotaLimit::RequestsPerMinute, retry_after: Duration::from_secs(40) }));
-        assert!(q.acquire(&l, 0, at(69)).is_err());
-        assert!(q.acquire(&l, 0, at(70)).is_ok());
+        q.acquire(&l, 0, at(10), 1).unwrap();
+        q.acquire(&l, 0, at(20), 1).unwrap();
+        assert_eq!(
+            q.acquire(&l, 0, at(30), 1),
+            Err(Refusal { limit: QuotaLimit::RequestsPerMinute, retry_after: Duration::from_secs(40) })
+        );
+        assert!(q.acquire(&l, 0, at(69), 1).is_err());
+        assert!(q.acquire(&l, 0, at(70), 1).is_ok());
         assert_eq!(q.starts_in_window(at(70)), 2);
     }
 
@@ -234,43 +273,43 @@ mod tests {
     fn tpm_charges_the_estimate_and_settle_corrects_it() {
         let l = limits(None, None, Some(1000));
         let mut q = QuotaAccount::new();
-        let a = q.acquire(&l, 600, at(0)).unwrap();
-        q.acquire(&l, 300, at(10)).unwrap();
-        let refused = q.acquire(&l, 200, at(20)).unwrap_err();
+        let a = q.acquire(&l, 600, at(0), 1).unwrap();
+        q.acquire(&l, 300, at(10), 1).unwrap();
+        let refused = q.acquire(&l, 200, at(20), 1).unwrap_err();
         // 900 used; 200 more needs the 600 of t=0 to leave: at 60 s.
         assert_eq!(refused, Refusal { limit: QuotaLimit::TokensPerMinute, retry_after: Duration::from_secs(40) });
-        q.settle(a, 100);
+        q.settle(a.0, a.1, 100);
         assert_eq!(q.tokens_in_window(), 400);
-        assert!(q.acquire(&l, 200, at(20)).is_ok());
+        assert!(q.acquire(&l, 200, at(20), 1).is_ok());
     }
 
     #[test]
     fn a_request_larger_than_tpm_runs_alone() {
         let l = limits(None, None, Some(100));
         let mut q = QuotaAccount::new();
-        q.acquire(&l, 10, at(0)).unwrap();
-        q.acquire(&l, 10, at(5)).unwrap();
-        let refused = q.acquire(&l, 500, at(6)).unwrap_err();
+        q.acquire(&l, 10, at(0), 1).unwrap();
+        q.acquire(&l, 10, at(5), 1).unwrap();
+        let refused = q.acquire(&l, 500, at(6), 1).unwrap_err();
         assert_eq!(refused.retry_after, Duration::from_secs(59), "waits for the whole window to empty");
-        assert!(q.acquire(&l, 500, at(65)).is_ok());
+        assert!(q.acquire(&l, 500, at(65), 1).is_ok());
     }
 
     #[test]
     fn a_zero_limit_refuses_without_panicking() {
         let mut q = QuotaAccount::new();
-        let refused = q.acquire(&limits(None, Some(0), None), 0, at(0)).unwrap_err();
+        let refused = q.acquire(&limits(None, Some(0), None), 0, at(0), 1).unwrap_err();
         assert_eq!(refused, Refusal { limit: QuotaLimit::RequestsPerMinute, retry_after: RATE_WINDOW });
-        assert_eq!(q.acquire(&limits(Some(0), None, None), 0, at(0)).unwrap_err().limit, QuotaLimit::Concurrency);
+        assert_eq!(q.acquire(&limits(Some(0), None, None), 0, at(0), 1).unwrap_err().limit, QuotaLimit::Concurrency);
     }
 
     #[test]
     fn a_clock_that_steps_back_keeps_the_window_ordered() {
         let l = limits(None, Some(2), None);
         let mut q = QuotaAccount::new();
-        q.acquire(&l, 0, at(100)).unwrap();
-        q.acquire(&l, 0, at(50)).unwrap();
+        q.acquire(&l, 0, at(100), 1).unwrap();
+        q.acquire(&l, 0, at(50), 1).unwrap();
         // at 111 the start of t=50 has left; the one of t=100 has not
-        assert!(q.acquire(&l, 0, at(111)).is_ok());
+        assert!(q.acquire(&l, 0, at(111), 1).is_ok());
         assert_eq!(q.starts_in_window(at(111)), 2);
     }
 
@@ -278,7 +317,7 @@ mod tests {
     fn the_refusal_names_the_first_limit_and_the_longest_wait() {
         let l = limits(Some(1), Some(1), None);
         let mut q = QuotaAccount::new();
-        q.acquire(&l, 0, at(0)).unwrap();
-        assert_eq!(q.acquire(&l, 0, at(15)), Err(Refusal { limit: QuotaLimit::Concurrency, retry_after: Duration::from_secs(45) }));
+        q.acquire(&l, 0, at(0), 1).unwrap();
+        assert_eq!(q.acquire(&l, 0, at(15), 1), Err(Refusal { limit: QuotaLimit::Concurrency, retry_after: Duration::from_secs(45) }));
     }
 }

@@ -32,6 +32,9 @@ pub struct AttemptEvent {
     pub probe: bool,
     /// The gate state the attempt was admitted in.
     pub admitted_in: CircuitState,
+    /// The incarnation of the gate that admitted it (0: none did).
+    #[serde(default)]
+    pub incarnation: u64,
     /// The source's health EWMA after this attempt (in its partition).
     pub health: f64,
     /// The source's AIMD limit after this attempt (in its partition; none when unpaced).
@@ -118,6 +121,10 @@ pub struct GateEvent {
     pub at: Timestamp,
     /// What changed.
     pub transition: Transition,
+    /// The gate's incarnation: epochs compare within one (a backend that lost the gate starts a
+    /// new one, at epoch 0).
+    #[serde(default)]
+    pub incarnation: u64,
     /// Epoch after the change.
     pub epoch: u64,
     /// `retry_after` right after the change.

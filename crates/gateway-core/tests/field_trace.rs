@@ -11,7 +11,7 @@
 mod common;
 
 use common::{params, seed_breaker};
-use gateway_core::breaker::{Gate, GateOp, GateParams, Reply, SuccessKind, Verdict};
+use gateway_core::breaker::{Fence, Gate, GateOp, GateParams, Reply, SuccessKind, Verdict};
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::random::unit;
 use gateway_core::time::Timestamp;
@@ -79,8 +79,8 @@ fn trace() -> String {
             let class = if unit(&mut rng) < s.success { OutcomeClass::Success } else { OutcomeClass::Transient };
             let t = Timestamp::from_millis(at);
             let op = match class {
-                OutcomeClass::Success => GateOp::Success { epoch, kind: SuccessKind::Real },
-                _ => GateOp::Failure { epoch },
+                OutcomeClass::Success => GateOp::Success { fence: Fence { incarnation: 0, epoch }, kind: SuccessKind::Real },
+                _ => GateOp::Failure { fence: Fence { incarnation: 0, epoch } },
             };
             let reply = s.gate.apply(&s.params, op, t);
             if probe || reply.transition.is_some() {

@@ -12,21 +12,36 @@ use gateway_core::outcome::AimdEffect;
 use gateway_core::policy::QuotaLimits;
 use gateway_core::ports::{BreakerGate, GateError, GateKey, PaceDecision, PaceLease, PacerGate, Permit, QuotaDecision, QuotaGate};
 use gateway_core::quota::QuotaAccount;
+use gateway_core::random::Incarnations;
 use gateway_core::time::Clock;
 use sharded::Sharded;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Incarnation ids seeded from the process's hash keys (random per process), so that two
+/// processes, or one before and after a restart, never draw the same ones.
+fn incarnations() -> Incarnations {
+    use std::hash::BuildHasher;
+    Incarnations::seeded(std::collections::hash_map::RandomState::new().hash_one(std::process::id()))
+}
+
 /// Every `BreakerGate` of one process, keyed by (scope, tenant, source).
 pub struct MemoryGates {
     gates: Sharded<Gate>,
     clock: Arc<dyn Clock>,
+    incarnations: Incarnations,
 }
 
 impl MemoryGates {
     /// Gates on `clock` (a `ManualClock` in tests, the process's monotonic clock otherwise).
     pub fn new(clock: Arc<dyn Clock>) -> Self {
-        MemoryGates { gates: Sharded::new(), clock }
+        MemoryGates { gates: Sharded::new(), clock, incarnations: incarnations() }
+    }
+
+    /// Forgets every gate, as a process restart (or a Redis flush) would: the next operation on
+    /// a gate meets a new incarnation.
+    pub fn clear(&self) {
+        self.gates.clear();
     }
 
     /// A copy of one gate's state (`None` if it was never touched).
@@ -59,7 +74,7 @@ impl BreakerGate for MemoryGates {
             |_| true,
             |gate| {
                 let before = *gate;
-                let reply = gate.apply(params, op, now);
+                let reply = gate.apply_stored(params, op, now, || self.incarnations.draw());
                 (reply, gate.keeps_longer_than(&before))
             },
         ))
@@ -80,12 +95,18 @@ impl BreakerGate for MemoryGates {
 pub struct MemoryQuota {
     accounts: Sharded<QuotaAccount>,
     clock: Arc<dyn Clock>,
+    incarnations: Incarnations,
 }
 
 impl MemoryQuota {
     /// Quota accounts on `clock`.
     pub fn new(clock: Arc<dyn Clock>) -> Self {
-        MemoryQuota { accounts: Sharded::new(), clock }
+        MemoryQuota { accounts: Sharded::new(), clock, incarnations: incarnations() }
+    }
+
+    /// Forgets every account, as a process restart (or a Redis flush) would.
+    pub fn clear(&self) {
+        self.accounts.clear();
     }
 
     /// Permits of `key` holding a concurrency slot now.
@@ -107,10 +128,13 @@ impl QuotaGate for MemoryQuota {
             now,
             keep_until,
             |account| account.in_flight(now) == 0,
-            |account| account.acquire(limits, estimated_tokens, now),
+            |account| {
+                let fresh = if account.incarnation() == 0 { self.incarnations.draw() } else { 0 };
+                account.acquire(limits, estimated_tokens, now, fresh)
+            },
         );
         Ok(match granted {
-            Ok(id) => QuotaDecision::Granted(Permit { key: key.clone(), id, estimated_tokens }),
+            Ok((incarnation, id)) => QuotaDecision::Granted(Permit { key: key.clone(), incarnation, id, estimated_tokens }),
             Err(refusal) => QuotaDecision::Refused { limit: refusal.limit, retry_after: refusal.retry_after },
         })
     }
@@ -122,14 +146,20 @@ impl QuotaGate for MemoryQuota {
             now,
             now,
             |account| account.in_flight(now) == 0,
-            |account| account.settle(permit.id, actual_tokens),
+            |account| account.settle(permit.incarnation, permit.id, actual_tokens),
         );
         Ok(())
     }
 
     async fn release(&self, permit: &Permit) -> Result<(), GateError> {
         let now = self.clock.now();
-        self.accounts.with(&permit.key, now, now, |account| account.in_flight(now) == 0, |account| account.release(permit.id));
+        self.accounts.with(
+            &permit.key,
+            now,
+            now,
+            |account| account.in_flight(now) == 0,
+            |account| account.release(permit.incarnation, permit.id),
+        );
         Ok(())
     }
 }

@@ -94,6 +94,13 @@ impl<T: Default + Clone> Sharded<T> {
         result
     }
 
+    /// Drops every entry: what a process restart does to it.
+    pub(crate) fn clear(&self) {
+        for shard in self.shards.iter() {
+            shard.lock().unwrap_or_else(PoisonError::into_inner).map.clear();
+        }
+    }
+
     /// A copy of the state of `key`, if any.
     pub(crate) fn get(&self, key: &GateKey) -> Option<T> {
         self.shard(key).map.get(key).map(|entry| entry.state.clone())

@@ -26,7 +26,7 @@ async fn churning_tenants_do_not_grow_the_gates_without_bound() {
     let live = GateKey::new("chat", "s1").with_tenant("steady");
     gates.apply(&live, &p, GateOp::ForceOpen).await.unwrap();
     for i in 0..70_000 {
-        gates.apply(&GateKey::new("chat", "s1").with_tenant(format!("t{i}")), &p, GateOp::Failure { epoch: 0 }).await.unwrap();
+        gates.apply(&GateKey::new("chat", "s1").with_tenant(format!("t{i}")), &p, GateOp::TryEnter).await.unwrap();
     }
     assert!(gates.len() > 70_000, "nothing expired yet: {}", gates.len());
     // past every idle gate's TTL, but the steady tenant keeps being used
@@ -34,7 +34,7 @@ async fn churning_tenants_do_not_grow_the_gates_without_bound() {
     gates.apply(&live, &p, GateOp::TryEnter).await.unwrap();
     clock.set(Timestamp::from_millis(1_000_000 + p.key_ttl_ms() + 1));
     for i in 0..70_000 {
-        gates.apply(&GateKey::new("chat", "s1").with_tenant(format!("u{i}")), &p, GateOp::Failure { epoch: 0 }).await.unwrap();
+        gates.apply(&GateKey::new("chat", "s1").with_tenant(format!("u{i}")), &p, GateOp::TryEnter).await.unwrap();
     }
     assert!(gates.len() < 100_000, "idle gates were swept: {} held", gates.len());
     assert_eq!(gates.snapshot(&live).unwrap().epoch, 1, "a gate in use is never dropped");
@@ -63,17 +63,20 @@ async fn a_gate_is_kept_its_ttl_past_its_last_change_not_its_last_look() {
     let gates = MemoryGates::new(clock.clone());
     let p = params();
     let (asked, written) = (GateKey::new("chat", "asked"), GateKey::new("chat", "written"));
+    let mut fences = Vec::new();
     for key in [&asked, &written] {
-        gates.apply(key, &p, GateOp::Failure { epoch: 0 }).await.unwrap();
+        let fence = gates.apply(key, &p, GateOp::TryEnter).await.unwrap().fence();
+        gates.apply(key, &p, GateOp::Failure { fence }).await.unwrap();
+        fences.push(fence);
     }
     clock.set(Timestamp::from_millis(1_000_000 + p.key_ttl_ms() - 1000));
     gates.apply(&asked, &p, GateOp::TryEnter).await.unwrap();
-    gates.apply(&written, &p, GateOp::Failure { epoch: 0 }).await.unwrap();
+    gates.apply(&written, &p, GateOp::Failure { fence: fences[1] }).await.unwrap();
     clock.set(Timestamp::from_millis(1_000_000 + p.key_ttl_ms() + 1));
     // Enough churn that every shard passes its sweep size (1 024) with certainty: 64 shards of
     // ~2 190 on average, where 70 000 left a shard below it in ~1.5 % of runs.
     for i in 0..140_000 {
-        gates.apply(&GateKey::new("chat", format!("c{i}")), &p, GateOp::Failure { epoch: 0 }).await.unwrap();
+        gates.apply(&GateKey::new("chat", format!("c{i}")), &p, GateOp::TryEnter).await.unwrap();
     }
     assert_eq!(gates.snapshot(&asked), None, "only asked since its last change: dropped, as its Redis key expires");
     assert_eq!(gates.snapshot(&written).unwrap().failures, 2, "changed since: kept");

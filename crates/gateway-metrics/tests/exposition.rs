@@ -31,6 +31,7 @@ fn attempt(key: GateKey, class: OutcomeClass) -> AttemptEvent {
         consumed_budget: true,
         probe: false,
         admitted_in: CircuitState::Closed,
+        incarnation: 7,
         health: 0.8,
         aimd_limit: Some(8.5),
     }
@@ -47,6 +48,7 @@ fn the_exposition_of_a_fixed_sequence() {
         key: gold,
         at: Timestamp::from_millis(5),
         transition: Transition { from: CircuitState::Closed, to: CircuitState::Open, cause: Cause::RateChannel },
+        incarnation: 7,
         epoch: 1,
         retry_after: Duration::from_secs(60),
     });

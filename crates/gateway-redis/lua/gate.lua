@@ -5,14 +5,16 @@
 -- KEYS[1]    the gate HASH (fields named as in SPEC §3)
 -- ARGV[1]    now in ms, or '' to use the Redis server clock (TIME, read only when needed)
 -- ARGV[2]    the operation: enter | success | failure | force_open | release
--- ARGV[3]    the admission epoch of a record (success, failure, release), else '-'
--- ARGV[4]    how a success counts: real | slow | unusable, else '-'
--- ARGV[5..]  the gate parameters, in the order of the constants THRESHOLD..SLA_CAP below ('-'
+-- ARGV[3]    the incarnation: of the admission, for a record (success, failure, release); the
+--            one a gate not stored takes, for enter and force_open (Gate::apply_stored)
+-- ARGV[4]    the admission epoch of a record, else '-'
+-- ARGV[5]    how a success counts: real | slow | unusable, else '-'
+-- ARGV[6..]  the gate parameters, in the order of the constants THRESHOLD..SLA_CAP below ('-'
 --            for an absent slow_rate, 0 0 for absent SLA bounds); each is read when a rule
 --            first uses it, so one no rule of this operation uses is not checked
 --
--- Returns one string, 'verdict state epoch retry_after_ms from to cause fenced', with '-' for
--- an empty item. An argument this script cannot read is an error reply that starts with
+-- Returns one string, 'verdict state incarnation epoch retry_after_ms from to cause fenced',
+-- with '-' for an empty item and incarnation 0 for a gate not stored. An argument this script cannot read is an error reply that starts with
 -- MALFORMED (the client reads it as a malformed request, never as an unavailable Redis).
 --
 -- Speed: every value crossing between Redis and Lua, and every table or closure a run builds,
@@ -28,18 +30,18 @@ local function clock()
   return now
 end
 
--- The parameters: ARGV[5..16], each converted on first use (a parameter that is not a number
+-- The parameters: ARGV[6..17], each converted on first use (a parameter that is not a number
 -- is an error naming it; only slow_rate may be '-', absent).
-if #ARGV ~= 16 then return redis.error_reply('MALFORMED gate arguments: expected 16, got ' .. #ARGV) end
-local THRESHOLD, COOLDOWN, MAX_COOLDOWN, MIN_CALLS, FAIL_RATE, BUCKET = 5, 6, 7, 8, 9, 10
-local HALF_OPEN_SUCCESSES, PROBE_TTL, KEY_TTL, SLOW_RATE, SLA_FLOOR, SLA_CAP = 11, 12, 13, 14, 15, 16
+if #ARGV ~= 17 then return redis.error_reply('MALFORMED gate arguments: expected 17, got ' .. #ARGV) end
+local THRESHOLD, COOLDOWN, MAX_COOLDOWN, MIN_CALLS, FAIL_RATE, BUCKET = 6, 7, 8, 9, 10, 11
+local HALF_OPEN_SUCCESSES, PROBE_TTL, KEY_TTL, SLOW_RATE, SLA_FLOOR, SLA_CAP = 12, 13, 14, 15, 16, 17
 local params = {}
 local function p(i)
   local v = params[i]
   if v == nil then
     v = tonumber(ARGV[i])
     if v == nil and not (i == SLOW_RATE and ARGV[i] == '-') then
-      error(redis.error_reply('MALFORMED gate parameter ' .. (i - 4) .. ': ' .. tostring(ARGV[i])))
+      error(redis.error_reply('MALFORMED gate parameter ' .. (i - 5) .. ': ' .. tostring(ARGV[i])))
     end
     params[i] = v
   end
@@ -47,12 +49,17 @@ local function p(i)
 end
 
 local op = ARGV[2]
+-- Incarnations are compared and stored as the decimal text they arrive as (a u64 does not fit
+-- a Lua number).
+local incarnation = ARGV[3]
+if not string.match(incarnation, '^[0-9]+$') then return redis.error_reply('MALFORMED gate incarnation: ' .. incarnation) end
 
--- The reply, 'verdict state epoch retry_after_ms from to cause fenced': its one encoder.
-local function reply_text(verdict, state, epoch, wait, transition, fenced)
+-- The reply, 'verdict state incarnation epoch retry_after_ms from to cause fenced': its one
+-- encoder.
+local function reply_text(verdict, state, inc, epoch, wait, transition, fenced)
   local change = '- - -'
   if transition then change = transition[1] .. ' ' .. transition[2] .. ' ' .. transition[3] end
-  return verdict .. ' ' .. state .. ' ' .. string.format('%d %d', epoch, wait) .. ' ' .. change .. (fenced and ' 1' or ' 0')
+  return verdict .. ' ' .. state .. ' ' .. (inc or '0') .. ' ' .. string.format('%d %d', epoch, wait) .. ' ' .. change .. (fenced and ' 1' or ' 0')
 end
 
 -- The window's bucket at `at`.
@@ -70,8 +77,8 @@ local function failure_opens(failures, samples, failed)
   return nil
 end
 
--- Fast paths: an operation on a CLOSED gate at the current epoch whose whole effect is nothing
--- (enter) or a count within the current bucket of a window that has rotated before (a real
+-- Fast paths: an operation on a CLOSED gate under the current fence whose whole effect is
+-- nothing (enter; or creating the gate, for an enter on a gate not stored) or a count within the current bucket of a window that has rotated before (a real
 -- success with no streak to decay, a failure that opens no channel) is answered here, through the helpers above, without the
 -- machinery below; everything else falls through to the body. They change no field but the
 -- bucket's counts, so they keep the TTL as it is (Gate::keeps_longer_than). The differential
@@ -79,14 +86,21 @@ end
 -- handed to the body (`read`: the names and their values), which does not read it again.
 local read = nil
 if op == 'enter' then
-  local f = redis.call('HMGET', key, 'state', 'epoch')
-  if not f[1] or f[1] == 'CLOSED' then return reply_text('allowed', 'CLOSED', tonumber(f[2]) or 0, 0, nil, false) end
-  read = { { 'state', 'epoch' }, f }
-elseif op == 'success' and ARGV[4] == 'real' then
-  local f = redis.call('HMGET', key, 'state', 'epoch', 'failures', 'win_id', 'streak', 'a0')
+  local f = redis.call('HMGET', key, 'state', 'epoch', 'incarnation')
+  if not f[3] then
+    -- A gate not stored (or stored by a build before incarnations): this enter creates it, and
+    -- a change beyond the counts keeps it key_ttl longer.
+    redis.call('HSET', key, 'incarnation', incarnation)
+    redis.call('PEXPIRE', key, p(KEY_TTL))
+    f[3] = incarnation
+  end
+  if not f[1] or f[1] == 'CLOSED' then return reply_text('allowed', 'CLOSED', f[3], tonumber(f[2]) or 0, 0, nil, false) end
+  read = { { 'state', 'epoch', 'incarnation' }, f }
+elseif op == 'success' and ARGV[5] == 'real' then
+  local f = redis.call('HMGET', key, 'state', 'epoch', 'failures', 'win_id', 'streak', 'a0', 'incarnation')
   local epoch = tonumber(f[2]) or 0
   local win = tonumber(f[4]) or 0
-  if (not f[1] or f[1] == 'CLOSED') and tonumber(ARGV[3]) == epoch and (tonumber(f[5]) or 0) == 0
+  if (not f[1] or f[1] == 'CLOSED') and f[7] == incarnation and tonumber(ARGV[4]) == epoch and (tonumber(f[5]) or 0) == 0
       and win > 0 and bucket_of(clock()) <= win then
     local a0 = (tonumber(f[6]) or 0) + 1
     if (tonumber(f[3]) or 0) ~= 0 then
@@ -94,30 +108,33 @@ elseif op == 'success' and ARGV[4] == 'real' then
     else
       redis.call('HSET', key, 'a0', a0)
     end
-    return reply_text('-', 'CLOSED', epoch, 0, nil, false)
+    return reply_text('-', 'CLOSED', f[7], epoch, 0, nil, false)
   end
-  read = { { 'state', 'epoch', 'failures', 'win_id', 'streak', 'a0' }, f }
+  read = { { 'state', 'epoch', 'failures', 'win_id', 'streak', 'a0', 'incarnation' }, f }
 elseif op == 'failure' then
-  local f = redis.call('HMGET', key, 'state', 'epoch', 'failures', 'win_id', 'a0', 'f0', 'a1', 'f1')
+  local f = redis.call('HMGET', key, 'state', 'epoch', 'failures', 'win_id', 'a0', 'f0', 'a1', 'f1', 'incarnation')
   local epoch = tonumber(f[2]) or 0
   local win = tonumber(f[4]) or 0
-  if (not f[1] or f[1] == 'CLOSED') and tonumber(ARGV[3]) == epoch and win > 0 and bucket_of(clock()) <= win then
+  if (not f[1] or f[1] == 'CLOSED') and f[9] == incarnation and tonumber(ARGV[4]) == epoch and win > 0 and bucket_of(clock()) <= win then
     local failures, a0, f0 = (tonumber(f[3]) or 0) + 1, (tonumber(f[5]) or 0) + 1, (tonumber(f[6]) or 0) + 1
     if failure_opens(failures, a0 + (tonumber(f[7]) or 0), f0 + (tonumber(f[8]) or 0)) == nil then
       redis.call('HSET', key, 'failures', failures, 'a0', a0, 'f0', f0)
-      return reply_text('-', 'CLOSED', epoch, 0, nil, false)
+      return reply_text('-', 'CLOSED', f[9], epoch, 0, nil, false)
     end
   end
-  read = { { 'state', 'epoch', 'failures', 'win_id', 'a0', 'f0', 'a1', 'f1' }, f }
+  read = { { 'state', 'epoch', 'failures', 'win_id', 'a0', 'f0', 'a1', 'f1', 'incarnation' }, f }
 end
 
 -- The gate: a field is read when first needed (fields set are known). Absent numeric fields
--- read as 0, absent optional ones (probe_until, closed_since) as nil, an absent state as CLOSED.
+-- read as 0, absent optional ones (probe_until, closed_since) as nil, an absent state as CLOSED,
+-- the incarnation as its text (nil: the gate is not stored).
 local g, loaded = {}, {}
 local function decode(name, v)
   loaded[name] = true
   if name == 'state' then
     g.state = v or 'CLOSED'
+  elseif name == 'incarnation' then
+    g.incarnation = v or nil
   elseif name == 'probe_until' or name == 'closed_since' then
     g[name] = tonumber(v)
   else
@@ -187,7 +204,7 @@ local function reply(verdict, fenced)
     need('open_until')
     wait = retry_wait(g.state, g.open_until, clock(), p(MAX_COOLDOWN))
   end
-  return reply_text(verdict, g.state, g.epoch, wait, transition, fenced)
+  return reply_text(verdict, g.state, g.incarnation, g.epoch, wait, transition, fenced)
 end
 
 -- min(cooldown × 2^(streak−1), max_cooldown); the plain cooldown for streak ≤ 1.
@@ -259,8 +276,8 @@ end
 
 
 if op == 'enter' then
-  -- (a CLOSED gate was answered by the fast path)
-  need('state', 'epoch', 'open_until', 'probe_until')
+  -- (a CLOSED gate, and a gate not stored, were answered by the fast path)
+  need('state', 'epoch', 'open_until', 'probe_until', 'incarnation')
   if g.state == 'OPEN' then
     if clock() < g.open_until then return reply('denied', false) end
     set('state', 'HALF_OPEN')
@@ -276,26 +293,33 @@ if op == 'enter' then
 end
 
 if op == 'force_open' then
-  need('state', 'epoch', 'streak')
+  need('state', 'epoch', 'streak', 'incarnation')
+  -- a dead source is dead whatever Redis lost: a gate not stored is created, then opened
+  if g.incarnation == nil then set('incarnation', incarnation) end
   if g.state ~= 'OPEN' then open('forced_open') end
   return reply('-', false)
 end
 
-local epoch = tonumber(ARGV[3])
-if epoch == nil then return redis.error_reply('MALFORMED gate epoch: ' .. tostring(ARGV[3])) end
+local epoch = tonumber(ARGV[4])
+if epoch == nil then return redis.error_reply('MALFORMED gate epoch: ' .. tostring(ARGV[4])) end
+-- A record is fenced by the admission's incarnation and epoch; on a gate not stored (lost
+-- since the admission) it is fenced too, and stores nothing.
+local function stale()
+  return g.incarnation ~= incarnation or epoch ~= g.epoch
+end
 
 if op == 'release' then
-  need('state', 'epoch', 'probe_until')
-  if epoch ~= g.epoch then return reply('-', true) end
+  need('state', 'epoch', 'probe_until', 'incarnation')
+  if stale() then return reply('-', true) end
   if g.state == 'HALF_OPEN' then set('probe_until', nil) end
   return reply('-', false)
 end
 
 if op == 'success' then
-  local kind = ARGV[4]
+  local kind = ARGV[5]
   if kind ~= 'real' and kind ~= 'slow' and kind ~= 'unusable' then return redis.error_reply('MALFORMED success kind: ' .. tostring(kind)) end
-  need('state', 'epoch', 'failures', 'win_id', 'streak', 'a0')
-  if epoch ~= g.epoch then return reply('-', true) end
+  need('state', 'epoch', 'failures', 'win_id', 'streak', 'a0', 'incarnation')
+  if stale() then return reply('-', true) end
   if g.state == 'CLOSED' then
     set('failures', 0)
     if kind ~= 'unusable' then
@@ -328,8 +352,8 @@ end
 
 if op ~= 'failure' then return redis.error_reply('MALFORMED gate operation: ' .. tostring(op)) end
 -- failure: the channels of failure_opens.
-need('state', 'epoch', 'failures', 'win_id', 'a0', 'f0', 'a1', 'f1', 'streak')
-if epoch ~= g.epoch then return reply('-', true) end
+need('state', 'epoch', 'failures', 'win_id', 'a0', 'f0', 'a1', 'f1', 'streak', 'incarnation')
+if stale() then return reply('-', true) end
 if g.state == 'CLOSED' then
   set('failures', g.failures + 1)
   count(true, false)

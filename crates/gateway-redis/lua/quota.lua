@@ -1,7 +1,8 @@
 -- quota.lua: shared part of the quota scripts. It mirrors crates/gateway-core/src/quota.rs.
 --
 -- KEYS[1] leases ZSET (permit id → lease end ms)   KEYS[2] starts ZSET (permit id → start ms)
--- KEYS[3] tokens HASH (permit id → charged tokens)  KEYS[4] id sequence
+-- KEYS[3] tokens HASH (permit id → charged tokens, and the account's `incarnation`)
+-- KEYS[4] id sequence
 -- ARGV[1] now in ms, or '' for the Redis server clock; ARGV[2] key TTL in ms; ARGV[3..] the
 -- operation's own arguments.
 

@@ -1,6 +1,7 @@
 -- acquire: ARGV[3] max_concurrency, ARGV[4] rpm, ARGV[5] tpm (-1 = unlimited),
--- ARGV[6] permit_ttl_ms, ARGV[7] estimated tokens.
--- Returns {1, id} or {0, limit, retry_after_ms}.
+-- ARGV[6] permit_ttl_ms, ARGV[7] estimated tokens, ARGV[8] the incarnation an account not
+-- stored takes (decimal text).
+-- Returns {1, incarnation, id} or {0, limit, retry_after_ms}.
 local max_concurrency, rpm, tpm = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local permit_ttl, estimate = tonumber(ARGV[6]), tonumber(ARGV[7])
 
@@ -52,9 +53,14 @@ if tpm >= 0 and n > 0 then
 end
 if limit ~= nil then return { 0, limit, wait } end
 
+local incarnation = redis.call('HGET', tokens, 'incarnation')
+if not incarnation then
+  incarnation = ARGV[8]
+  redis.call('HSET', tokens, 'incarnation', incarnation)
+end
 local id = redis.call('INCR', seq)
 redis.call('ZADD', leases, now + permit_ttl, id)
 redis.call('ZADD', starts, now, id)
 redis.call('HSET', tokens, id, estimate)
 touch()
-return { 1, id }
+return { 1, incarnation, id }

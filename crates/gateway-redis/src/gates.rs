@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use fred::prelude::*;
 use gateway_core::breaker::{Cause, CircuitState, Gate, GateOp, GateParams, Reply, SuccessKind, Transition, Verdict};
 use gateway_core::ports::{BreakerGate, GateError, GateKey};
+use gateway_core::random::Incarnations;
 use gateway_core::time::Timestamp;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -16,6 +17,7 @@ use std::time::Duration;
 pub struct RedisGates {
     conn: Arc<RedisConnection>,
     encoded: Arc<Mutex<HashMap<GateKey, Encoded>>>,
+    incarnations: Arc<Incarnations>,
 }
 
 /// Gates whose encoded arguments are kept. Past it the cache starts afresh: a process that
@@ -34,7 +36,7 @@ struct Encoded {
 impl RedisGates {
     /// Gates on `conn`.
     pub fn new(conn: Arc<RedisConnection>) -> Self {
-        RedisGates { conn, encoded: Arc::default() }
+        RedisGates { conn, encoded: Arc::default(), incarnations: Arc::new(crate::incarnations()) }
     }
 
     /// The HASH name and parameter arguments of `key` under `params` (cached while they hold).
@@ -67,6 +69,13 @@ impl RedisGates {
     /// The connection, e.g. to read `degraded_records`.
     pub fn connection(&self) -> &Arc<RedisConnection> {
         &self.conn
+    }
+
+    /// Drops one gate's HASH, as a flush, a restart without persistence or an eviction would
+    /// (for tests and tools): the next enter creates a gate of a new incarnation.
+    pub async fn forget(&self, key: &GateKey) -> Result<(), GateError> {
+        let hash = keys::gate(key)?;
+        self.conn.pool().del::<i64, _>(hash).await.map(|_| ()).map_err(|e| unavailable(key, e))
     }
 
     /// The stored state of one gate (a missing HASH is a new, CLOSED gate).
@@ -109,23 +118,25 @@ fn param_args(p: &GateParams) -> Arc<[Value]> {
     ])
 }
 
-/// ARGV[2..4] of `gate.lua`: the operation, the admission epoch of a record, and how a success
+/// ARGV[2..5] of `gate.lua`: the operation, the incarnation (a record's admission's, else the
+/// one a gate not stored takes: `fresh`), the admission epoch of a record, and how a success
 /// counts ('-' where an operation has none). The one encoder of them.
-fn op_args(op: GateOp) -> [Value; 3] {
-    let (epoch, kind) = match op {
+fn op_args(op: GateOp, fresh: u64) -> [Value; 4] {
+    let (fence, kind) = match op {
         GateOp::TryEnter | GateOp::ForceOpen => (None, "-"),
-        GateOp::Success { epoch, kind } => (
-            Some(epoch),
+        GateOp::Success { fence, kind } => (
+            Some(fence),
             match kind {
                 SuccessKind::Real => "real",
                 SuccessKind::Slow => "slow",
                 SuccessKind::Unusable => "unusable",
             },
         ),
-        GateOp::Failure { epoch } | GateOp::Release { epoch } => (Some(epoch), "-"),
+        GateOp::Failure { fence } | GateOp::Release { fence } => (Some(fence), "-"),
     };
-    let epoch = epoch.map_or(Value::from_static_str("-"), |e| Value::Integer(i64::try_from(e).unwrap_or(i64::MAX)));
-    [Value::from_static_str(op_name(op)), epoch, Value::from_static_str(kind)]
+    let incarnation = Value::String(fence.map_or(fresh, |f| f.incarnation).to_string().into());
+    let epoch = fence.map_or(Value::from_static_str("-"), |f| Value::Integer(i64::try_from(f.epoch).unwrap_or(i64::MAX)));
+    [Value::from_static_str(op_name(op)), incarnation, epoch, Value::from_static_str(kind)]
 }
 
 /// The operation's name in `gate.lua` (and in the log of a dropped record).
@@ -161,13 +172,13 @@ fn cause_from(key: &GateKey, s: &str) -> Result<Cause, GateError> {
     })
 }
 
-/// `"verdict state epoch retry_after_ms from to cause fenced"` (`-` for an empty item) → the
-/// reply. The one decoder of it.
+/// `"verdict state incarnation epoch retry_after_ms from to cause fenced"` (`-` for an empty
+/// item) → the reply. The one decoder of it.
 fn parse_reply(key: &GateKey, value: Value) -> Result<Reply, GateError> {
     let text = value.as_str().ok_or_else(|| malformed(key, format!("expected a reply string, got {value:?}")))?;
     let items: Vec<&str> = text.split(' ').collect();
-    let [verdict, state, epoch, retry_after_ms, from, to, cause, fenced] = items[..] else {
-        return Err(malformed(key, format!("expected 8 reply items, got {text:?}")));
+    let [verdict, state, incarnation, epoch, retry_after_ms, from, to, cause, fenced] = items[..] else {
+        return Err(malformed(key, format!("expected 9 reply items, got {text:?}")));
     };
     let int = |item: &str| item.parse::<u64>().map_err(|_| malformed(key, format!("{item:?} is not a count in {text:?}")));
     let verdict = match verdict {
@@ -189,6 +200,7 @@ fn parse_reply(key: &GateKey, value: Value) -> Result<Reply, GateError> {
     Ok(Reply {
         verdict,
         state: state_from(key, state)?,
+        incarnation: int(incarnation)?,
         epoch: int(epoch)?,
         retry_after: Duration::from_millis(int(retry_after_ms)?),
         transition,
@@ -206,6 +218,7 @@ fn gate_from_fields(key: &GateKey, fields: &HashMap<String, String>) -> Result<G
     let small = |name: &str| -> Result<u32, GateError> { Ok(u32::try_from(num(name)?.unwrap_or(0)).unwrap_or(u32::MAX)) };
     Ok(Gate {
         state: fields.get("state").map_or(Ok(CircuitState::Closed), |s| state_from(key, s))?,
+        incarnation: num("incarnation")?.unwrap_or(0),
         epoch: num("epoch")?.unwrap_or(0),
         open_until: Timestamp::from_millis(num("open_until")?.unwrap_or(0)),
         probe_until: num("probe_until")?.map(Timestamp::from_millis),
@@ -227,7 +240,9 @@ fn gate_from_fields(key: &GateKey, fields: &HashMap<String, String>) -> Result<G
 impl BreakerGate for RedisGates {
     async fn apply(&self, key: &GateKey, params: &GateParams, op: GateOp) -> Result<Reply, GateError> {
         let (hash, param_args) = self.encode(key, params)?;
-        let args: [&[Value]; 3] = [&[self.conn.now_arg()], &op_args(op), &param_args];
+        // A fresh incarnation is drawn only for the operations that may create the gate.
+        let fresh = if op.fence().is_none() { self.incarnations.draw() } else { 0 };
+        let args: [&[Value]; 3] = [&[self.conn.now_arg()], &op_args(op, fresh), &param_args];
         let result = match self.conn.run(&self.conn.scripts().gate, std::slice::from_ref(&hash), &args, key).await {
             Ok(value) => parse_reply(key, value),
             Err(error) => Err(error),
@@ -274,6 +289,7 @@ impl BreakerGate for RedisGates {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gateway_core::breaker::Fence;
 
     fn key() -> GateKey {
         GateKey::new("chat", "s1")
@@ -282,23 +298,25 @@ mod tests {
     #[test]
     fn replies_decode_into_every_verdict_and_none() {
         let reply = |text: &'static str| parse_reply(&key(), Value::from_static_str(text));
-        assert_eq!(reply("allowed CLOSED 0 0 - - - 0").unwrap().verdict, Some(Verdict::Allowed));
-        assert_eq!(reply("probe HALF_OPEN 1 0 OPEN HALF_OPEN cooldown_elapsed 0").unwrap().verdict, Some(Verdict::Probe));
-        let denied = reply("denied OPEN 1 5000 - - - 0").unwrap();
+        let allowed = reply("allowed CLOSED 18446744073709551615 0 0 - - - 0").unwrap();
+        assert_eq!((allowed.verdict, allowed.incarnation), (Some(Verdict::Allowed), u64::MAX));
+        assert_eq!(reply("probe HALF_OPEN 7 1 0 OPEN HALF_OPEN cooldown_elapsed 0").unwrap().verdict, Some(Verdict::Probe));
+        let denied = reply("denied OPEN 7 1 5000 - - - 0").unwrap();
         assert_eq!((denied.verdict, denied.retry_after), (Some(Verdict::Denied), Duration::from_secs(5)));
-        let fenced = reply("- CLOSED 2 0 - - - 1").unwrap();
-        assert_eq!((fenced.verdict, fenced.fenced), (None, true));
+        let fenced = reply("- CLOSED 0 2 0 - - - 1").unwrap();
+        assert_eq!((fenced.verdict, fenced.fenced, fenced.incarnation), (None, true, 0));
     }
 
     #[test]
     fn a_reply_this_build_cannot_read_is_malformed_and_says_what() {
         for (text, says) in [
-            ("maybe CLOSED 0 0 - - - 0", "unknown verdict \"maybe\""),
-            ("allowed AJAR 0 0 - - - 0", "unknown state \"AJAR\""),
-            ("- CLOSED x 0 - - - 0", "\"x\" is not a count"),
-            ("- CLOSED 0 0 - - - yes", "fenced is \"yes\""),
-            ("- OPEN 1 0 CLOSED OPEN gremlins 0", "unknown cause \"gremlins\""),
-            ("- CLOSED 0 0", "expected 8 reply items"),
+            ("maybe CLOSED 7 0 0 - - - 0", "unknown verdict \"maybe\""),
+            ("allowed AJAR 7 0 0 - - - 0", "unknown state \"AJAR\""),
+            ("- CLOSED 7 x 0 - - - 0", "\"x\" is not a count"),
+            ("- CLOSED -7 0 0 - - - 0", "\"-7\" is not a count"),
+            ("- CLOSED 7 0 0 - - - yes", "fenced is \"yes\""),
+            ("- OPEN 7 1 0 CLOSED OPEN gremlins 0", "unknown cause \"gremlins\""),
+            ("- CLOSED 7 0 0 - - - 0 0", "expected 9 reply items"),
         ] {
             let error = parse_reply(&key(), Value::from_static_str(text)).unwrap_err();
             assert!(matches!(error, GateError::Malformed { .. }) && error.to_string().contains(says), "{text:?}: {error}");
@@ -308,12 +326,13 @@ mod tests {
 
     #[test]
     fn every_operation_has_its_arguments() {
-        let text = |op| op_args(op).map(|v| v.as_string().unwrap_or_default());
-        assert_eq!(text(GateOp::TryEnter), ["enter", "-", "-"]);
-        assert_eq!(text(GateOp::Success { epoch: 3, kind: SuccessKind::Slow }), ["success", "3", "slow"]);
-        assert_eq!(text(GateOp::Success { epoch: 0, kind: SuccessKind::Unusable }), ["success", "0", "unusable"]);
-        assert_eq!(text(GateOp::Failure { epoch: 7 }), ["failure", "7", "-"]);
-        assert_eq!(text(GateOp::ForceOpen), ["force_open", "-", "-"]);
-        assert_eq!(text(GateOp::Release { epoch: 1 }), ["release", "1", "-"]);
+        let text = |op| op_args(op, 42).map(|v| v.as_string().unwrap_or_default());
+        let fence = |epoch| Fence { incarnation: u64::MAX, epoch };
+        assert_eq!(text(GateOp::TryEnter), ["enter", "42", "-", "-"]);
+        assert_eq!(text(GateOp::Success { fence: fence(3), kind: SuccessKind::Slow }), ["success", "18446744073709551615", "3", "slow"]);
+        assert_eq!(text(GateOp::Success { fence: fence(0), kind: SuccessKind::Unusable })[3], "unusable");
+        assert_eq!(text(GateOp::Failure { fence: fence(7) }), ["failure", "18446744073709551615", "7", "-"]);
+        assert_eq!(text(GateOp::ForceOpen), ["force_open", "42", "-", "-"]);
+        assert_eq!(text(GateOp::Release { fence: fence(1) })[..3], ["release", "18446744073709551615", "1"]);
     }
 }

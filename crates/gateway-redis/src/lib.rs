@@ -6,6 +6,10 @@
 //!   `gateway_core::breaker::Gate::apply`, the quota scripts `gateway_core::quota` and the pacer
 //!   scripts `gateway_core::aimd`, rule for rule; the contract suite replays random sequences
 //!   on both sides.
+//! - Every gate and quota account has an incarnation, chosen when the script creates it; a record
+//!   (or a permit's settle and release) names the incarnation it was admitted under, so a gate
+//!   Redis lost (restart without persistence, flush, failover, eviction) refuses the records of
+//!   attempts its predecessor admitted, although its epochs start again at 0.
 //! - One HASH per gate with the field names of SPEC §3, under `gw:{<scope>}:…` so every key of a
 //!   scope shares one Redis Cluster slot; a change beyond the current bucket's counts refreshes
 //!   the key's TTL (`Gate::keeps_longer_than`, the memory gates' rule too).
@@ -25,6 +29,13 @@ mod quota;
 mod scripts;
 
 pub use connection::{RedisConfig, RedisConnection};
+
+/// Incarnation ids (a gate's and a quota account's, chosen when Redis creates them) seeded from
+/// the process's hash keys, random per process: two processes never offer the same ones.
+fn incarnations() -> gateway_core::random::Incarnations {
+    use std::hash::BuildHasher;
+    gateway_core::random::Incarnations::seeded(std::collections::hash_map::RandomState::new().hash_one(std::process::id()))
+}
 pub use gates::RedisGates;
 pub use pacer::RedisPacer;
 pub use quota::RedisQuota;

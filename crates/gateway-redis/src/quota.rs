@@ -14,12 +14,13 @@ use std::time::Duration;
 #[derive(Clone)]
 pub struct RedisQuota {
     conn: Arc<RedisConnection>,
+    incarnations: Arc<gateway_core::random::Incarnations>,
 }
 
 impl RedisQuota {
     /// Quota on `conn`.
     pub fn new(conn: Arc<RedisConnection>) -> Self {
-        RedisQuota { conn }
+        RedisQuota { conn, incarnations: Arc::new(crate::incarnations()) }
     }
 
     /// Permits of `key` holding a concurrency slot at the script clock's now.
@@ -36,6 +37,15 @@ impl RedisQuota {
         let count: i64 =
             self.conn.pool().custom(fred::cmd!("ZCOUNT"), vec![leases, now, "+inf".to_owned()]).await.map_err(|e| unavailable(key, e))?;
         Ok(usize::try_from(count).unwrap_or(0))
+    }
+
+    /// Drops one account's keys, as a flush, a restart without persistence or an eviction would
+    /// (for tests and tools). One DEL per key: a cluster routes each by its slot.
+    pub async fn forget(&self, key: &GateKey) -> Result<(), GateError> {
+        for name in keys::quota(key)? {
+            self.conn.pool().del::<i64, _>(name).await.map_err(|e| unavailable(key, e))?;
+        }
+        Ok(())
     }
 
     /// ARGV[1..2] of the quota scripts: now, and the keys' TTL (`QuotaLimits::keep_for`, set by
@@ -72,6 +82,7 @@ impl QuotaGate for RedisQuota {
             limit_arg(limits.tpm),
             Value::Integer(i64::try_from(limits.permit_ttl.as_millis()).unwrap_or(i64::MAX)),
             Value::Integer(i64::from(estimated_tokens)),
+            Value::String(self.incarnations.draw().to_string().into()),
         ]);
         let value = self.conn.run(&self.conn.scripts().quota_acquire, &keys, &[&args], key).await?;
         let items = match value {
@@ -81,8 +92,10 @@ impl QuotaGate for RedisQuota {
         let int =
             |i: usize| items.get(i).and_then(Value::as_i64).ok_or_else(|| malformed(key, format!("acquire reply item {i}: {items:?}")));
         if int(0)? == 1 {
-            let id = u64::try_from(int(1)?).map_err(|_| malformed(key, "negative permit id".to_owned()))?;
-            return Ok(QuotaDecision::Granted(Permit { key: key.clone(), id, estimated_tokens }));
+            let incarnation = items.get(1).and_then(Value::as_str).and_then(|text| text.parse::<u64>().ok());
+            let incarnation = incarnation.ok_or_else(|| malformed(key, format!("acquire reply incarnation: {items:?}")))?;
+            let id = u64::try_from(int(2)?).map_err(|_| malformed(key, "negative permit id".to_owned()))?;
+            return Ok(QuotaDecision::Granted(Permit { key: key.clone(), incarnation, id, estimated_tokens }));
         }
         let limit = match items.get(1).and_then(Value::as_str).as_deref() {
             Some("max_concurrency") => QuotaLimit::Concurrency,
@@ -96,14 +109,18 @@ impl QuotaGate for RedisQuota {
     async fn settle(&self, permit: &Permit, actual_tokens: u32) -> Result<(), GateError> {
         let keys = quota_keys(&permit.key)?;
         let mut args = self.base_args(Duration::ZERO);
-        args.extend([Value::String(permit.id.to_string().into()), Value::Integer(i64::from(actual_tokens))]);
+        args.extend([
+            Value::String(permit.incarnation.to_string().into()),
+            Value::String(permit.id.to_string().into()),
+            Value::Integer(i64::from(actual_tokens)),
+        ]);
         self.conn.run(&self.conn.scripts().quota_settle, &keys, &[&args], &permit.key).await.map(|_| ())
     }
 
     async fn release(&self, permit: &Permit) -> Result<(), GateError> {
         let keys = quota_keys(&permit.key)?;
         let mut args = self.base_args(Duration::ZERO);
-        args.push(Value::String(permit.id.to_string().into()));
+        args.extend([Value::String(permit.incarnation.to_string().into()), Value::String(permit.id.to_string().into())]);
         self.conn.run(&self.conn.scripts().quota_release, &keys, &[&args], &permit.key).await.map(|_| ())
     }
 }

@@ -95,13 +95,18 @@ fn ends_once(run: &RunResult) -> Option<String> {
     (seen.len() != run.calls as usize).then(|| format!("{} calls ended of {}", seen.len(), run.calls))
 }
 
+/// One probe at a time per gate: per incarnation of it (the gate a backend created after it
+/// lost the last one, or a process's own while the shared backend is unavailable, knows nothing
+/// of the other's lease).
 fn one_probe(run: &RunResult) -> Option<String> {
-    let mut probes: BTreeMap<String, Vec<(Duration, Duration, u64)>> = BTreeMap::new();
+    /// A probe's start, end and call.
+    type Span = (Duration, Duration, u64);
+    let mut probes: BTreeMap<(String, u64), Vec<Span>> = BTreeMap::new();
     for a in run.attempt_events.iter().filter(|a| a.probe) {
         let start = a.started.saturating_since(run.start);
-        probes.entry(a.key.to_string()).or_default().push((start, start + a.latency, a.call_id));
+        probes.entry((a.key.to_string(), a.incarnation)).or_default().push((start, start + a.latency, a.call_id));
     }
-    for (gate, mut spans) in probes {
+    for ((gate, _), mut spans) in probes {
         spans.sort();
         for pair in spans.windows(2) {
             if pair[1].0 < pair[0].1 {
@@ -112,18 +117,37 @@ fn one_probe(run: &RunResult) -> Option<String> {
     None
 }
 
+/// Transitions and epochs compare within one incarnation of a gate: a backend that lost a gate
+/// starts a new one, CLOSED at epoch 0, and that is a reset ([`resets`]), not a violation.
 fn legal_transitions(run: &RunResult) -> Option<String> {
-    let mut last: HashMap<String, (CircuitState, u64)> = HashMap::new();
+    let mut last: HashMap<(String, u64), (CircuitState, u64)> = HashMap::new();
     for g in &run.gate_events {
         let key = g.key.to_string();
-        let (state, epoch) = last.get(&key).copied().unwrap_or((CircuitState::Closed, 0));
+        let (state, epoch) = last.get(&(key.clone(), g.incarnation)).copied().unwrap_or((CircuitState::Closed, 0));
         if !Transition::is_legal(g.transition.from, g.transition.to) || g.transition.from != state {
             return Some(format!("gate {key}: {} -> {} after {state}", g.transition.from, g.transition.to));
         }
         if g.epoch < epoch {
             return Some(format!("gate {key}: epoch went from {epoch} to {}", g.epoch));
         }
-        last.insert(key, (g.transition.to, g.epoch));
+        last.insert((key, g.incarnation), (g.transition.to, g.epoch));
     }
     None
+}
+
+/// Each first admission by a new incarnation of a gate that had another: "gate s2 reset at
+/// 61.2 s" (its backend lost it and made a new one, or a process admitted on a gate of its own
+/// while the shared backend could not answer). Events, not violations.
+pub fn resets(run: &RunResult) -> Vec<String> {
+    let mut seen: HashMap<String, std::collections::HashSet<u64>> = HashMap::new();
+    let mut events = Vec::new();
+    for a in run.attempt_events.iter().filter(|a| a.incarnation != 0) {
+        let key = a.key.to_string();
+        let known = seen.entry(key.clone()).or_default();
+        if known.insert(a.incarnation) && known.len() > 1 {
+            let at = a.started.saturating_since(run.start).as_secs_f64();
+            events.push(format!("gate {key} reset at {at:.1} s"));
+        }
+    }
+    events
 }

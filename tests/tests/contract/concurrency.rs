@@ -42,6 +42,6 @@ pub async fn two_processes_see_one_gate(b: Backend) {
     let probe = other.apply(&key, &p, GateOp::TryEnter).await.unwrap();
     assert_eq!(probe.verdict, Some(Verdict::Probe));
     assert_eq!(b.gates.apply(&key, &p, GateOp::TryEnter).await.unwrap().verdict, Some(Verdict::Denied));
-    other.apply(&key, &p, GateOp::Success { epoch: probe.epoch, kind: SuccessKind::Real }).await.unwrap();
+    other.apply(&key, &p, GateOp::Success { fence: probe.fence(), kind: SuccessKind::Real }).await.unwrap();
     assert_eq!(b.gates.apply(&key, &p, GateOp::TryEnter).await.unwrap().verdict, Some(Verdict::Allowed));
 }

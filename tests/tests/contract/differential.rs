@@ -2,7 +2,10 @@
 //! gateway-core and on a backend, comparing every reply and the stored state after every step,
 //! and holding the pure gate to the breaker's invariants at every step (the retry_after
 //! contract, legal transitions only, the epoch moving by one per open and by nothing else, a
-//! fenced record changing nothing, one live probe lease, sane window counts).
+//! fenced record changing nothing, one live probe lease, sane window counts, an incarnation that
+//! changes only when a gate is created). Steps may lose the backend's state (as a Redis restart
+//! without persistence, or a flush, does); incarnations are random on each side, so replies are
+//! compared with the backend's incarnations mapped to the pure side's.
 //! The breaker: `Gate::apply` against `BreakerGate::apply`. The quota: `QuotaAccount` against
 //! `QuotaGate`. Sequences come from a seeded proptest runner, so a run is repeatable, and a
 //! failure shrinks to a short sequence printed step by step.
@@ -10,13 +13,15 @@
 #![allow(clippy::unwrap_used)]
 
 use crate::support::{Backend, Kind, START, runtime};
-use gateway_core::breaker::{CircuitState, Gate, GateOp, GateParams, Reply, SuccessKind, Transition, Verdict};
+use gateway_core::breaker::{CircuitState, Fence, Gate, GateOp, GateParams, Reply, SuccessKind, Transition, Verdict};
 use gateway_core::policy::{BreakerConfig, QuotaLimits};
 use gateway_core::ports::QuotaDecision;
 use gateway_core::quota::QuotaAccount;
+use gateway_core::random::Incarnations;
 use gateway_core::time::Timestamp;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
+use std::collections::HashMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -48,37 +53,79 @@ fn breaker(index: usize) -> BreakerConfig {
     }
 }
 
-/// One step: the time it advances, then an operation (`kind`, every `GateOp` drawn) and, for a
-/// record, which epoch it carries (`epoch`: the last admission's, the gate's current one, one
-/// before it, or one after it).
+/// One step: the time it advances, whether the backend first loses its state, then an operation
+/// (`kind`, every `GateOp` drawn) and, for a record, which fence it carries (`epoch`: the last
+/// admission's, the gate's current one, one before it, or one after it; the last admission's
+/// incarnation, or the gate's current one).
 #[derive(Clone, Copy, Debug)]
 struct Step {
     advance_ms: u64,
+    lose: bool,
     kind: u8,
     epoch: u8,
 }
 
 fn steps() -> impl Strategy<Value = Vec<Step>> {
     let advance = prop_oneof![3 => Just(0u64), 3 => 1..400u64, 2 => 900..1_200u64, 1 => 4_500..5_500u64, 1 => 7_000..9_000u64, 1 => 35_000..45_000u64];
-    proptest::collection::vec((advance, 0u8..9, 0u8..4).prop_map(|(advance_ms, kind, epoch)| Step { advance_ms, kind, epoch }), STEPS)
+    let step = (advance, proptest::bool::weighted(0.03), 0u8..9, 0u8..8);
+    proptest::collection::vec(step.prop_map(|(advance_ms, lose, kind, epoch)| Step { advance_ms, lose, kind, epoch }), STEPS)
 }
 
-/// The gate operation of `step`, with epochs resolved against the pure gate now.
-fn gate_op(step: Step, gate: &Gate, admitted: u64) -> GateOp {
-    let epoch = match step.epoch {
-        0 => admitted,
+/// The gate operation of `step`, with fences resolved against the pure gate now and the last
+/// admission (`admitted`).
+fn gate_op(step: Step, gate: &Gate, admitted: Fence) -> GateOp {
+    let epoch = match step.epoch % 4 {
+        0 => admitted.epoch,
         1 => gate.epoch,
         2 => gate.epoch.saturating_sub(1),
         _ => gate.epoch + 1,
     };
+    let incarnation = if step.epoch < 4 { admitted.incarnation } else { gate.incarnation };
+    let fence = Fence { incarnation, epoch };
     match step.kind {
         0 | 1 => GateOp::TryEnter,
-        2 => GateOp::Success { epoch, kind: SuccessKind::Real },
-        3 => GateOp::Success { epoch, kind: SuccessKind::Slow },
-        4 => GateOp::Success { epoch, kind: SuccessKind::Unusable },
-        5 | 6 => GateOp::Failure { epoch },
-        7 => GateOp::Release { epoch },
+        2 => GateOp::Success { fence, kind: SuccessKind::Real },
+        3 => GateOp::Success { fence, kind: SuccessKind::Slow },
+        4 => GateOp::Success { fence, kind: SuccessKind::Unusable },
+        5 | 6 => GateOp::Failure { fence },
+        7 => GateOp::Release { fence },
         _ => GateOp::ForceOpen,
+    }
+}
+
+/// The pure side's incarnations and the backend's, paired as they appear (both sides create a
+/// gate, or an account, at the same step).
+#[derive(Default)]
+struct Paired {
+    pairs: HashMap<u64, u64>,
+}
+
+impl Paired {
+    /// The backend's incarnation for the pure side's `ours` (one the backend never had: itself).
+    fn theirs(&self, ours: u64) -> u64 {
+        self.pairs.get(&ours).copied().unwrap_or(ours)
+    }
+
+    /// Pairs `ours` with `theirs` on first sight; the pure side's name for `theirs`.
+    fn ours(&mut self, ours: u64, theirs: u64) -> u64 {
+        if ours != 0 && theirs != 0 {
+            self.pairs.entry(ours).or_insert(theirs);
+        }
+        match self.pairs.iter().find(|(_, t)| **t == theirs) {
+            Some((o, _)) => *o,
+            None if theirs == 0 => 0,
+            None => u64::MAX,
+        }
+    }
+
+    fn op(&self, op: GateOp) -> GateOp {
+        let map = |fence: Fence| Fence { incarnation: self.theirs(fence.incarnation), ..fence };
+        match op {
+            GateOp::Success { fence, kind } => GateOp::Success { fence: map(fence), kind },
+            GateOp::Failure { fence } => GateOp::Failure { fence: map(fence) },
+            GateOp::Release { fence } => GateOp::Release { fence: map(fence) },
+            other => other,
+        }
     }
 }
 
@@ -108,24 +155,33 @@ async fn breaker_sequence(b: &Backend, config: usize, concurrency: u32, steps: &
     let policy = breaker(config).resolve("differential.breaker").unwrap();
     let p = GateParams::new(&policy, concurrency, Duration::from_secs(30), Duration::from_secs(30));
     let key = b.key(&fresh_source());
-    let (mut gate, mut now, mut admitted) = (Gate::new(), START, 0);
+    // The pure gate as a backend stores it: none yet.
+    let (mut gate, mut now, mut admitted) = (Gate::default(), START, Fence { incarnation: 0, epoch: 0 });
+    let (incarnations, mut paired) = (Incarnations::seeded(u64::from(concurrency)), Paired::default());
     let mut trace = format!("breaker {config}, concurrency {concurrency}\n");
     for (i, &step) in steps.iter().enumerate() {
         now = now.saturating_add(Duration::from_millis(step.advance_ms));
         b.clock.set(now);
+        if step.lose {
+            gate = Gate::default();
+            b.lose(std::slice::from_ref(&key)).await;
+            let _ = writeln!(trace, "step {i}: the backend loses the gate");
+        }
         let op = gate_op(step, &gate, admitted);
         let before = gate;
-        let expected = gate.apply(&p, op, now);
+        let expected = gate.apply_stored(&p, op, now, || incarnations.draw());
         invariants(&before, &gate, &p, op, &expected, now).map_err(|e| TestCaseError::fail(format!("{trace}step {i} {op:?}: {e}")))?;
-        let got = b.gates.apply(&key, &p, op).await.map_err(|e| TestCaseError::fail(format!("{trace}step {i} {op:?}: {e}")))?;
+        let got = b.gates.apply(&key, &p, paired.op(op)).await.map_err(|e| TestCaseError::fail(format!("{trace}step {i} {op:?}: {e}")))?;
+        let got = Reply { incarnation: paired.ours(expected.incarnation, got.incarnation), ..got };
         if op == GateOp::TryEnter {
-            admitted = expected.epoch;
+            admitted = expected.fence();
         }
-        let _ = writeln!(trace, "step {i}: +{} ms {op:?} → {}", step.advance_ms, crate::script::reply(&expected));
+        let _ = writeln!(trace, "step {i}: +{} ms {op:?} → {expected:?}", step.advance_ms);
         if got != expected {
             return Err(TestCaseError::fail(format!("{trace}the backend replied {got:?}\nthe gate replied  {expected:?}")));
         }
         let stored = b.snapshot(&key).await;
+        let stored = Gate { incarnation: paired.ours(gate.incarnation, stored.incarnation), ..stored };
         if stored != gate {
             return Err(TestCaseError::fail(format!("{trace}the backend holds {stored:?}\nthe gate holds     {gate:?}")));
         }
@@ -142,7 +198,15 @@ fn invariants(before: &Gate, after: &Gate, p: &GateParams, op: GateOp, reply: &R
     let check = |ok: bool, what: &str| if ok { Ok(()) } else { Err(format!("{what}: {before:?} → {after:?}, {reply:?}")) };
     check(reply.retry_after <= max, "retry_after above max_cooldown")?;
     check(reply.state == CircuitState::Open || reply.retry_after.is_zero(), "retry_after must be 0 unless OPEN")?;
-    check((reply.state, reply.epoch) == (after.state, after.epoch), "the reply is not the gate's state")?;
+    check(
+        (reply.state, reply.incarnation, reply.epoch) == (after.state, after.incarnation, after.epoch),
+        "the reply is not the gate's state",
+    )?;
+    check(
+        after.incarnation == before.incarnation || (before.incarnation == 0 && op.fence().is_none() && after.incarnation != 0),
+        "the incarnation changed, other than by creating a gate",
+    )?;
+    check(op.fence().is_none_or(|f| f == before.fence()) || reply.fenced, "a record under another fence was not fenced")?;
     check(reply.verdict.is_some() == (op == GateOp::TryEnter), "only TryEnter, and every TryEnter, has a verdict")?;
     match reply.transition {
         Some(Transition { from, to, .. }) => {
@@ -171,7 +235,7 @@ fn invariants(before: &Gate, after: &Gate, p: &GateParams, op: GateOp, reply: &R
         None => {}
     }
     // A record at the current epoch on an OPEN gate changes nothing.
-    check(!(op.epoch().is_some() && before.state == CircuitState::Open) || after == before, "a record changed an OPEN gate")?;
+    check(!(op.fence().is_some() && before.state == CircuitState::Open) || after == before, "a record changed an OPEN gate")?;
     check(after.f0 <= after.a0 && after.f1 <= after.a1 && after.s0 <= after.a0 && after.s1 <= after.a1, "window counts exceed attempts")
 }
 
@@ -188,7 +252,9 @@ pub fn quota_sequences(kind: Kind<'_>, cases: u32) {
     let rt = runtime();
     let backend = rt.block_on(Backend::new(kind));
     let limit = |range: std::ops::Range<u32>| proptest::option::of(range);
-    let step = (prop_oneof![2 => Just(0u64), 2 => 1..3_000u64, 1 => 20_000..40_000u64], 0u8..4, 0usize..8, 0u32..400);
+    // A kind of 4 loses the backend's state first (about one step in 30).
+    let kind = prop_oneof![29 => 0u8..4, 1 => Just(4u8)];
+    let step = (prop_oneof![2 => Just(0u64), 2 => 1..3_000u64, 1 => 20_000..40_000u64], kind, 0usize..8, 0u32..400);
     let strategy = (limit(1..4), limit(1..6), limit(200..1_000), proptest::collection::vec(step, STEPS));
     let result =
         runner(cases).run(&strategy, |(c, rpm, tpm, steps)| rt.block_on(quota_sequence(&backend, quota_limits(c, rpm, tpm), &steps)));
@@ -200,16 +266,23 @@ pub fn quota_sequences(kind: Kind<'_>, cases: u32) {
 async fn quota_sequence(b: &Backend, limits: QuotaLimits, steps: &[(u64, u8, usize, u32)]) -> Result<(), TestCaseError> {
     let key = b.key(&fresh_source());
     let mut account = QuotaAccount::new();
+    let incarnations = Incarnations::seeded(limits.rpm.map_or(0, u64::from));
     let mut now: Timestamp = START;
-    // Permits granted so far: the account's id and the backend's permit.
+    // Permits granted so far: the account's (incarnation, id) and the backend's permit; those of
+    // an account the backend lost stay, and their settles and releases must change nothing.
     let mut permits = Vec::new();
     let mut trace = format!("{limits:?}\n");
     for (i, &(advance_ms, kind, pick, tokens)) in steps.iter().enumerate() {
         now = now.saturating_add(Duration::from_millis(advance_ms));
         b.clock.set(now);
+        if kind == 4 {
+            account = QuotaAccount::new();
+            b.lose(std::slice::from_ref(&key)).await;
+            let _ = writeln!(trace, "step {i}: the backend loses the account");
+        }
         match (kind, permits.is_empty()) {
-            (0 | 1, _) | (_, true) => {
-                let expected = account.acquire(&limits, tokens, now);
+            (0 | 1 | 4, _) | (_, true) => {
+                let expected = account.acquire(&limits, tokens, now, incarnations.draw());
                 let got = b.quota.acquire(&key, &limits, tokens).await.map_err(|e| TestCaseError::fail(format!("{trace}step {i}: {e}")))?;
                 let _ = writeln!(trace, "step {i}: +{advance_ms} ms acquire {tokens} → {expected:?}");
                 match (expected, got) {
@@ -220,16 +293,16 @@ async fn quota_sequence(b: &Backend, limits: QuotaLimits, steps: &[(u64, u8, usi
                 }
             }
             (2, false) => {
-                let (id, permit) = &permits[pick % permits.len()];
-                account.settle(*id, tokens);
+                let ((incarnation, id), permit) = &permits[pick % permits.len()];
+                account.settle(*incarnation, *id, tokens);
                 b.quota.settle(permit, tokens).await.unwrap();
-                let _ = writeln!(trace, "step {i}: +{advance_ms} ms settle permit {id} at {tokens}");
+                let _ = writeln!(trace, "step {i}: +{advance_ms} ms settle permit {id} of {incarnation} at {tokens}");
             }
             (_, false) => {
-                let (id, permit) = permits.swap_remove(pick % permits.len());
-                account.release(id);
+                let ((incarnation, id), permit) = permits.swap_remove(pick % permits.len());
+                account.release(incarnation, id);
                 b.quota.release(&permit).await.unwrap();
-                let _ = writeln!(trace, "step {i}: +{advance_ms} ms release permit {id}");
+                let _ = writeln!(trace, "step {i}: +{advance_ms} ms release permit {id} of {incarnation}");
             }
         }
         let (expected, got) = (account.in_flight(now), b.quota_in_flight(&key).await);

@@ -22,24 +22,32 @@ pub async fn a_change_beyond_the_buckets_counts_keeps_the_gate_for_its_ttl(b: Ba
     let _: i64 = pool.pexpire(&hash, 1_000, None).await.unwrap();
     // Neither a look (TryEnter on a CLOSED gate) nor a count within the current bucket keeps
     // the gate longer, in memory either (Gate::keeps_longer_than)...
-    b.gates.apply(&key, &p, GateOp::TryEnter).await.unwrap();
-    b.gates.apply(&key, &p, GateOp::Success { epoch: 0, kind: SuccessKind::Real }).await.unwrap();
+    let fence = b.gates.apply(&key, &p, GateOp::TryEnter).await.unwrap().fence();
+    b.gates.apply(&key, &p, GateOp::Success { fence, kind: SuccessKind::Real }).await.unwrap();
     let kept = left().await;
     assert!((1..=1_000).contains(&kept), "a look or a count changed the TTL to {kept} ms (-1: none, -2: the key is gone)");
     // ...the first count of the next bucket does (an active gate is never lost).
     b.at(30.0);
-    b.gates.apply(&key, &p, GateOp::Success { epoch: 0, kind: SuccessKind::Real }).await.unwrap();
+    b.gates.apply(&key, &p, GateOp::Success { fence, kind: SuccessKind::Real }).await.unwrap();
     assert!(left().await > ttl - 60_000, "a new bucket left the gate {} ms to live, its TTL is {ttl} ms", left().await);
     // A window that never rotated (a clock before the first bucket's end) is kept by its first
     // count: the key never lives without a TTL.
     b.clock.set(gateway_core::time::Timestamp::from_millis(5));
-    b.gates.apply(&b.key("early"), &p, GateOp::Success { epoch: 0, kind: SuccessKind::Real }).await.unwrap();
-    let early: i64 = pool.pttl(format!("gw:{{{}}}:gate:early", b.scope)).await.unwrap();
+    let early_hash = format!("gw:{{{}}}:gate:early", b.scope);
+    let fence = b.gates.apply(&b.key("early"), &p, GateOp::TryEnter).await.unwrap().fence();
+    let _: i64 = pool.pexpire(&early_hash, 1_000, None).await.unwrap();
+    b.gates.apply(&b.key("early"), &p, GateOp::Success { fence, kind: SuccessKind::Real }).await.unwrap();
+    let early: i64 = pool.pttl(&early_hash).await.unwrap();
     assert!(early > ttl - 60_000, "the first count of a window that never rotated left {early} ms to live");
-    // A gate nothing was written to stays absent: TryEnter on it stores nothing.
+    // TryEnter on a gate not stored creates it (its incarnation), with its TTL; a record on a
+    // gate not stored is fenced and stores nothing.
+    let record = GateOp::Failure { fence: gateway_core::breaker::Fence { incarnation: 7, epoch: 0 } };
+    assert!(b.gates.apply(&b.key("lost"), &p, record).await.unwrap().fenced);
+    let lost: i64 = pool.exists(format!("gw:{{{}}}:gate:lost", b.scope)).await.unwrap();
+    assert_eq!(lost, 0, "a fenced record stored a gate");
     b.gates.apply(&b.key("fresh"), &p, GateOp::TryEnter).await.unwrap();
-    let exists: i64 = pool.exists(format!("gw:{{{}}}:gate:fresh", b.scope)).await.unwrap();
-    assert_eq!(exists, 0);
+    let fresh: i64 = pool.pttl(format!("gw:{{{}}}:gate:fresh", b.scope)).await.unwrap();
+    assert!(fresh > ttl - 60_000, "a gate created by TryEnter has {fresh} ms to live");
 }
 
 pub async fn the_encoded_arguments_are_bounded_with_churning_gates(b: Backend) {

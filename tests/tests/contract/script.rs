@@ -11,22 +11,29 @@
 //! at 9.5                                          the clock: seconds after the suite's start
 //!                                                 (negative: before it, a clock stepped back)
 //! enter s                                         TryEnter
-//! success s [real|slow|unusable] [epoch=N]        a record; the epoch defaults to the epoch of
-//! failure s [epoch=N]                             the source's last `enter` or `attempt` reply
-//! release s [epoch=N]
+//! success s [real|slow|unusable] [epoch=N] [incarnation=iN]
+//! failure s [epoch=N] [incarnation=iN]            a record; the epoch defaults to the epoch of
+//! release s [epoch=N] [incarnation=iN]            the source's last `enter` or `attempt` reply,
+//!                                                 the incarnation to its last reply's
 //! force_open s
+//! lose                                            the backend loses every gate (a Redis restart
+//!                                                 without persistence, a flush, an eviction)
 //! attempt s <class> [xN]                          TryEnter, then the outcome table's operation
 //!                                                 for <class> if admitted (N times)
 //! show s                                          the gate's stored state
 //! retry_after s t …                               the minimum retry_after over the gates
 //!                                                 (none named: 0)
 //! ```
+//!
+//! Incarnations are random; a trace names them `i1`, `i2`… in the order they appear (`i-` for
+//! none: a gate not stored), so traces of different backends compare.
 
 use crate::support::{Backend, START};
-use gateway_core::breaker::{Gate, GateOp, GateParams, Reply, SuccessKind};
+use gateway_core::breaker::{Fence, Gate, GateOp, GateParams, Reply, SuccessKind};
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::policy::BreakerConfig;
 use gateway_core::ports::GateKey;
+use gateway_core::random::Incarnations;
 use gateway_core::time::Timestamp;
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -49,16 +56,58 @@ enum Step {
     Op { source: String, op: Op, times: u32 },
     Show(String),
     RetryAfter(Vec<String>),
+    Lose,
 }
 
 #[derive(Clone, Copy, Debug)]
 enum Op {
     Enter,
-    Success(SuccessKind, Option<u64>),
-    Failure(Option<u64>),
-    Release(Option<u64>),
+    Success(SuccessKind, Given),
+    Failure(Given),
+    Release(Given),
     ForceOpen,
     Attempt(OutcomeClass),
+}
+
+/// The fence a record line names: its epoch, and its incarnation by trace name (`i2`: 2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Given {
+    epoch: Option<u64>,
+    incarnation: Option<usize>,
+}
+
+/// What a run remembers: each source's last admission and last incarnation, and the trace names
+/// of the incarnations seen.
+#[derive(Default)]
+struct Memory {
+    admitted: HashMap<String, Reply>,
+    incarnation: HashMap<String, u64>,
+    names: Vec<u64>,
+}
+
+impl Memory {
+    /// The trace name of `incarnation`: `i-` for none, else `i<n>` by order of appearance.
+    fn name(&mut self, incarnation: u64) -> String {
+        if incarnation == 0 {
+            return "i-".to_owned();
+        }
+        let n = match self.names.iter().position(|&i| i == incarnation) {
+            Some(at) => at + 1,
+            None => {
+                self.names.push(incarnation);
+                self.names.len()
+            }
+        };
+        format!("i{n}")
+    }
+
+    fn heard(&mut self, source: &str, r: &Reply) -> String {
+        if r.incarnation != 0 {
+            self.incarnation.insert(source.to_owned(), r.incarnation);
+        }
+        let name = self.name(r.incarnation);
+        reply(r, &name)
+    }
 }
 
 impl Script {
@@ -81,7 +130,7 @@ impl Script {
         let mut trace = String::new();
         let mut breaker: Option<BreakerConfig> = None;
         let mut params: HashMap<String, GateParams> = HashMap::new();
-        let mut admitted: HashMap<String, Reply> = HashMap::new();
+        let mut memory = Memory::default();
         for (line, step) in &self.lines {
             let _ = writeln!(trace, "{line}");
             match step {
@@ -96,7 +145,7 @@ impl Script {
                     let p = params.get(source).unwrap_or_else(|| panic!("{}: no `source {source}`", self.name)).clone();
                     let mut results: Vec<(String, u32)> = Vec::new();
                     for _ in 0..*times {
-                        let result = run_op(target, source, &p, *op, &mut admitted).await;
+                        let result = run_op(target, source, &p, *op, &mut memory).await;
                         match results.last_mut() {
                             Some((last, n)) if *last == result => *n += 1,
                             _ => results.push((result, 1)),
@@ -110,7 +159,8 @@ impl Script {
                 Step::Show(source) => {
                     let p = params.get(source).unwrap_or_else(|| panic!("{}: no `source {source}`", self.name));
                     let gate = target.snapshot(source).await;
-                    let _ = writeln!(trace, "  {}", show(&gate, p));
+                    let name = memory.name(gate.incarnation);
+                    let _ = writeln!(trace, "  {}", show(&gate, p, &name));
                 }
                 Step::RetryAfter(sources) => {
                     let gates: Vec<(String, GateParams)> = sources
@@ -119,6 +169,10 @@ impl Script {
                         .collect();
                     let wait = target.retry_after(&gates).await;
                     let _ = writeln!(trace, "  {} ms", wait.as_millis());
+                }
+                Step::Lose => {
+                    let sources: Vec<String> = params.keys().cloned().collect();
+                    target.lose(&sources).await;
                 }
             }
         }
@@ -144,39 +198,45 @@ fn script_key(b: &Backend, source: &str) -> GateKey {
     }
 }
 
-async fn run_op(target: &mut dyn Target, source: &str, p: &GateParams, op: Op, admitted: &mut HashMap<String, Reply>) -> String {
-    let epoch =
-        |given: Option<u64>, admitted: &HashMap<String, Reply>| given.unwrap_or_else(|| admitted.get(source).map_or(0, |r| r.epoch));
+async fn run_op(target: &mut dyn Target, source: &str, p: &GateParams, op: Op, memory: &mut Memory) -> String {
+    let fence = |given: Given, memory: &Memory| Fence {
+        incarnation: match given.incarnation {
+            Some(n) => memory.names.get(n.wrapping_sub(1)).copied().unwrap_or_else(|| panic!("no incarnation i{n} yet")),
+            None => memory.incarnation.get(source).copied().unwrap_or(0),
+        },
+        epoch: given.epoch.unwrap_or_else(|| memory.admitted.get(source).map_or(0, |r| r.epoch)),
+    };
     let op = match op {
         Op::Enter => GateOp::TryEnter,
-        Op::Success(kind, given) => GateOp::Success { epoch: epoch(given, admitted), kind },
-        Op::Failure(given) => GateOp::Failure { epoch: epoch(given, admitted) },
-        Op::Release(given) => GateOp::Release { epoch: epoch(given, admitted) },
+        Op::Success(kind, given) => GateOp::Success { fence: fence(given, memory), kind },
+        Op::Failure(given) => GateOp::Failure { fence: fence(given, memory) },
+        Op::Release(given) => GateOp::Release { fence: fence(given, memory) },
         Op::ForceOpen => GateOp::ForceOpen,
         Op::Attempt(class) => {
             let entry = target.apply(source, p, GateOp::TryEnter).await;
-            admitted.insert(source.to_owned(), entry);
+            memory.admitted.insert(source.to_owned(), entry);
+            let entered = memory.heard(source, &entry);
             let Some(op) = class.effects().gate_op(&entry, Duration::ZERO, None) else {
-                return reply(&entry);
+                return entered;
             };
             let record = target.apply(source, p, op).await;
-            return format!("{} | {}", reply(&entry), reply(&record));
+            return format!("{entered} | {}", memory.heard(source, &record));
         }
     };
     let answer = target.apply(source, p, op).await;
     if op == GateOp::TryEnter {
-        admitted.insert(source.to_owned(), answer);
+        memory.admitted.insert(source.to_owned(), answer);
     }
-    reply(&answer)
+    memory.heard(source, &answer)
 }
 
-/// One reply: `verdict state e<epoch> [retry <ms>ms] [from→to cause] [fenced]`.
-pub fn reply(r: &Reply) -> String {
+/// One reply: `verdict state <incarnation> e<epoch> [retry <ms>ms] [from→to cause] [fenced]`.
+fn reply(r: &Reply, incarnation: &str) -> String {
     let mut out = match r.verdict {
         Some(v) => format!("{v:?} ").to_lowercase(),
         None => String::new(),
     };
-    let _ = write!(out, "{} e{}", r.state, r.epoch);
+    let _ = write!(out, "{} {incarnation} e{}", r.state, r.epoch);
     if !r.retry_after.is_zero() {
         let _ = write!(out, " retry {}ms", r.retry_after.as_millis());
     }
@@ -191,12 +251,12 @@ pub fn reply(r: &Reply) -> String {
 
 /// A gate's stored state, times as offsets from the suite's start and the window id as buckets
 /// since it.
-pub fn show(g: &Gate, p: &GateParams) -> String {
+fn show(g: &Gate, p: &GateParams, incarnation: &str) -> String {
     let at = |t: Timestamp| format!("+{}ms", t.as_millis().saturating_sub(START.as_millis()));
     let opt = |t: Option<Timestamp>| t.map_or_else(|| "-".to_owned(), at);
     let win = g.win_id.saturating_sub(START.as_millis() / p.bucket_ms());
     format!(
-        "{} e{} open_until {} probe_until {} failures {} window {win}:[{} {} {} | {} {} {}] streak {} closed_since {} probe_ok {}",
+        "{} {incarnation} e{} open_until {} probe_until {} failures {} window {win}:[{} {} {} | {} {} {}] streak {} closed_since {} probe_ok {}",
         g.state,
         g.epoch,
         if g.open_until == Timestamp::default() { "-".to_owned() } else { at(g.open_until) },
@@ -228,11 +288,16 @@ fn parse_step(line: &str) -> Result<Step, String> {
         Ok(())
     };
     let count = |what: &str, n: &str| n.parse::<u64>().map_err(|_| format!("{what} {n:?} is not a count"));
-    let mut epoch = None;
-    let mut take_epoch = |w: &str| -> Result<bool, String> {
-        match w.strip_prefix("epoch=") {
-            Some(e) => {
-                epoch = Some(count("epoch", e)?);
+    let mut given = Given::default();
+    let mut take_fence = |w: &str| -> Result<bool, String> {
+        if let Some(e) = w.strip_prefix("epoch=") {
+            given.epoch = Some(count("epoch", e)?);
+            return Ok(true);
+        }
+        match w.strip_prefix("incarnation=") {
+            Some(i) => {
+                let n = i.strip_prefix('i').and_then(|n| n.parse::<usize>().ok()).filter(|&n| n >= 1);
+                given.incarnation = Some(n.ok_or_else(|| format!("incarnation {i:?} is not a trace name like i1"))?);
                 Ok(true)
             }
             None => Ok(false),
@@ -266,7 +331,7 @@ fn parse_step(line: &str) -> Result<Step, String> {
         "success" => {
             let mut kind = SuccessKind::Real;
             options(&mut |w| {
-                if take_epoch(w)? {
+                if take_fence(w)? {
                     return Ok(true);
                 }
                 kind = match w {
@@ -277,11 +342,11 @@ fn parse_step(line: &str) -> Result<Step, String> {
                 };
                 Ok(true)
             })?;
-            Step::Op { source: source()?, op: Op::Success(kind, epoch), times: 1 }
+            Step::Op { source: source()?, op: Op::Success(kind, given), times: 1 }
         }
         "failure" | "release" => {
-            options(&mut take_epoch)?;
-            let op = if word == "failure" { Op::Failure(epoch) } else { Op::Release(epoch) };
+            options(&mut take_fence)?;
+            let op = if word == "failure" { Op::Failure(given) } else { Op::Release(given) };
             Step::Op { source: source()?, op, times: 1 }
         }
         "attempt" => {
@@ -299,6 +364,8 @@ fn parse_step(line: &str) -> Result<Step, String> {
             }
             Step::Op { source: source()?, op: Op::Attempt(class), times }
         }
+        "lose" if rest.trim().is_empty() => Step::Lose,
+        "lose" => return Err("`lose` takes no arguments: the backend loses every gate".to_owned()),
         // `retry_after` alone asks over no gates (0).
         "retry_after" => Step::RetryAfter(words.iter().map(|s| (*s).to_owned()).collect()),
         other => return Err(format!("unknown step {other:?}")),
@@ -312,13 +379,22 @@ pub trait Target: Send {
     async fn apply(&mut self, source: &str, p: &GateParams, op: GateOp) -> Reply;
     async fn snapshot(&mut self, source: &str) -> Gate;
     async fn retry_after(&mut self, gates: &[(String, GateParams)]) -> Duration;
+    /// Loses the gates of `sources`, as a backend that restarts empty does.
+    async fn lose(&mut self, sources: &[String]);
 }
 
-/// The pure state machine: one `Gate` per source and the script's clock.
-#[derive(Default)]
+/// The pure state machine: one `Gate` per source (a backend's stored gates), the script's
+/// clock, and the incarnations it draws.
 pub struct Pure {
     gates: HashMap<String, Gate>,
     now: Timestamp,
+    incarnations: Incarnations,
+}
+
+impl Default for Pure {
+    fn default() -> Self {
+        Pure { gates: HashMap::new(), now: Timestamp::default(), incarnations: Incarnations::seeded(0) }
+    }
 }
 
 #[async_trait::async_trait]
@@ -327,7 +403,8 @@ impl Target for Pure {
         self.now = now;
     }
     async fn apply(&mut self, source: &str, p: &GateParams, op: GateOp) -> Reply {
-        self.gates.entry(source.to_owned()).or_default().apply(p, op, self.now)
+        let incarnations = &self.incarnations;
+        self.gates.entry(source.to_owned()).or_default().apply_stored(p, op, self.now, || incarnations.draw())
     }
     async fn snapshot(&mut self, source: &str) -> Gate {
         self.gates.get(source).cloned().unwrap_or_default()
@@ -335,6 +412,9 @@ impl Target for Pure {
     async fn retry_after(&mut self, gates: &[(String, GateParams)]) -> Duration {
         let fresh = Gate::new();
         gateway_core::breaker::min_retry_after(gates.iter().map(|(s, p)| (self.gates.get(s).unwrap_or(&fresh), p)), self.now)
+    }
+    async fn lose(&mut self, _sources: &[String]) {
+        self.gates.clear();
     }
 }
 
@@ -353,6 +433,10 @@ impl Target for Backend {
         let keyed: Vec<(GateKey, GateParams)> = gates.iter().map(|(s, p)| (script_key(self, s), p.clone())).collect();
         self.gates.retry_after(&keyed).await.unwrap()
     }
+    async fn lose(&mut self, sources: &[String]) {
+        let keys: Vec<GateKey> = sources.iter().map(|s| script_key(self, s)).collect();
+        Backend::lose(self, &keys).await;
+    }
 }
 
 /// The parser refuses what it does not know, naming the script, the line and the fault.
@@ -369,12 +453,16 @@ pub fn the_parser_names_the_line_and_what_is_wrong() {
         ("at soon", "\"soon\" is not a number of seconds"),
         ("breaker fail_threshold = five", "breaker keys:"),
         ("open s", "unknown step \"open\""),
+        ("failure s incarnation=7", "incarnation \"7\" is not a trace name like i1"),
+        ("lose s", "`lose` takes no arguments"),
     ] {
         let error = Script::parse("case", &format!("# a comment\n{text}\n")).unwrap_err();
         assert!(error.starts_with("case:2: ") && error.contains(says), "{text:?}: {error}");
     }
-    let ok = Script::parse("case", "success s epoch=2 slow\nsuccess s unusable\nattempt s transient x2\n").unwrap();
-    assert!(matches!(ok.lines[0].1, Step::Op { op: Op::Success(SuccessKind::Slow, Some(2)), .. }), "{:?}", ok.lines[0]);
-    assert!(matches!(ok.lines[1].1, Step::Op { op: Op::Success(SuccessKind::Unusable, None), .. }));
+    let ok = Script::parse("case", "success s epoch=2 slow incarnation=i3\nsuccess s unusable\nattempt s transient x2\nlose\n").unwrap();
+    let fence = Given { epoch: Some(2), incarnation: Some(3) };
+    assert!(matches!(ok.lines[0].1, Step::Op { op: Op::Success(SuccessKind::Slow, g), .. } if g == fence), "{:?}", ok.lines[0]);
+    assert!(matches!(ok.lines[1].1, Step::Op { op: Op::Success(SuccessKind::Unusable, g), .. } if g == Given::default()));
+    assert!(matches!(ok.lines[3].1, Step::Lose));
     assert!(matches!(ok.lines[2].1, Step::Op { op: Op::Attempt(OutcomeClass::Transient), times: 2, .. }));
 }

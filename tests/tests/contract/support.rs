@@ -121,6 +121,25 @@ impl Backend {
         }
     }
 
+    /// Loses the gates of `keys` and every quota account, as a backend that restarts empty does:
+    /// the memory gates forget everything (the memory of a restarted process), Redis drops the
+    /// keys (a flush of this case's own keys: the suite's Redis is shared by parallel cases).
+    pub async fn lose(&self, keys: &[GateKey]) {
+        match (&self.memory, &self.redis) {
+            (Some((gates, quota)), _) => {
+                gates.clear();
+                quota.clear();
+            }
+            (_, Some((gates, quota, _))) => {
+                for key in keys {
+                    gates.forget(key).await.unwrap();
+                    quota.forget(key).await.unwrap();
+                }
+            }
+            _ => unreachable!("a backend is memory or redis"),
+        }
+    }
+
     /// The Redis gates, when the backend is Redis.
     pub fn redis_gates(&self) -> Option<&RedisGates> {
         self.redis.as_ref().map(|(gates, _, _)| gates)

@@ -39,13 +39,15 @@ pub fn required() -> bool {
 /// Whether a Redis server answers at `url`: a TCP connect and a `PING`, each bounded by
 /// `timeout`. Any RESP reply counts (`+PONG`, or an error such as `-NOAUTH` from a server that
 /// wants the password the URL carries). A `rediss://` URL is probed by its TCP connect alone.
+/// A Redis Cluster URL (`redis-cluster://host:port?node=host:port&…`, `rediss-cluster://`) is
+/// probed at its first host, the one before the query.
 pub fn answers(url: &str, timeout: Duration) -> Result<(), String> {
-    let (tls, rest) = if let Some(rest) = url.strip_prefix("redis://") {
+    let (tls, rest) = if let Some(rest) = url.strip_prefix("redis://").or_else(|| url.strip_prefix("redis-cluster://")) {
         (false, rest)
-    } else if let Some(rest) = url.strip_prefix("rediss://") {
+    } else if let Some(rest) = url.strip_prefix("rediss://").or_else(|| url.strip_prefix("rediss-cluster://")) {
         (true, rest)
     } else {
-        return Err("not a redis:// or rediss:// URL".to_owned());
+        return Err("not a redis://, rediss://, redis-cluster:// or rediss-cluster:// URL".to_owned());
     };
     let authority = rest.split(['/', '?']).next().unwrap_or_default();
     let host_port = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
@@ -226,6 +228,9 @@ mod tests {
         let silent = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("redis://user:pw@{}/0", silent.local_addr().unwrap());
         assert!(answers(&url, Duration::from_millis(100)).unwrap_err().contains("no answer to PING"));
+        // A cluster URL is probed at its first host, before the query.
+        let cluster = format!("redis-cluster://{}?node=127.0.0.1:1&node=127.0.0.1:2", silent.local_addr().unwrap());
+        assert!(answers(&cluster, Duration::from_millis(100)).unwrap_err().contains("no answer to PING"));
         let closed = silent.local_addr().unwrap().port();
         drop(silent);
         assert!(answers(&format!("redis://127.0.0.1:{closed}"), Duration::from_millis(100)).is_err());

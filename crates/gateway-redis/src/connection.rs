@@ -1,6 +1,13 @@
 //! The connection to Redis: a pool with an explicit command timeout, fail-fast while
 //! disconnected, reconnection with exponential back-off, script loading and NOSCRIPT reload,
 //! the time argument of every script, and the mapping of failures to `GateError`.
+//!
+//! One Redis or a Redis Cluster, as the URL says (`redis://…` or
+//! `redis-cluster://host:port?node=host:port&…`). On a cluster each EVALSHA goes to the primary
+//! of its first key's slot (every key of a script shares the scope's hash tag), the scripts are
+//! loaded on every primary at connect time, and a primary that answers NOSCRIPT (restarted,
+//! promoted from a replica, SCRIPT FLUSH) is given the script again: the reload goes where the
+//! EVALSHA went.
 
 use crate::scripts::{Script, Scripts};
 use fred::prelude::*;
@@ -14,7 +21,12 @@ use std::time::Duration;
 /// How to reach Redis and how long to wait for it.
 #[derive(Clone)]
 pub struct RedisConfig {
-    /// `redis://[user:password@]host:port[/db]`.
+    /// `redis://[user:password@]host:port[/db]` for one Redis (`rediss://` needs a TLS feature
+    /// of fred, which this crate does not enable), or
+    /// `redis-cluster://[user:password@]host:port[?node=host:port&node=host:port…]` for a Redis
+    /// Cluster (any one node suffices, the others are found with `CLUSTER SLOTS`; more are tried
+    /// when the first does not answer). Sentinel (`redis-sentinel://…?sentinelServiceName=…`) is
+    /// parsed by fred too; see the README.
     pub url: String,
     /// Connections in the pool (commands are pipelined on each).
     pub pool_size: usize,
@@ -57,18 +69,30 @@ impl std::fmt::Debug for RedisConfig {
     }
 }
 
-/// `redis://user:secret@host` → `redis://host`: credentials never reach logs or errors.
+/// `redis://user:secret@host` → `redis://host`, and a Sentinel URL's
+/// `sentinelPassword=secret` → `sentinelPassword=***`: credentials never reach logs or errors.
 fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
+    let url = match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => format!("{}{}", &url[..scheme + 3], &url[at + 1..]),
         _ => url.to_owned(),
+    };
+    const SENTINEL_PASSWORD: &str = "sentinelPassword=";
+    match url.find(SENTINEL_PASSWORD) {
+        Some(at) => {
+            let start = at + SENTINEL_PASSWORD.len();
+            let end = url[start..].find('&').map_or(url.len(), |len| start + len);
+            format!("{}***{}", &url[..start], &url[end..])
+        }
+        None => url,
     }
 }
 
-/// A pool of connections to one Redis, with the scripts loaded. Share it (`Arc`) between the
-/// gates and the quota of a process.
+/// A pool of connections to one Redis (or one Redis Cluster), with the scripts loaded. Share it
+/// (`Arc`) between the gates and the quota of a process.
 pub struct RedisConnection {
     pool: Pool,
+    /// Whether the URL named a cluster: scripts are then loaded on every primary.
+    clustered: bool,
     options: Options,
     scripts: Scripts,
     clock: Option<Arc<dyn Clock>>,
@@ -92,7 +116,9 @@ impl RedisConnection {
             ms(config.reconnect_max).min(u64::from(u32::MAX)) as u32,
             2,
         );
-        let pool = Builder::from_config(Config::from_url(&config.url).map_err(unavailable)?)
+        let fred_config = Config::from_url(&config.url).map_err(unavailable)?;
+        let clustered = fred_config.server.is_clustered();
+        let pool = Builder::from_config(fred_config)
             .with_connection_config(|c| {
                 c.connection_timeout = config.connect_timeout;
                 c.internal_command_timeout = config.connect_timeout;
@@ -108,6 +134,7 @@ impl RedisConnection {
             .map_err(unavailable)?;
         let connection = RedisConnection {
             pool,
+            clustered,
             options: Options { fail_fast: true, timeout: Some(config.command_timeout), max_attempts: Some(1), ..Options::default() },
             scripts: Scripts::new(),
             clock: config.clock,
@@ -115,7 +142,7 @@ impl RedisConnection {
             url: url.clone(),
         };
         for script in connection.scripts.all() {
-            connection.load(script).await.map_err(unavailable)?;
+            connection.load(script, None).await.map_err(unavailable)?;
         }
         Ok(Arc::new(connection))
     }
@@ -152,12 +179,14 @@ impl RedisConnection {
         args: &[&[Value]],
         key: &(dyn std::fmt::Display + Sync),
     ) -> Result<Value, GateError> {
-        let first = self.evalsha(script, keys, args).await;
+        let slot = slot_of(keys);
+        let first = self.evalsha(script, slot, keys, args).await;
         let result = match first {
             Err(e) if e.details().starts_with("NOSCRIPT") => {
                 tracing::info!(script = script.name, "redis lost the script (restart, failover or SCRIPT FLUSH); reloading");
-                match self.load(script).await {
-                    Ok(()) => self.evalsha(script, keys, args).await,
+                // On a cluster, to the primary that answered NOSCRIPT: the one of the keys' slot.
+                match self.load(script, slot.filter(|_| self.clustered)).await {
+                    Ok(()) => self.evalsha(script, slot, keys, args).await,
                     Err(e) => Err(e),
                 }
             }
@@ -186,9 +215,8 @@ impl RedisConnection {
     }
 
     /// `args` in parts, so that a caller's cached arguments are copied once, into the command.
-    async fn evalsha(&self, script: &Script, keys: &[Value], args: &[&[Value]]) -> Result<Value, Error> {
-        // Route by the first key's slot (every key of a script shares the scope's hash tag).
-        let slot = keys.first().and_then(Value::as_bytes).map(fred::util::redis_keyslot);
+    /// Routed by `slot`, the first key's ([`slot_of`]).
+    async fn evalsha(&self, script: &Script, slot: Option<u16>, keys: &[Value], args: &[&[Value]]) -> Result<Value, Error> {
         let mut argv: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.iter().map(|part| part.len()).sum::<usize>());
         argv.push(script.sha_arg.clone());
         argv.push(Value::Integer(keys.len() as i64));
@@ -199,12 +227,20 @@ impl RedisConnection {
         self.pool.with_options(&self.options).custom(CustomCommand::new("EVALSHA", slot, false), argv).await
     }
 
-    async fn load(&self, script: &Script) -> Result<(), Error> {
-        let sha: String = self
-            .pool
-            .with_options(&self.options)
-            .custom(CustomCommand::new("SCRIPT", None::<u16>, false), vec!["LOAD", script.lua.as_str()])
-            .await?;
+    /// Loads `script`: on the one server; on a cluster, on the primary of `slot`, or on every
+    /// primary without one (at connect time). fred's cluster-wide `SCRIPT LOAD` answers the
+    /// SHA1 it computed itself, after every primary answered without an error; it takes no
+    /// per-command options (fred 10.1 has no `LuaInterface` for `WithOptions`), so it is bounded
+    /// by the pool's default command timeout, the same `command_timeout`.
+    async fn load(&self, script: &Script, slot: Option<u16>) -> Result<(), Error> {
+        let sha: String = if self.clustered && slot.is_none() {
+            self.pool.script_load_cluster(script.lua.as_str()).await?
+        } else {
+            self.pool
+                .with_options(&self.options)
+                .custom(CustomCommand::new("SCRIPT", slot, false), vec!["LOAD", script.lua.as_str()])
+                .await?
+        };
         if sha != script.sha {
             return Err(Error::new(ErrorKind::Unknown, format!("script {} loaded as {sha}, expected {}", script.name, script.sha)));
         }
@@ -215,6 +251,12 @@ impl RedisConnection {
     pub fn url(&self) -> &str {
         &self.url
     }
+}
+
+/// The slot of a script's first key: where its EVALSHA (and, on a cluster, its reload) goes.
+/// Every key of a script shares the scope's hash tag (`keys.rs`), so one slot holds them all.
+fn slot_of(keys: &[Value]) -> Option<u16> {
+    keys.first().and_then(Value::as_bytes).map(fred::util::redis_keyslot)
 }
 
 /// Whether Redis answered, and the answer is that the script could not do its work: an error
@@ -271,9 +313,34 @@ mod tests {
         assert!(!is_script_error(&reply("BUSY Redis is busy running a script")));
     }
 
+    /// The URL forms the README gives: fred 10.1 picks the deployment by the scheme's suffix
+    /// (`-cluster`, `-sentinel`), so `redis://…?node=…` is still one server.
+    #[test]
+    fn the_url_scheme_names_the_deployment() {
+        use fred::types::config::Config;
+        let cluster = Config::from_url("redis-cluster://127.0.0.1:7001?node=127.0.0.1:7002&node=127.0.0.1:7003").unwrap();
+        assert!(cluster.server.is_clustered());
+        let mut ports: Vec<u16> = cluster.server.hosts().iter().map(|server| server.port).collect();
+        ports.sort_unstable();
+        assert_eq!(ports, [7001, 7002, 7003]);
+        assert!(!Config::from_url("redis://127.0.0.1:7001?node=127.0.0.1:7002").unwrap().server.is_clustered());
+        let sentinel = Config::from_url("redis-sentinel://127.0.0.1:26379/0?sentinelServiceName=gw&node=127.0.0.1:26380").unwrap();
+        assert!(sentinel.server.is_sentinel());
+        assert_eq!(sentinel.server.hosts().len(), 2);
+        assert!(Config::from_url("redis-sentinel://127.0.0.1:26379").is_err(), "the service name is required");
+    }
+
     #[test]
     fn credentials_are_redacted() {
         assert_eq!(redact("redis://user:hunter2@10.0.0.1:6379/0"), "redis://10.0.0.1:6379/0");
         assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(
+            redact("redis-cluster://:pw@127.0.0.1:7001?node=127.0.0.1:7002&node=127.0.0.1:7003"),
+            "redis-cluster://127.0.0.1:7001?node=127.0.0.1:7002&node=127.0.0.1:7003"
+        );
+        assert_eq!(
+            redact("redis-sentinel://u:pw@s1:26379/0?sentinelServiceName=gw&sentinelPassword=hunter2&node=s2:26379"),
+            "redis-sentinel://s1:26379/0?sentinelServiceName=gw&sentinelPassword=***&node=s2:26379"
+        );
     }
 }

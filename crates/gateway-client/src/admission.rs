@@ -11,7 +11,6 @@ use gateway_core::admission::{Blocked, SkipReason, nap, when_blocked};
 use gateway_core::breaker::{GateOp, Reply};
 use gateway_core::ports::{PaceDecision, QuotaDecision, Telemetry};
 use gateway_core::select::demote;
-use gateway_core::telemetry::GateEvent;
 use gateway_core::time::Clock;
 use rand_chacha::ChaCha8Rng;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -50,17 +49,7 @@ impl SourceAdmission {
 
     /// Reports a gate transition made by this process.
     pub(crate) fn gate_event(&self, scope: &Scope, source: usize, reply: &Reply) {
-        if let Some(transition) = reply.transition {
-            let key = scope.gates[source].0.clone();
-            self.telemetry.gate(&GateEvent {
-                key,
-                at: self.clock.now(),
-                transition,
-                incarnation: reply.incarnation,
-                epoch: reply.epoch,
-                retry_after: reply.retry_after,
-            });
-        }
+        self.holders.gate_event(&scope.gates[source].0, reply);
     }
 
     /// The first runnable source of the scope, in selector order, or why there is none.

@@ -221,9 +221,6 @@ pub(crate) async fn settle(
     let responsiveness = facts.committed.unwrap_or(ended).saturating_since(facts.started);
     call.stall.attempt_ended(ended);
     let finished = slot.finish(class, responsiveness, tokens, ended).await;
-    if let Some(reply) = &finished.reply {
-        admission.gate_event(scope, facts.source, reply);
-    }
     let effects = class.effects();
     let consumed = match effects.budget {
         BudgetEffect::Retry => true,

@@ -45,6 +45,7 @@ use std::collections::BTreeMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio_util::task::TaskTracker;
 
 /// A caller-chosen value as an error message repeats it: at most 64 characters, then `…`.
@@ -139,7 +140,14 @@ pub struct GatewayClientBuilder {
     clock: Option<Arc<dyn Clock>>,
     seed: Option<u64>,
     pinned_tenants: Vec<String>,
+    background_records: Option<(usize, Duration)>,
 }
+
+/// Records in the background at once, by default (see [`GatewayClientBuilder::background_records`]).
+pub const BACKGROUND_RECORDS: usize = 4096;
+/// How long a record in the background may take, by default: several command timeouts of a
+/// remote backend (each of an attempt's up to four record operations is bounded by one).
+pub const RECORD_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl GatewayClientBuilder {
     /// Adds a scope with the builder's preset.
@@ -185,6 +193,18 @@ impl GatewayClientBuilder {
     /// The upstream transport (*required*).
     pub fn upstream(mut self, upstream: Arc<dyn Upstream>) -> Self {
         self.upstream = Some(upstream);
+        self
+    }
+
+    /// Records off the answer's path: a call returns without waiting for its records (the
+    /// pacer release, the gate's record, the permit's settle and release); those a remote
+    /// backend keeps waiting go on in the background, at most `at_once` (default
+    /// [`BACKGROUND_RECORDS`]) and each for at most `timeout` (default [`RECORD_TIMEOUT`]). A
+    /// record past either bound is dropped and counted ([`GatewayClient::dropped_records`]); its
+    /// leases expire by themselves. An in-process backend's records complete before the call
+    /// returns.
+    pub fn background_records(mut self, at_once: usize, timeout: Duration) -> Self {
+        self.background_records = Some((at_once, timeout));
         self
     }
 
@@ -241,11 +261,24 @@ impl GatewayClientBuilder {
                 });
             }
         }
+        let telemetry = self.telemetry.unwrap_or_else(|| Arc::new(TracingTelemetry));
+        let (at_once, record_timeout) = self.background_records.unwrap_or((BACKGROUND_RECORDS, RECORD_TIMEOUT));
+        let holders = Holders {
+            gates,
+            quota,
+            pacer,
+            releases: TaskTracker::new(),
+            records: Arc::new(tokio::sync::Semaphore::new(at_once)),
+            record_timeout,
+            dropped_records: AtomicU64::new(0),
+            telemetry: telemetry.clone(),
+            clock: clock.clone(),
+        };
         Ok(GatewayClient {
             scopes,
             admission: Arc::new(SourceAdmission {
-                holders: Arc::new(Holders { gates, quota, pacer, releases: TaskTracker::new() }),
-                telemetry: self.telemetry.unwrap_or_else(|| Arc::new(TracingTelemetry)),
+                holders: Arc::new(holders),
+                telemetry,
                 clock,
                 rng: Arc::new(Mutex::new(ChaCha8Rng::seed_from_u64(seed))),
             }),
@@ -458,8 +491,15 @@ impl GatewayClient {
         Ok(all)
     }
 
+    /// Records dropped since the start: those that found no room in the background, or ran out
+    /// of time there ([`GatewayClientBuilder::background_records`]).
+    pub fn dropped_records(&self) -> u64 {
+        self.admission.holders.dropped_records.load(Ordering::Relaxed)
+    }
+
     /// Waits until every release that dropped calls spawned (probe leases, pacer leases and
-    /// quota permits handed back on a task of their own) and every stream's relay (it settles
+    /// quota permits handed back on a task of their own), every record still in the
+    /// background, and every stream's relay (it settles
     /// the attempt when the stream ends, is dropped, or outlives the source's timeout) has
     /// finished: for a shutdown that cut calls and must not exit with their leases still live
     /// in a shared backend. Calls may go on meanwhile.
@@ -473,9 +513,9 @@ impl GatewayClient {
 
     /// The longest `tenant_idle_s` of the scopes that isolate tenants (10 minutes without any):
     /// how long a tenant keeps counting as live after its last call.
-    pub fn longest_tenant_idle(&self) -> std::time::Duration {
+    pub fn longest_tenant_idle(&self) -> Duration {
         let per_tenant = self.scopes.values().map(Partitions::policy).filter(|p| p.isolation == gateway_core::policy::Isolation::PerTenant);
-        per_tenant.map(|p| p.tenant_idle).max().unwrap_or(std::time::Duration::from_secs(600))
+        per_tenant.map(|p| p.tenant_idle).max().unwrap_or(Duration::from_secs(600))
     }
 
     /// Whether the client has a scope of this name.

@@ -30,6 +30,8 @@ pub(crate) struct Local {
     pub(crate) inflight: Vec<u32>,
     /// Per account, until when a 429's Retry-After asked everyone to stay away.
     pub(crate) pushed_back: Vec<Timestamp>,
+    /// Per account, its learned AIMD limit as the last release this process saw answered.
+    pub(crate) aimd_limit: Vec<Option<f64>>,
     pub(crate) progress: ScopeProgress,
 }
 
@@ -77,6 +79,7 @@ impl Scope {
             health: vec![Ewma::new(); n],
             inflight: vec![0; n],
             pushed_back: vec![Timestamp::default(); accounts.len()],
+            aimd_limit: vec![None; accounts.len()],
             progress: ScopeProgress::new(),
         };
         Scope {

@@ -4,14 +4,29 @@
 //! made; if the call is dropped at any await point first, `Drop` releases what is still held
 //! (the in-flight count at once, the leases and the permit on a spawned task), so no path can
 //! leak them. The end of every attempt made wakes the partition's oldest waiter.
+//!
+//! Records are off the answer's path: `finish` settles the local state at once, then runs the
+//! records (the pacer release, the gate's record, the permit's settle and release) as far as
+//! they go without waiting. An in-process backend completes them there; what waits on a remote
+//! backend (Redis) goes on in the background, at most `Holders::records` at once and each
+//! within `record_timeout`, and the call returns. A record that finds no room, or runs out of
+//! time, is dropped and counted (its leases then expire by themselves).
 
 use crate::scope::Scope;
 use gateway_core::breaker::{Fence, GateOp, Reply};
 use gateway_core::outcome::{AimdEffect, NextStep, OutcomeClass};
+use gateway_core::ports::Telemetry;
 use gateway_core::ports::{BreakerGate, PaceLease, PacerGate, Permit, QuotaGate};
+use gateway_core::telemetry::GateEvent;
+use gateway_core::time::Clock;
 use gateway_core::time::Timestamp;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Poll;
 use std::time::Duration;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::task::TaskTracker;
 
 /// The adapters a slot releases to.
@@ -19,8 +34,70 @@ pub(crate) struct Holders {
     pub(crate) gates: Arc<dyn BreakerGate>,
     pub(crate) quota: Arc<dyn QuotaGate>,
     pub(crate) pacer: Arc<dyn PacerGate>,
-    /// Where a dropped slot's releases run, so a shutdown can wait for them.
+    /// Where a dropped slot's releases and the background records run, so a shutdown can wait
+    /// for them.
     pub(crate) releases: TaskTracker,
+    /// Room for records in the background.
+    pub(crate) records: Arc<Semaphore>,
+    /// How long a record in the background may take.
+    pub(crate) record_timeout: Duration,
+    /// Records dropped: no room, or out of time.
+    pub(crate) dropped_records: AtomicU64,
+    pub(crate) telemetry: Arc<dyn Telemetry>,
+    pub(crate) clock: Arc<dyn Clock>,
+}
+
+impl Holders {
+    /// Reports a gate transition made by this process.
+    pub(crate) fn gate_event(&self, key: &gateway_core::ports::GateKey, reply: &Reply) {
+        if let Some(transition) = reply.transition {
+            self.telemetry.gate(&GateEvent {
+                key: key.clone(),
+                at: self.clock.now(),
+                transition,
+                incarnation: reply.incarnation,
+                epoch: reply.epoch,
+                retry_after: reply.retry_after,
+            });
+        }
+    }
+
+    /// Room for one attempt's records in the background; none: they are dropped and counted.
+    fn room(&self, scope: &Scope, source: usize) -> Option<OwnedSemaphorePermit> {
+        let room = self.records.clone().try_acquire_owned().ok();
+        if room.is_none() {
+            self.drop_record(scope, source, "too many records in the background");
+        }
+        room
+    }
+
+    /// Runs `records` (which own their slot) as far as they go without waiting, and the rest in
+    /// the background, in `room`, within `record_timeout`.
+    async fn off_the_path(
+        self: &Arc<Self>,
+        room: OwnedSemaphorePermit,
+        scope: &Arc<Scope>,
+        source: usize,
+        mut records: Pin<Box<dyn Future<Output = ()> + Send>>,
+    ) {
+        // All the way on an in-process backend.
+        let done = std::future::poll_fn(|cx| Poll::Ready(records.as_mut().poll(cx).is_ready())).await;
+        if !done {
+            let (holders, scope) = (self.clone(), scope.clone());
+            let background = async move {
+                if tokio::time::timeout(holders.record_timeout, records).await.is_err() {
+                    holders.drop_record(&scope, source, "out of time");
+                }
+                drop(room);
+            };
+            drop(self.releases.spawn(background));
+        }
+    }
+
+    fn drop_record(&self, scope: &Scope, source: usize, why: &'static str) {
+        self.dropped_records.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(source = scope_name(scope, source), why, "attempt's records dropped; its leases expire by themselves");
+    }
 }
 
 pub(crate) struct Slot {
@@ -78,7 +155,20 @@ impl Slot {
     /// quota refused it): the probe lease, the account's place, the in-flight count. It wakes
     /// no waiter: it frees only what it took a moment ago, and the caller (often the oldest
     /// waiter itself) goes on to wait or fail.
+    /// The releases are records too: off the call's path, as `finish`'s are.
     pub(crate) async fn abandon(mut self) {
+        self.end_inflight();
+        let (holders, scope, source) = (self.holders.clone(), self.scope.clone(), self.source);
+        let Some(room) = holders.room(&scope, source) else {
+            self.forsake();
+            self.entry = None;
+            return;
+        };
+        holders.off_the_path(room, &scope, source, Box::pin(self.hand_back())).await;
+    }
+
+    /// `abandon`'s releases: the probe lease and the account's place.
+    async fn hand_back(mut self) {
         if self.probe {
             // Cleared before the await: a call dropped while the release is in flight must not
             // send a second release, which could clear the next prober's lease.
@@ -90,9 +180,14 @@ impl Slot {
             let _ = self.holders.pacer.release(pace, AimdEffect::Nothing, &self.scope.pacer).await;
         }
         self.pace = None;
-        self.end_inflight();
         // No attempt was made: nobody is woken when the slot goes.
         self.entry = None;
+    }
+
+    /// Lets go of the leases, the permit and the probe lease without releasing them: they
+    /// expire by themselves (records that found no room).
+    fn forsake(&mut self) {
+        (self.pace, self.permit, self.probe) = (None, None, false);
     }
 
     fn end_inflight(&mut self) {
@@ -102,11 +197,11 @@ impl Slot {
         }
     }
 
-    /// Settles the attempt that ended with `class` at `now`: local health, AIMD and progress,
-    /// then the breaker effect of the outcome table (or the probe release), then the quota
-    /// permit with the actual token count. `responsiveness` (the whole attempt, or a stream's
-    /// time to its commit point) decides, for a real success, whether the slow-call channel
-    /// hears of it.
+    /// Settles the attempt that ended with `class` at `now`: local health and progress at once,
+    /// then the records (see the module): the account's place with the outcome's AIMD effect,
+    /// the breaker effect of the outcome table (or the probe release), the quota permit with the
+    /// actual token count. `responsiveness` (the whole attempt, or a stream's time to its commit
+    /// point) decides, for a real success, whether the slow-call channel hears of it.
     pub(crate) async fn finish(
         mut self,
         class: OutcomeClass,
@@ -123,24 +218,41 @@ impl Slot {
             local.health[self.source].value()
         };
         self.end_inflight();
+        let (scope, holders, source) = (self.scope.clone(), self.holders.clone(), self.source);
+        let paced = self.pace.is_some();
+        match holders.room(&scope, source) {
+            Some(room) => holders.off_the_path(room, &scope, source, Box::pin(self.records(class, responsiveness, actual_tokens))).await,
+            None => self.forsake(),
+        }
+        // The account's learned limit as this process last heard it (this attempt's release, on
+        // an in-process backend).
+        let aimd_limit = if paced { scope.local().aimd_limit[scope.account_of[source]] } else { None };
+        Finished { health, aimd_limit }
+    }
+
+    /// The records of an attempt that ended with `class`, in order; the slot goes at their end.
+    async fn records(mut self, class: OutcomeClass, responsiveness: Duration, actual_tokens: Option<u32>) {
         // The account's place, with the outcome's effect on its learned limit. Cleared only after
         // the await: a call dropped while the release is in flight releases again from `Drop`
         // (a second release of one lease, with no effect, changes nothing).
-        let aimd_limit = match &self.pace {
-            Some(pace) => self.holders.pacer.release(pace, class.effects().aimd, &self.scope.pacer).await.ok(),
-            None => None,
-        };
+        if let Some(pace) = &self.pace
+            && let Ok(limit) = self.holders.pacer.release(pace, class.effects().aimd, &self.scope.pacer).await
+        {
+            self.scope.local().aimd_limit[self.scope.account_of[self.source]] = Some(limit);
+        }
         self.pace = None;
         let (key, params) = &self.scope.gates[self.source];
-        // The outcome settles the probe: cleared before the await, so a call dropped while the
-        // record is in flight does not also release the lease (the next prober's, by then).
+        // The outcome settles the probe: cleared before the await, so a records future dropped
+        // while the record is in flight does not also release the lease (the next prober's, by
+        // then).
         self.probe = false;
         let op = self.entry.and_then(|entry| class.effects().gate_op(&entry, responsiveness, self.scope.policy.breaker.slow_call));
         // A record the backend cannot take is logged and counted by the adapter; the call goes on.
-        let reply = match op {
-            Some(op) => self.holders.gates.apply(key, params, op).await.ok(),
-            None => None,
-        };
+        if let Some(op) = op
+            && let Ok(reply) = self.holders.gates.apply(key, params, op).await
+        {
+            self.holders.gate_event(key, &reply);
+        }
         if let Some(permit) = &self.permit {
             if let Some(tokens) = actual_tokens {
                 let _ = self.holders.quota.settle(permit, tokens).await;
@@ -148,14 +260,12 @@ impl Slot {
             let _ = self.holders.quota.release(permit).await;
         }
         self.permit = None;
-        Finished { reply, health, aimd_limit }
     }
 }
 
-/// What settling an attempt left: the gate's reply (if the gate was told), the source's health
-/// after the outcome and its account's AIMD limit (none when unpaced).
+/// What settling an attempt left at once: the source's health after the outcome and its
+/// account's AIMD limit as last heard (none when unpaced).
 pub(crate) struct Finished {
-    pub(crate) reply: Option<Reply>,
     pub(crate) health: f64,
     pub(crate) aimd_limit: Option<f64>,
 }

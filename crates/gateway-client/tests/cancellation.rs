@@ -122,7 +122,7 @@ impl gateway_core::ports::PacerGate for SlowRelease {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_call_dropped_while_its_account_place_is_being_released_still_gives_it_back() {
+async fn a_call_returns_while_its_account_place_is_released_in_the_background_and_the_place_goes_back() {
     let policy = sources(1, json!({"sources": {"s1": {"timeout_s": 30}}}));
     let clock = std::sync::Arc::new(gateway_client::TokioClock::new());
     let pacer = std::sync::Arc::new(SlowRelease(gateway_memory::MemoryPacer::new(clock.clone())));
@@ -136,11 +136,46 @@ async fn a_call_dropped_while_its_account_place_is_being_released_still_gives_it
         .seed(3)
         .build()
         .unwrap();
-    // The attempt ends at 100 ms; the call is dropped 5 ms into the 10 ms release.
-    let dropped = tokio::time::timeout(Duration::from_millis(105), client.call("chat", &support::chat())).await;
-    assert!(dropped.is_err(), "the call was cut during the release");
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The attempt ends at 100 ms and the call returns then: its 10 ms release goes on after it.
+    let began = tokio::time::Instant::now();
+    client.call("chat", &support::chat()).await.unwrap();
+    assert_eq!(began.elapsed(), Duration::from_millis(100), "the call waited for its records");
     let account = gateway_core::ports::GateKey::new("chat", "s1");
     let paced = gateway_core::ports::PacerGate::read(&*pacer, &account, &policy.pacer_params()).await.unwrap();
+    assert_eq!(paced.inflight, 1, "the release is still on its way");
+    client.released().await;
+    let paced = gateway_core::ports::PacerGate::read(&*pacer, &account, &policy.pacer_params()).await.unwrap();
     assert_eq!(paced.inflight, 0, "the lease went back (it would otherwise hold the account for 60 s)");
+    assert_eq!(client.dropped_records(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn records_past_their_bounds_are_dropped_and_counted_and_their_leases_expire() {
+    let policy = sources(1, json!({"sources": {"s1": {"timeout_s": 30}}}));
+    let clock = std::sync::Arc::new(gateway_client::TokioClock::new());
+    let pacer = std::sync::Arc::new(SlowRelease(gateway_memory::MemoryPacer::new(clock.clone())));
+    let upstream = support::FakeUpstream::new();
+    upstream.plan("s1", |_| (Step::Ok, Duration::from_millis(100)));
+    // Room for one record in the background, for 5 ms: the second call's records find no room,
+    // the first's run out of time.
+    let client = gateway_client::GatewayClient::builder()
+        .scope(policy.clone())
+        .upstream(upstream)
+        .pacer(pacer.clone())
+        .clock(clock)
+        .seed(3)
+        .background_records(1, Duration::from_millis(5))
+        .build()
+        .unwrap();
+    let request = support::chat();
+    let (a, b) = tokio::join!(client.call("chat", &request), client.call("chat", &request));
+    assert!(a.is_ok() && b.is_ok(), "records never fail a call");
+    client.released().await;
+    assert_eq!(client.dropped_records(), 2, "one without room, one out of time");
+    let account = gateway_core::ports::GateKey::new("chat", "s1");
+    let paced = gateway_core::ports::PacerGate::read(&*pacer, &account, &policy.pacer_params()).await.unwrap();
+    assert!(paced.inflight <= 2, "dropped leases are held until they expire");
+    tokio::time::sleep(policy.pacer_params().lease_ttl).await;
+    let paced = gateway_core::ports::PacerGate::read(&*pacer, &account, &policy.pacer_params()).await.unwrap();
+    assert_eq!(paced.inflight, 0, "and then they have expired");
 }

@@ -3,6 +3,7 @@
 //! gateway-core's state machines under sharded locks (no global lock on the hot path). They are
 //! the reference implementation the contract suite holds the Redis gates to.
 
+pub mod backstop;
 mod sharded;
 
 use async_trait::async_trait;
@@ -42,6 +43,25 @@ impl MemoryGates {
     /// a gate meets a new incarnation.
     pub fn clear(&self) {
         self.gates.clear();
+    }
+
+    /// Stores `gate` for `key` under a new incarnation of its own (a gate started from a state
+    /// read elsewhere: the backstop's, from the shared backend's last answer).
+    pub fn seed(&self, key: &GateKey, params: &GateParams, gate: Gate) {
+        let now = self.clock.now();
+        let incarnation = self.incarnations.draw();
+        // Kept as a changed gate is: its key TTL from now.
+        let keep_until = now.saturating_add(Duration::from_millis(params.key_ttl_ms()));
+        self.gates.update(
+            key,
+            now,
+            keep_until,
+            |_| true,
+            |stored| {
+                *stored = Gate { incarnation, ..gate };
+                ((), true)
+            },
+        );
     }
 
     /// A copy of one gate's state (`None` if it was never touched).
@@ -109,6 +129,11 @@ impl MemoryQuota {
         self.accounts.clear();
     }
 
+    /// The incarnation of `key`'s account (`None` before its first grant).
+    pub fn incarnation(&self, key: &GateKey) -> Option<u64> {
+        self.accounts.get(key).map(|account| account.incarnation()).filter(|&i| i != 0)
+    }
+
     /// Permits of `key` holding a concurrency slot now.
     pub fn in_flight(&self, key: &GateKey) -> usize {
         let now = self.clock.now();
@@ -174,6 +199,11 @@ impl MemoryPacer {
     /// Pacers on `clock`.
     pub fn new(clock: Arc<dyn Clock>) -> Self {
         MemoryPacer { accounts: Sharded::new(), clock }
+    }
+
+    /// Forgets every account, as a process restart would.
+    pub fn clear(&self) {
+        self.accounts.clear();
     }
 
     /// Leases of `key`'s account in flight now.

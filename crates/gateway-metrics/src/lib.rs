@@ -64,6 +64,70 @@ struct CallLabels {
 
 type FloatGauge = Gauge<f64, AtomicU64>;
 
+/// The shared backend's health as the process sees it (see [`Metrics::backend`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BackendCounts {
+    /// A degraded period is on.
+    pub degraded: bool,
+    /// Degraded periods so far.
+    pub outages: u64,
+    /// Admissions the process's own state granted while the backend could not answer.
+    pub local_admissions: u64,
+    /// Admission questions refused because the backend could not answer (`fail_closed`).
+    pub failed_closed: u64,
+    /// Records the backend did not take (it could not answer, or the backstop dropped them).
+    pub dropped_records: u64,
+    /// Records the client dropped: no room in the background, or out of time there.
+    pub background_dropped: u64,
+}
+
+#[derive(Default)]
+struct BackendMetrics {
+    degraded: Gauge,
+    outages: Counter,
+    local_admissions: Counter,
+    failed_closed: Counter,
+    dropped_records: Counter,
+    background_dropped: Counter,
+}
+
+impl BackendMetrics {
+    fn register(&self, registry: &mut Registry) {
+        registry.register("llm_backend_degraded", "1 while the shared gate backend cannot answer", self.degraded.clone());
+        registry.register("llm_backend_outages", "Periods the shared gate backend could not answer", self.outages.clone());
+        registry.register(
+            "llm_backend_local_admissions",
+            "Admissions granted by the process's own state while the shared backend could not answer",
+            self.local_admissions.clone(),
+        );
+        registry.register(
+            "llm_backend_failed_closed",
+            "Admission questions refused because the shared backend could not answer",
+            self.failed_closed.clone(),
+        );
+        registry.register("llm_backend_dropped_records", "Records the shared backend did not take", self.dropped_records.clone());
+        registry.register(
+            "llm_background_records_dropped",
+            "Records dropped for want of room or time in the background",
+            self.background_dropped.clone(),
+        );
+    }
+
+    fn set(&self, counts: BackendCounts) {
+        self.degraded.set(i64::from(counts.degraded));
+        // Counters only grow: each catches up with its total.
+        for (counter, total) in [
+            (&self.outages, counts.outages),
+            (&self.local_admissions, counts.local_admissions),
+            (&self.failed_closed, counts.failed_closed),
+            (&self.dropped_records, counts.dropped_records),
+            (&self.background_dropped, counts.background_dropped),
+        ] {
+            counter.inc_by(total.saturating_sub(counter.get()));
+        }
+    }
+}
+
 /// The metrics, registered in a registry of their own.
 pub struct Metrics {
     registry: Registry,
@@ -73,6 +137,7 @@ pub struct Metrics {
     call_duration: Family<CallLabels, Histogram>,
     aimd_limit: Family<SourceLabels, FloatGauge>,
     health: Family<SourceLabels, FloatGauge>,
+    backend: BackendMetrics,
     tenants: RwLock<HashSet<String>>,
     max_tenants: usize,
 }
@@ -118,6 +183,8 @@ impl Metrics {
         registry.register("llm_aimd_limit", "AIMD limit of a source as of its last attempt", aimd_limit.clone());
         let health = Family::<SourceLabels, FloatGauge>::default();
         registry.register("llm_source_health", "Health EWMA of a source as of its last attempt", health.clone());
+        let backend = BackendMetrics::default();
+        backend.register(&mut registry);
         Metrics {
             registry,
             circuit_state,
@@ -126,9 +193,15 @@ impl Metrics {
             call_duration,
             aimd_limit,
             health,
+            backend,
             tenants: RwLock::new(HashSet::new()),
             max_tenants,
         }
+    }
+
+    /// Sets the shared backend's figures (the proxy does before each exposition).
+    pub fn backend(&self, counts: BackendCounts) {
+        self.backend.set(counts);
     }
 
     /// The OpenMetrics text exposition (what `/metrics` serves).

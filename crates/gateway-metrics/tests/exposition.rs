@@ -65,6 +65,17 @@ fn the_exposition_of_a_fixed_sequence() {
         waited: Duration::ZERO,
         elapsed: Duration::from_millis(1200),
     });
+    let counts = gateway_metrics::BackendCounts {
+        degraded: true,
+        outages: 1,
+        local_admissions: 12,
+        failed_closed: 0,
+        dropped_records: 3,
+        background_dropped: 1,
+    };
+    metrics.backend(counts);
+    // A counter catches up with its total (and never goes back).
+    metrics.backend(counts);
     // series order inside a family follows a hash map: sort the lines for a stable snapshot
     let mut lines: Vec<String> = metrics.render().lines().map(str::to_owned).collect();
     lines.sort();

@@ -1,6 +1,6 @@
-//! The server's own settings: the `[server]` table of the gateway config file (every other
-//! table is a scope, read by `gateway_client::config::Loader`), overridable by `SERVER__KEY`
-//! variables. Errors name the key.
+//! The server's own settings: the `[server]` and `[backend]` tables of the gateway config file
+//! (every other table is a scope, read by `gateway_client::config::Loader`), overridable by
+//! `SERVER__KEY` and `BACKEND__KEY` variables. Errors name the key.
 
 use figment::Figment;
 use figment::providers::{Format, Toml};
@@ -17,7 +17,7 @@ pub struct ServerConfig {
     /// Address to listen on (default `127.0.0.1:8080`).
     #[serde(default = "default_listen")]
     pub listen: String,
-    /// Redis URL for gates and quota shared between replicas (default: in-process gates).
+    /// The older place of `backend.redis_url` (still read; setting both is an error).
     #[serde(default)]
     pub redis_url: Option<String>,
     /// Largest request body in bytes (default 1 MiB); larger ones get 413.
@@ -66,6 +66,57 @@ pub struct ServerConfig {
     /// Gateway API keys by name. None: no authentication (for a loopback-only deployment).
     #[serde(default)]
     pub api_keys: BTreeMap<String, ApiKey>,
+}
+
+/// The `[backend]` table: where the gates, quota and pacers are shared, and what happens while
+/// that backend cannot answer.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BackendConfig {
+    /// Redis URL (`redis://…`, `rediss://…`, `redis-cluster://…`) for gates, quota and pacers
+    /// shared between replicas (default: in-process ones).
+    #[serde(default)]
+    pub redis_url: Option<String>,
+    /// While Redis cannot answer: `fail_closed` (default; admission fails, 503) or `local`
+    /// (each replica admits on its own in-memory state, seeded from what it last read, until
+    /// Redis answers again).
+    #[serde(default)]
+    pub on_unavailable: gateway_memory::backstop::OnUnavailable,
+    /// Milliseconds a Redis command may take before it counts as unavailable (default 250).
+    #[serde(default = "default_command_timeout_ms")]
+    pub command_timeout_ms: u64,
+}
+
+fn default_command_timeout_ms() -> u64 {
+    250
+}
+
+impl Default for BackendConfig {
+    fn default() -> Self {
+        BackendConfig { redis_url: None, on_unavailable: Default::default(), command_timeout_ms: default_command_timeout_ms() }
+    }
+}
+
+impl BackendConfig {
+    /// Checks what a type cannot, and takes `server.redis_url` (the older place) when set.
+    fn merged(mut self, server: &ServerConfig) -> Result<Self, ConfigError> {
+        if !(1..=60_000).contains(&self.command_timeout_ms) {
+            return Err(ConfigError(format!(
+                "backend.command_timeout_ms: value {} is out of range (expected 1 to 60000)",
+                self.command_timeout_ms
+            )));
+        }
+        match (&self.redis_url, &server.redis_url) {
+            (Some(_), Some(_)) => {
+                Err(ConfigError("backend.redis_url: also set as server.redis_url (its older place); keep one".to_owned()))
+            }
+            (None, Some(url)) => {
+                self.redis_url = Some(url.clone());
+                Ok(self)
+            }
+            _ => Ok(self),
+        }
+    }
 }
 
 /// One gateway API key.
@@ -209,31 +260,52 @@ fn is_secret(path: &str) -> bool {
     path.split('.').any(|part| part == "api_keys" || part == "metrics_key" || part == "redis_url")
 }
 
-/// The tables of the file this module reads: `[server]` (every other is a scope's).
+/// The tables of the file this module reads: `[server]` and `[backend]` (every other is a
+/// scope's).
 #[derive(Deserialize)]
 struct Tables {
     #[serde(default)]
     server: Option<ServerConfig>,
+    #[serde(default)]
+    backend: Option<BackendConfig>,
 }
 
-/// Reads `path`: the `[server]` table (and `SERVER__*` variables) and the scopes.
+/// Reads `path`: the `[server]` and `[backend]` tables (and `SERVER__*`, `BACKEND__*`
+/// variables) and the scopes.
 pub fn load(path: &Path) -> Result<(ServerConfig, Vec<ScopePolicy>), ConfigError> {
     load_with(path, config::process_vars())
+}
+
+/// As [`load`], with the `[backend]` table too.
+pub fn load_all(path: &Path) -> Result<(ServerConfig, BackendConfig, Vec<ScopePolicy>), ConfigError> {
+    load_all_with(path, config::process_vars())
 }
 
 /// As [`load`], with these environment variables instead of the process's. A variable's value
 /// loads as the same value in the file would for its key's type (`SERVER__METRICS_KEY` of digits
 /// is text, `SERVER__MAX_BODY_BYTES=2048` a number).
 pub fn load_with(path: &Path, vars: Vec<(String, String)>) -> Result<(ServerConfig, Vec<ScopePolicy>), ConfigError> {
-    let scopes = Loader::new().file(path).reserve("server").env_vars(vars.clone()).load().map_err(|e| ConfigError(e.to_string()))?;
-    let env = EnvLayer::new(vars, &["server".to_owned()]).map_err(|e| ConfigError(e.to_string()))?;
+    load_all_with(path, vars).map(|(server, _, scopes)| (server, scopes))
+}
+
+/// As [`load_all`], with these environment variables instead of the process's.
+pub fn load_all_with(path: &Path, vars: Vec<(String, String)>) -> Result<(ServerConfig, BackendConfig, Vec<ScopePolicy>), ConfigError> {
+    let scopes = Loader::new()
+        .file(path)
+        .reserve("server")
+        .reserve("backend")
+        .env_vars(vars.clone())
+        .load()
+        .map_err(|e| ConfigError(e.to_string()))?;
+    let env = EnvLayer::new(vars, &["server".to_owned(), "backend".to_owned()]).map_err(|e| ConfigError(e.to_string()))?;
     // Named as the scopes' errors are; a secret's value is never printed, whatever is wrong.
     let (_, tables) = env
         .extract::<Tables>(&Figment::new().merge(Toml::file(path)))
         .map_err(|e| ConfigError(config::describe(*e, Some(path), |key| is_secret(&key.join("."))).to_string()))?;
     let server = tables.server.unwrap_or_default();
     server.validate()?;
-    Ok((server, scopes))
+    let backend = tables.backend.unwrap_or_default().merged(&server)?;
+    Ok((server, backend, scopes))
 }
 
 #[cfg(test)]
@@ -267,6 +339,42 @@ mod tests {
         )
         .unwrap();
         assert_eq!(server, from_file);
+    }
+
+    fn load_backend(text: &str, vars: &[(&str, &str)]) -> Result<BackendConfig, ConfigError> {
+        let path = std::env::temp_dir().join(format!("gateway-backend-config-{}-{}.toml", std::process::id(), text.len() + vars.len()));
+        std::fs::write(&path, format!("{text}\n{SCOPE}")).map_err(|e| ConfigError(e.to_string()))?;
+        let loaded = load_all_with(&path, vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+        let _ = std::fs::remove_file(&path);
+        loaded.map(|(_, backend, _)| backend)
+    }
+
+    #[test]
+    fn the_backend_table_says_what_happens_while_redis_cannot_answer() {
+        use gateway_memory::backstop::OnUnavailable;
+        assert_eq!(load_backend("", &[]).unwrap(), BackendConfig::default());
+        assert_eq!(BackendConfig::default().on_unavailable, OnUnavailable::FailClosed);
+        let local = load_backend("[backend]\nredis_url = \"redis://127.0.0.1:6379\"\non_unavailable = \"local\"", &[]).unwrap();
+        assert_eq!((local.on_unavailable, local.redis_url.as_deref()), (OnUnavailable::Local, Some("redis://127.0.0.1:6379")));
+        let from_env = load_backend("", &[("BACKEND__ON_UNAVAILABLE", "local"), ("BACKEND__COMMAND_TIMEOUT_MS", "400")]).unwrap();
+        assert_eq!((from_env.on_unavailable, from_env.command_timeout_ms), (OnUnavailable::Local, 400));
+        let older = load_backend("[server]\nredis_url = \"redis://10.0.0.1:6379\"", &[]).unwrap();
+        assert_eq!(older.redis_url.as_deref(), Some("redis://10.0.0.1:6379"), "server.redis_url is still read");
+    }
+
+    #[test]
+    fn a_bad_backend_value_is_named() {
+        let e = load_backend("[backend]\non_unavailable = \"open\"", &[]).unwrap_err().to_string();
+        assert!(e.contains("backend.on_unavailable") && e.contains("fail_closed") && e.contains("local"), "{e}");
+        let e = load_backend("[backend]\ncommand_timeout_ms = 0", &[]).unwrap_err().to_string();
+        assert_eq!(e, "backend.command_timeout_ms: value 0 is out of range (expected 1 to 60000)");
+        let e = load_backend("[server]\nredis_url = \"redis://a:6379\"\n[backend]\nredis_url = \"redis://b:6379\"", &[])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "backend.redis_url: also set as server.redis_url (its older place); keep one");
+        assert!(!e.contains("redis://"), "the URL is a secret");
+        let e = load_backend("", &[("BACKEND__ON_UNAVAILBLE", "local")]).unwrap_err().to_string();
+        assert_eq!(e, "BACKEND__ON_UNAVAILBLE (environment): unknown key \"on_unavailble\"");
     }
 
     #[test]

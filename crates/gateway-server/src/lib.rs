@@ -1,6 +1,7 @@
 //! `gateway-server`: an OpenAI-compatible governing proxy. Point an OpenAI SDK's base URL at it
 //! and every request is admitted, routed, retried and measured by `gateway-client`, with gate
-//! state shared across replicas through Redis when `[server] redis_url` is set.
+//! state shared across replicas through Redis when `[backend] redis_url` is set, and what
+//! happens while Redis cannot answer by `[backend] on_unavailable`.
 //!
 //! Routes: `POST /v1/chat/completions` (plain and `stream: true`), `POST /v1/embeddings`,
 //! `GET /v1/models` (the scopes), `GET /v1/gateway/sources` (every source's gate and local
@@ -30,14 +31,16 @@ pub use serve::{Served, connection_cap, fd_limit, serve};
 
 use axum::Router;
 use axum::routing::{get, post};
-use config::ServerConfig;
+use config::{BackendConfig, ServerConfig};
 use gateway_client::{GatewayClient, TracingTelemetry};
 use gateway_core::ports::{BreakerGate, GateKey, Telemetry};
 use gateway_core::telemetry::{AttemptEvent, CallEvent, GateEvent};
 use gateway_http::structured::{SchemaLimits, Schemas};
+use gateway_memory::backstop::{Backstop, BackstopGates, BackstopPacer, BackstopQuota};
 use gateway_metrics::Metrics;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// Everything the handlers share.
@@ -52,6 +55,8 @@ pub struct AppState {
     pub config: ServerConfig,
     /// A gate key to probe the backend with for readiness.
     pub probe_key: GateKey,
+    /// The shared backend's outage detector, when the gates are shared.
+    pub backstop: Option<Arc<Backstop>>,
     /// Callers' structured-output schemas, bounded and compiled once (shared with the upstream).
     pub schemas: Arc<Schemas>,
     keys: auth::Keys,
@@ -77,6 +82,7 @@ impl AppState {
             gates,
             metrics,
             probe_key: GateKey::new(scope.as_str(), "readyz"),
+            backstop: None,
             schemas,
             keys,
             config,
@@ -132,31 +138,62 @@ pub fn metrics_router(state: Arc<AppState>) -> Router {
     Router::new().route("/metrics", get(routes::metrics_only)).fallback(routes::not_found).with_state(state)
 }
 
+/// [`build_with`] the `[backend]` of `server.redis_url` (the older place of the Redis URL).
+pub async fn build(config: ServerConfig, scopes: Vec<gateway_core::policy::ScopePolicy>) -> Result<Arc<AppState>, String> {
+    let backend = BackendConfig { redis_url: config.redis_url.clone(), ..BackendConfig::default() };
+    build_with(config, backend, scopes).await
+}
+
+/// The shared gates, quota and pacers of `[backend]`: on Redis with a backstop that does what
+/// `on_unavailable` says while Redis cannot answer (`local`: the process's own state). Redis
+/// must answer when the replica starts.
+async fn shared_backend(
+    backend: &BackendConfig,
+    url: &str,
+    clock: Arc<dyn gateway_core::time::Clock>,
+) -> Result<(Shared, Arc<Backstop>), String> {
+    let redis = gateway_redis::RedisConfig {
+        url: url.to_owned(),
+        command_timeout: Duration::from_millis(backend.command_timeout_ms),
+        ..Default::default()
+    };
+    let conn = gateway_redis::RedisConnection::connect(redis).await.map_err(|e| format!("backend.redis_url: {e}"))?;
+    let backstop = Backstop::new(backend.on_unavailable, clock, gateway_memory::backstop::RETRY_EVERY);
+    let shared: Shared = (
+        Arc::new(BackstopGates::new(Arc::new(gateway_redis::RedisGates::new(conn.clone())), backstop.clone())),
+        Arc::new(BackstopQuota::new(Arc::new(gateway_redis::RedisQuota::new(conn.clone())), backstop.clone())),
+        Arc::new(BackstopPacer::new(Arc::new(gateway_redis::RedisPacer::new(conn)), backstop.clone())),
+    );
+    Ok((shared, backstop))
+}
+
+type Shared = (Arc<dyn BreakerGate>, Arc<dyn gateway_core::ports::QuotaGate>, Arc<dyn gateway_core::ports::PacerGate>);
+
 /// Builds the state from a loaded configuration: the Redis gates, quota and pacers when
-/// `redis_url` is set (every replica then respects one learned limit per account), else
+/// `backend.redis_url` is set (every replica then respects one learned limit per account), else
 /// in-process ones; the HTTP upstream of the scopes' sources; metrics with at most
 /// `metrics_max_tenants` tenants of their own; the key-bound tenants pinned.
-pub async fn build(config: ServerConfig, scopes: Vec<gateway_core::policy::ScopePolicy>) -> Result<Arc<AppState>, String> {
+pub async fn build_with(
+    config: ServerConfig,
+    backend: BackendConfig,
+    scopes: Vec<gateway_core::policy::ScopePolicy>,
+) -> Result<Arc<AppState>, String> {
     let schemas = schemas_for(&config);
     let upstream = Arc::new(gateway_http::HttpUpstream::new(&scopes).map_err(|e| e.to_string())?.with_schemas(schemas.clone()));
     let metrics = Arc::new(Metrics::new(config.metrics_max_tenants));
     let clock: Arc<dyn gateway_core::time::Clock> = Arc::new(gateway_client::TokioClock::new());
-    type Shared = (Arc<dyn BreakerGate>, Arc<dyn gateway_core::ports::QuotaGate>, Arc<dyn gateway_core::ports::PacerGate>);
-    let (gates, quota, pacer): Shared = match &config.redis_url {
+    let ((gates, quota, pacer), backstop): (Shared, _) = match &backend.redis_url {
         Some(url) => {
-            let conn = gateway_redis::RedisConnection::connect(gateway_redis::RedisConfig { url: url.clone(), ..Default::default() })
-                .await
-                .map_err(|e| format!("server.redis_url: {e}"))?;
-            (
-                Arc::new(gateway_redis::RedisGates::new(conn.clone())),
-                Arc::new(gateway_redis::RedisQuota::new(conn.clone())),
-                Arc::new(gateway_redis::RedisPacer::new(conn)),
-            )
+            let (shared, backstop) = shared_backend(&backend, url, clock.clone()).await?;
+            (shared, Some(backstop))
         }
         None => (
-            Arc::new(gateway_memory::MemoryGates::new(clock.clone())),
-            Arc::new(gateway_memory::MemoryQuota::new(clock.clone())),
-            Arc::new(gateway_memory::MemoryPacer::new(clock.clone())),
+            (
+                Arc::new(gateway_memory::MemoryGates::new(clock.clone())),
+                Arc::new(gateway_memory::MemoryQuota::new(clock.clone())),
+                Arc::new(gateway_memory::MemoryPacer::new(clock.clone())),
+            ),
+            None,
         ),
     };
     let client = GatewayClient::builder()
@@ -170,5 +207,7 @@ pub async fn build(config: ServerConfig, scopes: Vec<gateway_core::policy::Scope
         .clock(clock)
         .build()
         .map_err(|e| e.to_string())?;
-    Ok(Arc::new(AppState::new(Arc::new(client), gates, metrics, config, schemas)))
+    let mut state = AppState::new(Arc::new(client), gates, metrics, config, schemas);
+    state.backstop = backstop;
+    Ok(Arc::new(state))
 }

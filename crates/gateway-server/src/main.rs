@@ -41,7 +41,7 @@ async fn shutdown_signal() {
 }
 
 async fn run(args: Args) -> Result<gateway_server::Served, String> {
-    let (mut server, scopes) = gateway_server::config::load(&args.config).map_err(|e| e.to_string())?;
+    let (mut server, backend, scopes) = gateway_server::config::load_all(&args.config).map_err(|e| e.to_string())?;
     if let Some(listen) = args.listen {
         server.listen = listen;
     }
@@ -49,7 +49,7 @@ async fn run(args: Args) -> Result<gateway_server::Served, String> {
         tracing::warn!("no [server.api_keys]: every request is accepted without authentication");
     }
     let listen = server.listen.clone();
-    let state = gateway_server::build(server, scopes).await?;
+    let state = gateway_server::build_with(server, backend, scopes).await?;
     let listener = tokio::net::TcpListener::bind(&listen).await.map_err(|e| format!("server.listen: cannot listen on {listen}: {e}"))?;
     tracing::info!(listen = %listen, scopes = ?state.client.scope_names(), "gateway-server listening");
     gateway_server::serve(listener, state, shutdown_signal()).await.map_err(|e| e.to_string())

@@ -294,6 +294,16 @@ pub(crate) async fn metrics_only(State(state): State<Arc<AppState>>) -> Response
 }
 
 fn exposition(state: &AppState) -> Response {
+    let mut counts = gateway_metrics::BackendCounts { background_dropped: state.client.dropped_records(), ..Default::default() };
+    if let Some(backstop) = &state.backstop {
+        let stats = backstop.stats();
+        counts.degraded = backstop.is_degraded();
+        counts.outages = stats.outages;
+        counts.local_admissions = stats.local_admissions;
+        counts.failed_closed = stats.failed_closed;
+        counts.dropped_records = stats.dropped_records;
+    }
+    state.metrics.backend(counts);
     ([("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")], state.metrics.render()).into_response()
 }
 

@@ -4,6 +4,8 @@
 
 use gateway_client::Preset;
 use gateway_core::policy::{Isolation, ScopePolicy, WaitMode};
+use gateway_memory::backstop::OnUnavailable;
+use gateway_sim::fault::Fault;
 use gateway_sim::invariants;
 use gateway_sim::report::{Bounds, Report, Summary, chart, percent_or_na};
 use gateway_sim::run::{Backend, RunConfig, Transport, WorkerSpec, run, run_processes, run_upstreams, upstreams_scope};
@@ -17,6 +19,7 @@ pub const USAGE: &str = "usage: cargo xtask soak [--scenario p6|single-relay|ten
                         [--calls N] [--concurrency N] [--circuit-open wait|fail_fast]
                         [--backend memory|redis] [--transport sim|http] [--workers N] [--time-scale S]
                         [--upstreams FILE] [--isolation shared|per_tenant|both] [--stream] [--min-success PERCENT] [--report DIR]
+                        [--on-unavailable fail_closed|local] [--fault kill@T+D|flush@T|pause@T+D]
   --backend redis uses REDIS_URL (default redis://127.0.0.1:6379). Redis, --transport http and
   --workers run in real time: give --time-scale (every duration of the scenario multiplied by
   it, e.g. 0.05). --workers N runs N processes sharing Redis and one provider server (it needs
@@ -24,7 +27,12 @@ pub const USAGE: &str = "usage: cargo xtask soak [--scenario p6|single-relay|ten
   real endpoints of a gateway config file (its scope `soak`, or its only scope) in real time.
   --isolation overrides the scope's tenant isolation; a scenario with tenants runs both by default.
   --stream makes every call a stream (GatewayClient::stream, read to its end) instead of a whole
-  answer; a source with a watchdog is streamed upstream either way.";
+  answer; a source with a watchdog is streamed upstream either way.
+  --on-unavailable says what a Redis run's processes do while Redis cannot answer (default
+  fail_closed; local: admit on their own state). --fault injects a Redis fault at T scenario
+  seconds (scaled): kill (down for D seconds, back empty), flush (FLUSHALL) or pause (CLIENT
+  PAUSE for D seconds), into a Redis the run starts for itself (it needs --backend redis;
+  REDIS_URL is not used).";
 
 struct Options {
     scenario: String,
@@ -42,6 +50,8 @@ struct Options {
     upstreams: Option<PathBuf>,
     isolation: Option<Vec<Option<Isolation>>>,
     stream: bool,
+    on_unavailable: OnUnavailable,
+    fault: Option<Fault>,
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
@@ -61,6 +71,8 @@ fn parse(args: &[String]) -> Result<Options, String> {
         upstreams: None,
         isolation: None,
         stream: false,
+        on_unavailable: OnUnavailable::FailClosed,
+        fault: None,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -143,6 +155,14 @@ fn parse(args: &[String]) -> Result<Options, String> {
                     u32::try_from(n).ok().filter(|n| (1..=64).contains(n)).ok_or_else(|| format!("--workers: {n} is not within 1..=64"))?;
             }
             "--upstreams" => o.upstreams = Some(PathBuf::from(value()?)),
+            "--on-unavailable" => {
+                o.on_unavailable = match value()?.as_str() {
+                    "fail_closed" => OnUnavailable::FailClosed,
+                    "local" => OnUnavailable::Local,
+                    other => return Err(format!("--on-unavailable: {other:?} is not fail_closed or local")),
+                }
+            }
+            "--fault" => o.fault = Some(value()?.parse()?),
             "--stream" => o.stream = true,
             "--isolation" => {
                 o.isolation = Some(match value()?.as_str() {
@@ -260,6 +280,8 @@ fn run_one(
         circuit_open: o.circuit_open,
         isolation,
         stream: o.stream,
+        on_unavailable: o.on_unavailable,
+        fault: o.fault,
     };
     let progress = Arc::new(move |done| tick.set_position(u64::from(done)));
     // A real-time run's figures are in scaled time: so is the capacity it is read against.
@@ -293,6 +315,9 @@ fn run_one(
         summary.wait_p99_s,
         summary.invariants_verdict()
     );
+    if let Some(backend) = &summary.backend {
+        println!("{label:>8} seed {seed:<3} {}", backend.line());
+    }
     Ok(summary)
 }
 
@@ -309,6 +334,8 @@ fn launch_worker(_spec: &WorkerSpec) -> std::io::Result<std::process::Child> {
 #[cfg(test)]
 mod tests {
     use super::parse;
+    use gateway_memory::backstop::OnUnavailable;
+    use gateway_sim::fault::Fault;
 
     fn args(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| (*s).to_owned()).collect()
@@ -337,5 +364,9 @@ mod tests {
         assert!(error(&["--isolation", "per_user"]).starts_with("--isolation: \"per_user\" is not shared, per_tenant or both"));
         assert_eq!(parse(&args(&["--isolation", "both"])).unwrap().isolation.map(|v| v.len()), Some(2));
         assert!(error(&["--report"]).starts_with("--report needs a value"));
+        let o = parse(&args(&["--on-unavailable", "local", "--fault", "kill@60+5"])).unwrap();
+        assert_eq!((o.on_unavailable, o.fault), (OnUnavailable::Local, Some(Fault::Kill { at: 60.0, down: 5.0 })));
+        assert!(error(&["--on-unavailable", "open"]).starts_with("--on-unavailable: \"open\" is not fail_closed or local"));
+        assert!(error(&["--fault", "melt@3"]).starts_with("--fault: \"melt@3\" is not kill@T+D"));
     }
 }

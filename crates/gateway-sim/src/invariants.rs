@@ -117,13 +117,21 @@ fn one_probe(run: &RunResult) -> Option<String> {
     None
 }
 
-/// Transitions and epochs compare within one incarnation of a gate: a backend that lost a gate
-/// starts a new one, CLOSED at epoch 0, and that is a reset ([`resets`]), not a violation.
+/// Transitions and epochs compare within one incarnation of a gate. A key's first incarnation
+/// starts CLOSED at epoch 0; a later one (a reset: a gate its backend made again after losing
+/// one, or a process's own while the shared backend could not answer, started from the state it
+/// last read there) starts where its first transition says, and is held to the rules from there.
 fn legal_transitions(run: &RunResult) -> Option<String> {
     let mut last: HashMap<(String, u64), (CircuitState, u64)> = HashMap::new();
+    let mut first_incarnation: HashMap<String, u64> = HashMap::new();
     for g in &run.gate_events {
         let key = g.key.to_string();
-        let (state, epoch) = last.get(&(key.clone(), g.incarnation)).copied().unwrap_or((CircuitState::Closed, 0));
+        let first = *first_incarnation.entry(key.clone()).or_insert(g.incarnation) == g.incarnation;
+        let (state, epoch) = match last.get(&(key.clone(), g.incarnation)) {
+            Some(seen) => *seen,
+            None if first => (CircuitState::Closed, 0),
+            None => (g.transition.from, 0),
+        };
         if !Transition::is_legal(g.transition.from, g.transition.to) || g.transition.from != state {
             return Some(format!("gate {key}: {} -> {} after {state}", g.transition.from, g.transition.to));
         }
@@ -150,4 +158,101 @@ pub fn resets(run: &RunResult) -> Vec<String> {
         }
     }
     events
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gateway_core::breaker::Cause;
+    use gateway_core::outcome::OutcomeClass;
+    use gateway_core::ports::GateKey;
+    use gateway_core::telemetry::{AttemptEvent, GateEvent};
+    use gateway_core::time::Timestamp;
+    use std::time::Duration;
+
+    fn run_of(gate_events: Vec<GateEvent>, attempt_events: Vec<AttemptEvent>) -> RunResult {
+        let policy = crate::scenario::Scenario::load("p6").unwrap().scope_named("soak").unwrap();
+        RunResult {
+            policy,
+            calls: 0,
+            call_events: Vec::new(),
+            attempt_events,
+            gate_events,
+            start: Timestamp::from_secs(100),
+            duration: Duration::ZERO,
+            leftover_inflight: 0,
+            leftover_permits: 0,
+            leftover_leases: 0,
+            circuit_open: Vec::new(),
+            backend: None,
+        }
+    }
+
+    fn gate(incarnation: u64, epoch: u64, from: CircuitState, to: CircuitState) -> GateEvent {
+        let cause = if to == Open { Cause::ConsecutiveChannel } else { Cause::CooldownElapsed };
+        GateEvent {
+            key: GateKey::new("chat", "s1"),
+            at: Timestamp::from_secs(101),
+            transition: Transition { from, to, cause },
+            incarnation,
+            epoch,
+            retry_after: Duration::ZERO,
+        }
+    }
+
+    fn attempt(incarnation: u64, at_s: u64) -> AttemptEvent {
+        AttemptEvent {
+            key: GateKey::new("chat", "s1"),
+            call_id: at_s,
+            started: Timestamp::from_secs(100 + at_s),
+            class: OutcomeClass::Success,
+            detail: String::new(),
+            latency: Duration::from_millis(10),
+            retry_after: None,
+            consumed_budget: false,
+            probe: false,
+            admitted_in: Closed,
+            incarnation,
+            health: 1.0,
+            aimd_limit: None,
+        }
+    }
+
+    use CircuitState::{Closed, HalfOpen, Open};
+
+    #[test]
+    fn a_reset_is_an_event_not_a_violation() {
+        // Incarnation 7 opens at epoch 1; the backend loses it; incarnation 9 opens at epoch 1 again.
+        let run = run_of(vec![gate(7, 1, Closed, Open), gate(9, 1, Closed, Open)], vec![attempt(7, 1), attempt(7, 2), attempt(9, 3)]);
+        assert_eq!(legal_transitions(&run), None);
+        assert_eq!(resets(&run), ["gate chat/s1 reset at 3.0 s"]);
+    }
+
+    #[test]
+    fn within_an_incarnation_the_rules_hold() {
+        let twice = run_of(vec![gate(7, 1, Closed, Open), gate(9, 1, Closed, Open), gate(7, 2, Closed, Open)], Vec::new());
+        assert_eq!(legal_transitions(&twice).unwrap(), "gate chat/s1: CLOSED -> OPEN after OPEN");
+        let back = run_of(vec![gate(7, 2, Closed, Open), gate(7, 1, Open, HalfOpen)], Vec::new());
+        assert_eq!(legal_transitions(&back).unwrap(), "gate chat/s1: epoch went from 2 to 1");
+        // A key's first incarnation starts CLOSED; a later one (a gate started from the state read
+        // elsewhere) where its first transition says.
+        let seeded = run_of(vec![gate(7, 1, Closed, Open), gate(9, 3, Open, HalfOpen), gate(9, 3, HalfOpen, Closed)], Vec::new());
+        assert_eq!(legal_transitions(&seeded), None);
+        let unseeded = run_of(vec![gate(7, 1, Open, HalfOpen)], Vec::new());
+        assert_eq!(legal_transitions(&unseeded).unwrap(), "gate chat/s1: OPEN -> HALF_OPEN after CLOSED");
+    }
+
+    #[test]
+    fn probes_of_different_incarnations_may_overlap() {
+        let probe = |incarnation, at_s| AttemptEvent {
+            probe: true,
+            admitted_in: HalfOpen,
+            latency: Duration::from_secs(5),
+            ..attempt(incarnation, at_s)
+        };
+        let run = run_of(Vec::new(), vec![probe(7, 1), probe(9, 2)]);
+        assert_eq!(one_probe(&run), None);
+        let run = run_of(Vec::new(), vec![probe(7, 1), probe(7, 2)]);
+        assert!(one_probe(&run).unwrap().contains("overlap"));
+    }
 }

@@ -1,9 +1,11 @@
 //! `gateway-sim`: the soak. Scenarios as data ([`scenario`]) with the pool's capacity computed
 //! from them, simulated providers in virtual time ([`upstream`]) or over loopback HTTP
 //! ([`serve`]), one run of the workload through a `GatewayClient` ([`run`]), the nine invariants
-//! of SPEC §12 ([`invariants`]) and the report ([`report`]). `cargo xtask soak` drives it.
+//! of SPEC §12 ([`invariants`]), Redis faults on a Redis of the run's own ([`fault`]) and the
+//! report ([`report`]). `cargo xtask soak` drives it.
 
 mod capacity;
+pub mod fault;
 pub mod invariants;
 pub mod report;
 pub mod run;

@@ -74,6 +74,86 @@ pub struct Summary {
     pub tenants: BTreeMap<String, TenantFigures>,
     /// The nine invariants.
     pub invariants: Vec<Verdict>,
+    /// The shared backend's part: a Redis run's only (absent from a memory run's report).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend: Option<BackendFigures>,
+}
+
+/// What the shared backend went through in a run, and what the calls saw of it. Times are the
+/// run's (scaled, in a real-time run), from its start.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct BackendFigures {
+    /// `fail_closed` or `local`.
+    pub on_unavailable: String,
+    /// The fault injected (`kill@60+5`), if any.
+    pub fault: Option<String>,
+    /// When it started and when Redis was whole again, seconds (none: the run ended first).
+    pub fault_window_s: Option<(f64, f64)>,
+    /// Calls that ended `backend_unavailable`: failed closed.
+    pub failed_closed_calls: u32,
+    /// Admissions the processes' own state granted while Redis could not answer.
+    pub local_admissions: u64,
+    /// Periods a process found Redis unable to answer, over all processes.
+    pub outages: u64,
+    /// Each such period: its start and end, seconds (the process's order; none: still on).
+    pub degraded_s: Vec<(f64, Option<f64>)>,
+    /// From the end of the fault to the last process back on Redis, seconds (none without an
+    /// outage).
+    pub recovered_after_s: Option<f64>,
+    /// Gates met under a new incarnation (Redis lost them, or a process's own while Redis could
+    /// not answer).
+    pub resets: usize,
+    /// The first of them (`gate soak-…/s2 reset at 61.2 s`).
+    pub first_resets: Vec<String>,
+    /// Records the backend did not take or the backstop dropped, and records dropped in the
+    /// background.
+    pub dropped_records: u64,
+}
+
+impl BackendFigures {
+    fn of(run: &RunResult) -> Option<BackendFigures> {
+        let backend = run.backend.as_ref()?;
+        let since_start = |t: gateway_core::time::Timestamp| round(t.saturating_since(run.start).as_secs_f64(), 3);
+        let degraded_s: Vec<(f64, Option<f64>)> =
+            backend.processes.iter().flat_map(|p| p.periods.iter().map(|(a, b)| (since_start(*a), b.map(since_start)))).collect();
+        let fault_window_s = backend
+            .fault
+            .filter(|(_, injected)| *injected)
+            .map(|(f, _)| (round(f.at() * backend.scale, 3), round(f.ends() * backend.scale, 3)));
+        let recovered_after_s = fault_window_s.and_then(|(_, end)| {
+            let ends = degraded_s.iter().filter_map(|(_, e)| *e).filter(|e| *e >= end - 1.0);
+            ends.fold(None, |last: Option<f64>, e| Some(last.map_or(e, |l| l.max(e)))).map(|last| round((last - end).max(0.0), 3))
+        });
+        let resets = crate::invariants::resets(run);
+        Some(BackendFigures {
+            on_unavailable: backend.on_unavailable.as_str().to_owned(),
+            fault: backend.fault.map(|(f, _)| f.label()),
+            fault_window_s,
+            failed_closed_calls: run.call_events.iter().filter(|c| c.result == CallResult::BackendUnavailable).count() as u32,
+            local_admissions: backend.processes.iter().map(|p| p.local_admissions).sum(),
+            outages: backend.processes.iter().map(|p| p.outages).sum(),
+            degraded_s,
+            recovered_after_s,
+            resets: resets.len(),
+            first_resets: resets.into_iter().take(10).collect(),
+            dropped_records: backend.processes.iter().map(|p| p.dropped_records).sum::<u64>() + backend.background_dropped,
+        })
+    }
+
+    /// The terminal's line: `redis fail_closed kill@60+5: 123 failed closed, 0 local, 2 outages, recovered 0.31 s, 8 resets`.
+    pub fn line(&self) -> String {
+        let recovered = self.recovered_after_s.map_or_else(|| "no outage".to_owned(), |s| format!("recovered {s:.2} s after"));
+        format!(
+            "redis {} {}: {} failed closed, {} admitted locally, {} outages, {recovered}, {} resets, {} records dropped",
+            self.on_unavailable,
+            self.fault.as_deref().unwrap_or("(no fault)"),
+            self.failed_closed_calls,
+            self.local_admissions,
+            self.outages,
+            self.resets,
+            self.dropped_records
+        )
+    }
 }
 
 /// One tenant's figures.
@@ -183,6 +263,7 @@ impl Summary {
             isolation: run.policy.isolation.as_str().to_owned(),
             tenants,
             invariants,
+            backend: BackendFigures::of(run),
         }
     }
 
@@ -285,6 +366,12 @@ impl Report {
                 for (tenant, t) in &r.tenants {
                     let opens = t.gate_opens.iter().map(|(s, n)| format!("{s}: {n}")).collect::<Vec<_>>().join(", ");
                     md += &format!("| {tenant} | {} | {:.2} % | {opens} |\n", t.calls, t.success_rate * 100.0);
+                }
+            }
+            if let Some(backend) = &r.backend {
+                md += &format!("\nShared backend: {}.\n", backend.line());
+                for reset in &backend.first_resets {
+                    md += &format!("- {reset}\n");
                 }
             }
             md += "\nResults: ";

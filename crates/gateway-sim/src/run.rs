@@ -4,6 +4,7 @@
 //! gates (their clock is the server's), the providers served over loopback HTTP and called
 //! through the HTTP adapter, and several processes sharing one Redis ([`run_processes`]).
 
+use crate::fault::{Fault, OwnRedis};
 use crate::scenario::{Scenario, Tenant};
 use crate::serve::ProviderServer;
 use crate::upstream::{LONG, POISON, Providers, SimUpstream};
@@ -16,6 +17,7 @@ use gateway_core::request::{Message, Request};
 use gateway_core::telemetry::{AttemptEvent, CallEvent, GateEvent};
 use gateway_core::time::{Clock, Timestamp};
 use gateway_http::HttpUpstream;
+use gateway_memory::backstop::{Backstop, BackstopGates, BackstopPacer, BackstopQuota, BackstopStats, OnUnavailable, RETRY_EVERY};
 use gateway_memory::{MemoryGates, MemoryPacer, MemoryQuota};
 use gateway_redis::{RedisConfig, RedisConnection, RedisGates, RedisPacer, RedisQuota};
 use rand_chacha::ChaCha8Rng;
@@ -70,6 +72,25 @@ pub struct RunConfig {
     pub isolation: Option<Isolation>,
     /// Calls take their answers as streams (`GatewayClient::stream`) instead of whole.
     pub stream: bool,
+    /// What the Redis backend's clients do while it cannot answer.
+    pub on_unavailable: OnUnavailable,
+    /// A Redis fault to inject, into a Redis of the run's own (the backend's URL is not used).
+    pub fault: Option<Fault>,
+}
+
+/// What the shared backend went through in a run (a Redis run only).
+#[derive(Clone, Debug, Default)]
+pub struct BackendRun {
+    /// What the clients did while it could not answer.
+    pub on_unavailable: OnUnavailable,
+    /// The fault injected, if any, and whether it came before the run ended.
+    pub fault: Option<(Fault, bool)>,
+    /// The time scale the fault's seconds were scaled by.
+    pub scale: f64,
+    /// Each process's backstop figures.
+    pub processes: Vec<BackstopStats>,
+    /// Records the clients dropped in the background (no room, or out of time).
+    pub background_dropped: u64,
 }
 
 /// What a run left behind: every telemetry event, and what was still held at the end.
@@ -97,12 +118,17 @@ pub struct RunResult {
     /// Each `CircuitOpen` error: the call, its retry_after, and the time left until the
     /// earliest gate of the scope could be probed when the error was returned.
     pub circuit_open: Vec<(u64, Duration, Duration)>,
+    /// The shared backend's part (a Redis run).
+    pub backend: Option<BackendRun>,
 }
 
 /// Told the number of calls ended so far.
 pub type Progress = Arc<dyn Fn(u32) + Send + Sync>;
 
 fn check(config: &RunConfig) -> Result<Option<f64>, String> {
+    if config.fault.is_some() && config.backend == Backend::Memory {
+        return Err("--fault injects a Redis fault: add --backend redis (the run starts a Redis of its own for it)".to_owned());
+    }
     match config.time_scale {
         None if config.backend != Backend::Memory => {
             Err("the Redis backend runs in real time (its clock is the server's): give a time scale, e.g. --time-scale 0.05".to_owned())
@@ -128,8 +154,39 @@ pub fn run(scenario: &Scenario, config: &RunConfig, progress: Progress) -> Resul
                 tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().map_err(|e| e.to_string())?;
             runtime.block_on(run_async(scenario, config, progress))
         }
-        Some(scale) => real_time_runtime()?.block_on(run_async(&scenario.scaled(scale), config, progress)),
+        Some(scale) => with_fault(config, scale, |config, started| {
+            real_time_runtime()?.block_on(run_target(&scenario.scaled(scale), config, progress, Target::Scenario, started))
+        }),
     }
+}
+
+/// Runs `body` on `config`; with a fault, on a Redis of the run's own (never the backend's URL),
+/// into which the fault is injected from a thread of its own, timed from the moment `body` says
+/// the run started (the `started` it is given).
+fn with_fault(
+    config: &RunConfig,
+    scale: f64,
+    body: impl FnOnce(&RunConfig, &(dyn Fn() + Sync)) -> Result<RunResult, String>,
+) -> Result<RunResult, String> {
+    let Some(fault) = config.fault else { return body(config, &|| {}) };
+    let mut redis = OwnRedis::start()?;
+    let config = RunConfig { backend: Backend::Redis(redis.url()), ..config.clone() };
+    let (run, runs) = std::sync::mpsc::channel::<()>();
+    let injector = std::thread::spawn(move || {
+        let injected = fault.inject(&mut redis, scale, &runs);
+        (injected, redis)
+    });
+    let run = Mutex::new(run);
+    let result = body(&config, &|| {
+        let _ = run.lock().unwrap_or_else(PoisonError::into_inner).send(());
+    });
+    drop(run);
+    let (injected, _redis) = injector.join().map_err(|_| "the fault injector panicked".to_owned())?;
+    let (mut result, injected) = (result?, injected?);
+    if let Some(backend) = &mut result.backend {
+        backend.fault = Some((fault, injected));
+    }
+    Ok(result)
 }
 
 /// The gates, quota and pacers of a run, with what the end-of-run checks need to read from them.
@@ -139,23 +196,32 @@ struct Gates {
     pacer: Arc<dyn PacerGate>,
     memory: Option<(Arc<MemoryGates>, Arc<MemoryQuota>)>,
     redis: Option<(RedisGates, RedisQuota)>,
+    backstop: Option<Arc<Backstop>>,
 }
 
 impl Gates {
-    async fn new(backend: &Backend, clock: Arc<dyn Clock>) -> Result<Gates, String> {
+    /// The run's backend; on Redis behind a backstop that does what `on_unavailable` says while
+    /// Redis cannot answer (the proxy's wiring, `gateway_server::build_with`).
+    async fn new(backend: &Backend, clock: Arc<dyn Clock>, on_unavailable: OnUnavailable) -> Result<Gates, String> {
         match backend {
             Backend::Memory => {
                 let (gates, quota) = (Arc::new(MemoryGates::new(clock.clone())), Arc::new(MemoryQuota::new(clock.clone())));
                 let pacer = Arc::new(MemoryPacer::new(clock));
-                Ok(Gates { gates: gates.clone(), quota: quota.clone(), pacer, memory: Some((gates, quota)), redis: None })
+                Ok(Gates { gates: gates.clone(), quota: quota.clone(), pacer, memory: Some((gates, quota)), redis: None, backstop: None })
             }
             Backend::Redis(url) => {
-                let conn = RedisConnection::connect(RedisConfig { url: url.clone(), ..RedisConfig::default() })
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let config = RedisConfig { url: url.clone(), ..RedisConfig::default() };
+                let conn = RedisConnection::connect(config).await.map_err(|e| e.to_string())?;
                 let (gates, quota, pacer) = (RedisGates::new(conn.clone()), RedisQuota::new(conn.clone()), RedisPacer::new(conn));
-                let (shared_gates, shared_quota) = (Arc::new(gates.clone()), Arc::new(quota.clone()));
-                Ok(Gates { gates: shared_gates, quota: shared_quota, pacer: Arc::new(pacer), memory: None, redis: Some((gates, quota)) })
+                let backstop = Backstop::new(on_unavailable, clock, RETRY_EVERY);
+                Ok(Gates {
+                    gates: Arc::new(BackstopGates::new(Arc::new(gates.clone()), backstop.clone())),
+                    quota: Arc::new(BackstopQuota::new(Arc::new(quota.clone()), backstop.clone())),
+                    pacer: Arc::new(BackstopPacer::new(Arc::new(pacer), backstop.clone())),
+                    memory: None,
+                    redis: Some((gates, quota)),
+                    backstop: Some(backstop),
+                })
             }
         }
     }
@@ -458,15 +524,22 @@ enum Target {
 }
 
 async fn run_async(scenario: &Scenario, config: &RunConfig, progress: Progress) -> Result<RunResult, String> {
-    run_target(scenario, config, progress, Target::Scenario).await
+    run_target(scenario, config, progress, Target::Scenario, &|| {}).await
 }
 
-async fn run_target(scenario: &Scenario, config: &RunConfig, progress: Progress, target: Target) -> Result<RunResult, String> {
+async fn run_target(
+    scenario: &Scenario,
+    config: &RunConfig,
+    progress: Progress,
+    target: Target,
+    started: &(dyn Fn() + Sync),
+) -> Result<RunResult, String> {
     let scope = scope_name(&config.backend, config.seed);
     let calls = config.calls.unwrap_or(scenario.calls);
     let clock: Arc<dyn Clock> = Arc::new(TokioClock::new());
     let start = clock.now();
-    let backend = Gates::new(&config.backend, clock.clone()).await?;
+    started();
+    let backend = Gates::new(&config.backend, clock.clone(), config.on_unavailable).await?;
     let telemetry = Arc::new(Collector::new());
     let http = |policy: &ScopePolicy| -> Result<Arc<dyn Upstream>, String> {
         Ok(Arc::new(HttpUpstream::new(std::slice::from_ref(policy)).map_err(|e| e.to_string())?))
@@ -510,8 +583,16 @@ async fn run_target(scenario: &Scenario, config: &RunConfig, progress: Progress,
     };
     let circuit_open = workload.drive(progress).await?;
     let duration = clock.now().saturating_since(start);
-    // let released leases and permits settle
+    let backend_run = backend.backstop.as_ref().map(|backstop| BackendRun {
+        on_unavailable: config.on_unavailable,
+        fault: None,
+        scale: config.time_scale.unwrap_or(1.0),
+        processes: vec![backstop.stats()],
+        background_dropped: client.dropped_records(),
+    });
+    // let released leases and permits settle, and the records still in the background end
     tokio::time::sleep(Duration::from_secs(1)).await;
+    client.released().await;
     let (leftover_permits, leftover_leases) = backend.leftovers(&keys, clock.now()).await?;
     let leftover_paced = backend.pacer_leftovers(&policy, scenario).await?;
     let mut preset_policy = policy;
@@ -528,6 +609,7 @@ async fn run_target(scenario: &Scenario, config: &RunConfig, progress: Progress,
         leftover_permits,
         leftover_leases,
         circuit_open,
+        backend: backend_run,
     })
 }
 
@@ -552,7 +634,7 @@ pub fn run_upstreams(scenario: &Scenario, scope: ScopePolicy, config: &RunConfig
         return Err("--upstreams runs against real endpoints in real time: --time-scale does not apply".to_owned());
     }
     let config = RunConfig { time_scale: Some(1.0), ..config.clone() };
-    real_time_runtime()?.block_on(run_target(scenario, &config, progress, Target::Real(Box::new(scope))))
+    real_time_runtime()?.block_on(run_target(scenario, &config, progress, Target::Real(Box::new(scope)), &|| {}))
 }
 
 /// Milliseconds since a Unix-time origin shared by every process of a run: one time line for
@@ -619,6 +701,9 @@ pub struct WorkerSpec {
     /// Calls take their answers as streams.
     #[serde(default)]
     pub stream: bool,
+    /// What the process does while Redis cannot answer.
+    #[serde(default)]
+    pub on_unavailable: OnUnavailable,
     /// Zero of the shared time line, Unix milliseconds.
     pub origin_unix_ms: u64,
 }
@@ -634,6 +719,12 @@ pub struct WorkerResult {
     pub gate_events: Vec<GateEvent>,
     /// AIMD in-flight counts it left.
     pub leftover_inflight: u32,
+    /// Its backstop's figures.
+    #[serde(default)]
+    pub backstop: BackstopStats,
+    /// Records its client dropped in the background.
+    #[serde(default)]
+    pub background_dropped: u64,
 }
 
 /// The body of a worker process: runs its share of the calls through the Redis gates and the
@@ -651,12 +742,14 @@ pub fn run_worker(spec: &WorkerSpec, progress: Progress) -> Result<WorkerResult,
         circuit_open: spec.circuit_open,
         isolation: spec.isolation,
         stream: spec.stream,
+        on_unavailable: spec.on_unavailable,
+        fault: None,
     };
     let mut policy = scope_policy(&scenario, &spec.scope, &config)?;
     point_at(&mut policy, &spec.providers);
     real_time_runtime()?.block_on(async {
         let clock: Arc<dyn Clock> = Arc::new(SharedClock::at(spec.origin_unix_ms));
-        let backend = Gates::new(&config.backend, clock.clone()).await?;
+        let backend = Gates::new(&config.backend, clock.clone(), config.on_unavailable).await?;
         let upstream = Arc::new(HttpUpstream::new(std::slice::from_ref(&policy)).map_err(|e| e.to_string())?);
         let telemetry = Arc::new(Collector::new());
         let client = Arc::new(build_client(&config, &policy, &backend, upstream, telemetry.clone(), clock, u64::from(spec.index))?);
@@ -670,6 +763,8 @@ pub fn run_worker(spec: &WorkerSpec, progress: Progress) -> Result<WorkerResult,
             exact: None,
         };
         workload.drive(progress).await?;
+        // The records still in the background end (each within its bound) before the process does.
+        client.released().await;
         // Call ids are unique per process; a process's calls are told apart by its index.
         let tag = |id: u64| (u64::from(spec.index) << 40) | id;
         let mut result = WorkerResult {
@@ -677,6 +772,8 @@ pub fn run_worker(spec: &WorkerSpec, progress: Progress) -> Result<WorkerResult,
             attempt_events: telemetry.attempts(),
             gate_events: telemetry.gates(),
             leftover_inflight: client.inflight(&spec.scope),
+            backstop: backend.backstop.as_ref().map(|b| b.stats()).unwrap_or_default(),
+            background_dropped: client.dropped_records(),
         };
         result.call_events.iter_mut().for_each(|c| c.call_id = tag(c.call_id));
         result.attempt_events.iter_mut().for_each(|a| a.call_id = tag(a.call_id));
@@ -715,12 +812,29 @@ pub fn run_processes(
     launch: &Launcher,
     progress: Progress,
 ) -> Result<RunResult, String> {
-    let Backend::Redis(redis) = &config.backend else {
+    if config.backend == Backend::Memory {
         return Err("--workers N (several processes) needs the shared backend: add --backend redis".to_owned());
-    };
+    }
     if config.transport != Transport::Http {
         return Err("--workers N (several processes) needs one set of providers for all: add --transport http".to_owned());
     }
+    let scale = check(config)?.ok_or("several processes run in real time: give --time-scale")?;
+    with_fault(config, scale, |config, started| run_processes_on(scenario_ref, scenario, config, processes, launch, progress, started))
+}
+
+/// [`run_processes`] on the Redis of `config`, telling `started` when the time line begins.
+fn run_processes_on(
+    scenario_ref: &str,
+    scenario: &Scenario,
+    config: &RunConfig,
+    processes: u32,
+    launch: &Launcher,
+    progress: Progress,
+    started: &(dyn Fn() + Sync),
+) -> Result<RunResult, String> {
+    let Backend::Redis(redis) = &config.backend else {
+        return Err("--workers N (several processes) needs the shared backend: add --backend redis".to_owned());
+    };
     let scale = check(config)?.ok_or("several processes run in real time: give --time-scale")?;
     let scaled = scenario.scaled(scale);
     let scope = scope_name(&config.backend, config.seed);
@@ -729,6 +843,7 @@ pub fn run_processes(
     let workers = config.workers.unwrap_or(scenario.workers).max(processes);
     real_time_runtime()?.block_on(async {
         let clock = SharedClock::starting_now();
+        started();
         let providers = Arc::new(Providers::new(&scaled, Arc::new(clock), config.seed));
         let server = ProviderServer::start(providers).await.map_err(|e| format!("cannot serve the simulated providers: {e}"))?;
         point_at(&mut policy, &server.root());
@@ -750,6 +865,7 @@ pub fn run_processes(
                 circuit_open: config.circuit_open,
                 isolation: config.isolation,
                 stream: config.stream,
+                on_unavailable: config.on_unavailable,
                 origin_unix_ms: clock.origin_unix_ms,
             };
             let mut child = launch(&spec).map_err(|e| format!("cannot start worker process {index}: {e}"))?;
@@ -769,7 +885,8 @@ pub fn run_processes(
         progress(done.iter().map(|d| d.load(Ordering::Relaxed)).sum());
         drop(server);
         let duration = clock.now().saturating_since(Timestamp::from_millis(0));
-        let backend = Gates::new(&config.backend, Arc::new(clock)).await?;
+        // The end-of-run reads ask Redis itself (no backstop: a figure it cannot read is an error).
+        let backend = Gates::new(&config.backend, Arc::new(clock), OnUnavailable::FailClosed).await?;
         let keys = gate_keys(&policy, &scaled);
         let (leftover_permits, leftover_leases) = backend.leftovers(&keys, clock.now()).await?;
         let leftover_paced = backend.pacer_leftovers(&policy, &scaled).await?;
@@ -787,12 +904,17 @@ pub fn run_processes(
             leftover_permits,
             leftover_leases,
             circuit_open: Vec::new(),
+            backend: Some(BackendRun { on_unavailable: config.on_unavailable, scale, ..BackendRun::default() }),
         };
         for result in results {
             merged.call_events.extend(result.call_events);
             merged.attempt_events.extend(result.attempt_events);
             merged.gate_events.extend(result.gate_events);
             merged.leftover_inflight += result.leftover_inflight;
+            if let Some(backend) = &mut merged.backend {
+                backend.processes.push(result.backstop);
+                backend.background_dropped += result.background_dropped;
+            }
         }
         merged.call_events.sort_by_key(|c| (c.started, c.call_id));
         merged.attempt_events.sort_by_key(|a| (a.started, a.call_id));

@@ -17,6 +17,8 @@ pub fn virtual_time(seed: u64, calls: u32) -> RunConfig {
         circuit_open: None,
         isolation: None,
         stream: false,
+        on_unavailable: Default::default(),
+        fault: None,
     }
 }
 

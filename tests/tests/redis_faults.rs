@@ -2,7 +2,10 @@
 //! shared one is never disturbed): stopped → admission fails at once with `BackendUnavailable`
 //! and records degrade quietly; back → the same client works again (its scripts reloaded on
 //! NOSCRIPT); SCRIPT FLUSH between calls → recovers; a hung server → bounded by the command
-//! timeout; a gate key holding something the script cannot read → `Malformed`, never an outage.
+//! timeout; a gate key holding something the script cannot read → `Malformed`, never an outage;
+//! FLUSHALL → the new gates and accounts refuse the old records; CLIENT PAUSE → a call whose
+//! attempt succeeds waits for no record, and with `on_unavailable = "local"` for at most one
+//! command timeout in all.
 //! Where `redis-server` is not installed the cases are reported ignored, with the reason (never
 //! `ok`), or failed with `GATEWAY_REDIS_REQUIRED=1`.
 
@@ -12,59 +15,15 @@ use fred::prelude::ClientLike;
 use gateway_core::breaker::{GateOp, GateParams, SuccessKind, Verdict};
 use gateway_core::policy::BreakerConfig;
 use gateway_core::ports::{BreakerGate, GateError, GateKey, QuotaGate};
+use gateway_memory::backstop::{Backstop, BackstopGates, BackstopPacer, BackstopQuota, OnUnavailable};
 use gateway_redis::{RedisConfig, RedisConnection, RedisGates};
+use gateway_sim::fault::OwnRedis;
 use libtest_mimic::Trial;
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 const COMMAND_TIMEOUT: Duration = Duration::from_millis(250);
-
-/// A redis-server child process on a fixed loopback port; killed on drop.
-struct OwnServer {
-    port: u16,
-    child: Option<Child>,
-}
-
-impl OwnServer {
-    fn start() -> Option<OwnServer> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
-        let mut server = OwnServer { port, child: None };
-        server.spawn().then_some(server)
-    }
-
-    fn spawn(&mut self) -> bool {
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
-        let Ok(child) = child else { return false };
-        self.child = Some(child);
-        // Wait (bounded) until it accepts connections.
-        (0..100).any(|_| {
-            std::thread::sleep(Duration::from_millis(20));
-            std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
-        })
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for OwnServer {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
 
 /// Whether `redis-server` can be run here.
 fn installed() -> Result<(), String> {
@@ -75,8 +34,9 @@ fn installed() -> Result<(), String> {
     }
 }
 
-fn own_server() -> OwnServer {
-    OwnServer::start().expect("redis-server did not start on a free loopback port")
+/// A Redis of the test's own (the soak's, which injects its faults into one).
+fn own_server() -> OwnRedis {
+    OwnRedis::start().unwrap_or_else(|e| panic!("{e}"))
 }
 
 type Case = (&'static str, fn() -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>>);
@@ -91,6 +51,12 @@ fn main() -> ExitCode {
         ("what_the_script_cannot_read_is_malformed_not_an_outage", || Box::pin(what_the_script_cannot_read_is_malformed_not_an_outage())),
         ("records_from_before_a_flushall_are_refused_by_the_new_gate_and_account", || {
             Box::pin(records_from_before_a_flushall_are_refused_by_the_new_gate_and_account())
+        }),
+        ("a_pause_during_the_attempt_delays_no_answer_records_go_on_in_the_background", || {
+            Box::pin(a_pause_during_the_attempt_delays_no_answer_records_go_on_in_the_background())
+        }),
+        ("during_a_pause_a_local_call_waits_one_command_timeout_at_most", || {
+            Box::pin(during_a_pause_a_local_call_waits_one_command_timeout_at_most())
         }),
     ];
     let runs: Vec<(String, Box<dyn FnOnce() + Send>)> = cases
@@ -155,7 +121,7 @@ async fn stopped_redis_fails_admission_at_once_degrades_records_and_recovers() {
 
     // Back on the same port, empty (no scripts, no state): the same client reconnects and
     // reloads its scripts on NOSCRIPT.
-    assert!(server.spawn(), "redis-server restarts");
+    server.spawn().expect("redis-server restarts");
     let recovered = within(Duration::from_secs(15), async {
         loop {
             match gates.apply(&key, &p, GateOp::TryEnter).await {
@@ -274,4 +240,104 @@ async fn records_from_before_a_flushall_are_refused_by_the_new_gate_and_account(
     assert_eq!(gates.snapshot(&key).await.unwrap().failures, 1);
     quota.release(&new_permit).await.unwrap();
     assert_eq!(quota.in_flight(&key).await.unwrap(), 0);
+}
+
+/// The attempt of the pause cases: this long, answered with a usable chat answer.
+const ATTEMPT: Duration = Duration::from_millis(100);
+
+/// An upstream whose every attempt takes `ATTEMPT` and succeeds; with `pause`, it first pauses
+/// the Redis of the test (`CLIENT PAUSE 3000`): the call's records meet a hung Redis.
+struct Answering {
+    pause: Option<u16>,
+}
+
+#[async_trait::async_trait]
+impl gateway_core::ports::Upstream for Answering {
+    async fn send(&self, _source: &str, _request: &gateway_core::request::Request) -> gateway_core::request::Attempt {
+        if let Some(port) = self.pause {
+            pause(port);
+        }
+        tokio::time::sleep(ATTEMPT).await;
+        gateway_core::request::Attempt::success(gateway_core::request::Response::chat_text("ok", None), "ok")
+    }
+}
+
+fn pause(port: u16) {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.write_all(b"*3\r\n$6\r\nCLIENT\r\n$5\r\nPAUSE\r\n$4\r\n3000\r\n").unwrap();
+    let mut reply = [0u8; 16];
+    let n = std::io::Read::read(&mut stream, &mut reply).unwrap();
+    assert!(reply[..n].starts_with(b"+OK"), "CLIENT PAUSE: {:?}", String::from_utf8_lossy(&reply[..n]));
+}
+
+fn port_of(url: &str) -> u16 {
+    url.rsplit(':').next().unwrap().parse().unwrap()
+}
+
+/// A client of one paced, quota-limited source on the Redis at `url`, behind a backstop in
+/// `mode`; `pause`: its upstream pauses that Redis during the attempt.
+async fn paused_client(url: &str, mode: OnUnavailable, pause: bool) -> (gateway_client::GatewayClient, Arc<Backstop>) {
+    let scope = format!("pause{}", std::process::id());
+    let toml = format!(
+        "[{scope}.breaker]\nfail_threshold = 5\ncooldown_s = 60\n[{scope}.sources.s1]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\ntimeout_s = 30\nmax_concurrency = 4\nrpm = 1000\n"
+    );
+    let path = std::env::temp_dir().join(format!("gateway-pause-{scope}-{}.toml", u8::from(pause)));
+    std::fs::write(&path, toml).unwrap();
+    let policies = gateway_client::config::Loader::new().file(&path).load().unwrap();
+    let _ = std::fs::remove_file(&path);
+    let config = RedisConfig { url: url.to_owned(), command_timeout: COMMAND_TIMEOUT, ..RedisConfig::default() };
+    let conn = RedisConnection::connect(config).await.unwrap();
+    let clock: Arc<dyn gateway_core::time::Clock> = Arc::new(gateway_client::TokioClock::new());
+    let backstop = Backstop::new(mode, clock.clone(), gateway_memory::backstop::RETRY_EVERY);
+    let client = gateway_client::GatewayClient::builder()
+        .scopes(policies)
+        .gates(Arc::new(BackstopGates::new(Arc::new(RedisGates::new(conn.clone())), backstop.clone())))
+        .quota(Arc::new(BackstopQuota::new(Arc::new(gateway_redis::RedisQuota::new(conn.clone())), backstop.clone())))
+        .pacer(Arc::new(BackstopPacer::new(Arc::new(gateway_redis::RedisPacer::new(conn)), backstop.clone())))
+        .upstream(Arc::new(Answering { pause: pause.then(|| port_of(url)) }))
+        .clock(clock)
+        .build()
+        .unwrap();
+    (client, backstop)
+}
+
+async fn call(client: &gateway_client::GatewayClient) -> Result<gateway_core::request::Response, gateway_client::CallError> {
+    let scope = client.scope_names().remove(0);
+    client.call(&scope, &gateway_core::request::Request::chat(vec![gateway_core::request::Message::user("hi")])).await
+}
+
+// The pause cases bound real waits by the wall clock: they are about not waiting for Redis.
+#[allow(clippy::disallowed_methods)]
+async fn a_pause_during_the_attempt_delays_no_answer_records_go_on_in_the_background() {
+    let server = own_server();
+    let (client, _) = paused_client(&server.url(), OnUnavailable::FailClosed, true).await;
+    let began = std::time::Instant::now();
+    call(&client).await.expect("the attempt succeeds");
+    let took = began.elapsed();
+    // Before records went off the answer's path, its three records (the pacer's release, the
+    // gate's success, the permit's release) each waited out the command timeout: 0.85 s.
+    assert!(took < ATTEMPT + COMMAND_TIMEOUT, "the call took {took:?}: it waited for its records");
+    // The records end in the background (they wait for Redis, at most RECORD_WAIT) within the
+    // client's bound on a record's time.
+    within(gateway_client::RECORD_TIMEOUT + Duration::from_secs(1), client.released()).await;
+}
+
+#[allow(clippy::disallowed_methods)]
+async fn during_a_pause_a_local_call_waits_one_command_timeout_at_most() {
+    let server = own_server();
+    let (client, backstop) = paused_client(&server.url(), OnUnavailable::Local, false).await;
+    call(&client).await.expect("Redis answers");
+    pause(port_of(&server.url()));
+    let began = std::time::Instant::now();
+    call(&client).await.expect("served on the process's own state");
+    let took = began.elapsed();
+    // The first question Redis cannot answer waits out one command timeout; the backstop then
+    // knows, and the rest of the call (the gate, the quota, its records) does not ask Redis.
+    assert!(took < ATTEMPT + COMMAND_TIMEOUT + Duration::from_millis(100), "the call took {took:?}");
+    assert!(backstop.is_degraded());
+    let began = std::time::Instant::now();
+    call(&client).await.expect("served on the process's own state");
+    assert!(began.elapsed() < ATTEMPT + Duration::from_millis(100), "a later call waited {:?} for Redis", began.elapsed());
+    assert!(backstop.stats().local_admissions >= 2);
 }

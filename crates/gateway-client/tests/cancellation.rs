@@ -121,21 +121,27 @@ impl gateway_core::ports::PacerGate for SlowRelease {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_call_returns_while_its_account_place_is_released_in_the_background_and_the_place_goes_back() {
+/// A client of one source whose attempts take 100 ms and succeed, on a pacer whose release takes
+/// 10 ms; `records` bounds its records in the background (as `background_records` does).
+fn slow_release_client(
+    records: Option<(usize, Duration)>,
+) -> (gateway_client::GatewayClient, std::sync::Arc<SlowRelease>, gateway_core::policy::ScopePolicy) {
     let policy = sources(1, json!({"sources": {"s1": {"timeout_s": 30}}}));
     let clock = std::sync::Arc::new(gateway_client::TokioClock::new());
     let pacer = std::sync::Arc::new(SlowRelease(gateway_memory::MemoryPacer::new(clock.clone())));
     let upstream = support::FakeUpstream::new();
     upstream.plan("s1", |_| (Step::Ok, Duration::from_millis(100)));
-    let client = gateway_client::GatewayClient::builder()
-        .scope(policy.clone())
-        .upstream(upstream)
-        .pacer(pacer.clone())
-        .clock(clock)
-        .seed(3)
-        .build()
-        .unwrap();
+    let mut builder =
+        gateway_client::GatewayClient::builder().scope(policy.clone()).upstream(upstream).pacer(pacer.clone()).clock(clock).seed(3);
+    if let Some((at_once, timeout)) = records {
+        builder = builder.background_records(at_once, timeout);
+    }
+    (builder.build().unwrap(), pacer, policy)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_returns_while_its_account_place_is_released_in_the_background_and_the_place_goes_back() {
+    let (client, pacer, policy) = slow_release_client(None);
     // The attempt ends at 100 ms and the call returns then: its 10 ms release goes on after it.
     let began = tokio::time::Instant::now();
     client.call("chat", &support::chat()).await.unwrap();
@@ -151,22 +157,9 @@ async fn a_call_returns_while_its_account_place_is_released_in_the_background_an
 
 #[tokio::test(start_paused = true)]
 async fn records_past_their_bounds_are_dropped_and_counted_and_their_leases_expire() {
-    let policy = sources(1, json!({"sources": {"s1": {"timeout_s": 30}}}));
-    let clock = std::sync::Arc::new(gateway_client::TokioClock::new());
-    let pacer = std::sync::Arc::new(SlowRelease(gateway_memory::MemoryPacer::new(clock.clone())));
-    let upstream = support::FakeUpstream::new();
-    upstream.plan("s1", |_| (Step::Ok, Duration::from_millis(100)));
     // Room for one record in the background, for 5 ms: the second call's records find no room,
     // the first's run out of time.
-    let client = gateway_client::GatewayClient::builder()
-        .scope(policy.clone())
-        .upstream(upstream)
-        .pacer(pacer.clone())
-        .clock(clock)
-        .seed(3)
-        .background_records(1, Duration::from_millis(5))
-        .build()
-        .unwrap();
+    let (client, pacer, policy) = slow_release_client(Some((1, Duration::from_millis(5))));
     let request = support::chat();
     let (a, b) = tokio::join!(client.call("chat", &request), client.call("chat", &request));
     assert!(a.is_ok() && b.is_ok(), "records never fail a call");

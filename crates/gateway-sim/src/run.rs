@@ -270,6 +270,25 @@ impl Gates {
     }
 }
 
+/// How much longer, `since_start` into a run, until every lease granted before its fault ended
+/// has expired. A paused Redis runs the commands a client gave up on once the pause ends, so an
+/// admission whose reply was lost holds a quota permit, a pacer lease or a probe lease nobody
+/// releases until it expires, as leases are made to; the end-of-run checks (invariant 5) wait
+/// for that, and only after a fault. `policy` is the run's scope, scaled.
+fn leases_from_the_fault_left(policy: &ScopePolicy, config: &RunConfig, since_start: Duration) -> Duration {
+    let Some(fault) = config.fault else { return Duration::ZERO };
+    let scale = config.time_scale.unwrap_or(1.0);
+    let longest = (0..policy.sources.len())
+        .flat_map(|i| {
+            let probe = policy.gate_params(i).map_or(Duration::ZERO, |p| Duration::from_millis(p.probe_ttl_ms()));
+            [policy.sources[i].quota.permit_ttl, probe]
+        })
+        .chain([policy.pacer_params().lease_ttl])
+        .max()
+        .unwrap_or(Duration::ZERO);
+    Duration::from_secs_f64(fault.ends() * scale).saturating_add(longest).saturating_sub(since_start)
+}
+
 /// The scope name of a run: `soak` in process memory; on a shared backend one of the run's own,
 /// so runs never meet in Redis.
 fn scope_name(backend: &Backend, seed: u64) -> String {
@@ -593,6 +612,7 @@ async fn run_target(
     // let released leases and permits settle, and the records still in the background end
     tokio::time::sleep(Duration::from_secs(1)).await;
     client.released().await;
+    tokio::time::sleep(leases_from_the_fault_left(&policy, config, clock.now().saturating_since(start))).await;
     let (leftover_permits, leftover_leases) = backend.leftovers(&keys, clock.now()).await?;
     let leftover_paced = backend.pacer_leftovers(&policy, scenario).await?;
     let mut preset_policy = policy;
@@ -887,6 +907,7 @@ fn run_processes_on(
         let duration = clock.now().saturating_since(Timestamp::from_millis(0));
         // The end-of-run reads ask Redis itself (no backstop: a figure it cannot read is an error).
         let backend = Gates::new(&config.backend, Arc::new(clock), OnUnavailable::FailClosed).await?;
+        tokio::time::sleep(leases_from_the_fault_left(&policy, config, duration)).await;
         let keys = gate_keys(&policy, &scaled);
         let (leftover_permits, leftover_leases) = backend.leftovers(&keys, clock.now()).await?;
         let leftover_paced = backend.pacer_leftovers(&policy, &scaled).await?;

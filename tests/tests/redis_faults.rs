@@ -5,7 +5,8 @@
 //! timeout; a gate key holding something the script cannot read → `Malformed`, never an outage;
 //! FLUSHALL → the new gates and accounts refuse the old records; CLIENT PAUSE → a call whose
 //! attempt succeeds waits for no record, and with `on_unavailable = "local"` for at most one
-//! command timeout in all.
+//! command timeout in all;
+//! a `local` gateway started before its Redis serves locally, then on Redis.
 //! Where `redis-server` is not installed the cases are reported ignored, with the reason (never
 //! `ok`), or failed with `GATEWAY_REDIS_REQUIRED=1`.
 
@@ -57,6 +58,9 @@ fn main() -> ExitCode {
         }),
         ("during_a_pause_a_local_call_waits_one_command_timeout_at_most", || {
             Box::pin(during_a_pause_a_local_call_waits_one_command_timeout_at_most())
+        }),
+        ("a_local_gateway_started_before_its_redis_serves_locally_then_on_redis", || {
+            Box::pin(a_local_gateway_started_before_its_redis_serves_locally_then_on_redis())
         }),
     ];
     let runs: Vec<(String, Box<dyn FnOnce() + Send>)> = cases
@@ -286,7 +290,12 @@ async fn paused_client(url: &str, mode: OnUnavailable, pause: bool) -> (gateway_
     std::fs::write(&path, toml).unwrap();
     let policies = gateway_client::config::Loader::new().file(&path).load().unwrap();
     let _ = std::fs::remove_file(&path);
-    let config = RedisConfig { url: url.to_owned(), command_timeout: COMMAND_TIMEOUT, ..RedisConfig::default() };
+    let config = RedisConfig {
+        url: url.to_owned(),
+        command_timeout: COMMAND_TIMEOUT,
+        connect_lazily: mode == OnUnavailable::Local,
+        ..RedisConfig::default()
+    };
     let conn = RedisConnection::connect(config).await.unwrap();
     let clock: Arc<dyn gateway_core::time::Clock> = Arc::new(gateway_client::TokioClock::new());
     let backstop = Backstop::new(mode, clock.clone(), gateway_memory::backstop::RETRY_EVERY);
@@ -340,4 +349,31 @@ async fn during_a_pause_a_local_call_waits_one_command_timeout_at_most() {
     call(&client).await.expect("served on the process's own state");
     assert!(began.elapsed() < ATTEMPT + Duration::from_millis(100), "a later call waited {:?} for Redis", began.elapsed());
     assert!(backstop.stats().local_admissions >= 2);
+}
+
+#[allow(clippy::disallowed_methods)]
+async fn a_local_gateway_started_before_its_redis_serves_locally_then_on_redis() {
+    let mut server = own_server();
+    let url = server.url();
+    server.stop();
+    let (client, backstop) = within(Duration::from_secs(5), paused_client(&url, OnUnavailable::Local, false)).await;
+    call(&client).await.expect("served on the process's own state while Redis is away");
+    assert!(backstop.is_degraded());
+    server.spawn().expect("redis-server starts");
+    // The pool connects in the background (its reconnection back-off: at most 2 s) and the
+    // backstop asks again every 200 ms: the client is back on Redis within a few seconds.
+    let began = std::time::Instant::now();
+    while backstop.is_degraded() && began.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        call(&client).await.expect("served all along");
+    }
+    assert!(!backstop.is_degraded(), "still degraded 10 s after Redis started");
+    call(&client).await.expect("served on Redis");
+    let conn = connect(url).await;
+    let keys: Vec<String> = conn.pool().custom(fred::cmd!("KEYS"), vec!["gw:*"]).await.unwrap();
+    assert!(keys.iter().any(|k| k.contains(":gate:s1")), "the calls are recorded on Redis again: {keys:?}");
+    // A fail-closed gateway does not start without its Redis.
+    server.stop();
+    let config = RedisConfig { url: server.url(), connect_timeout: Duration::from_millis(300), ..RedisConfig::default() };
+    assert!(matches!(RedisConnection::connect(config).await, Err(GateError::BackendUnavailable { .. })));
 }

@@ -42,6 +42,12 @@ pub struct RedisConfig {
     /// The clock of the scripts: `None` uses the Redis server's `TIME`, so workers whose clocks
     /// disagree still agree about windows and cooldowns; tests inject a `ManualClock`.
     pub clock: Option<Arc<dyn Clock>>,
+    /// `connect` returns when Redis has not answered within `connect_timeout`, and the pool goes
+    /// on connecting in the background by the reconnection policy (operations are
+    /// `BackendUnavailable` meanwhile; the scripts load at their first NOSCRIPT): for a gateway
+    /// that serves on its own state until Redis answers (`on_unavailable = "local"`). Default
+    /// false: `connect` fails.
+    pub connect_lazily: bool,
 }
 
 impl Default for RedisConfig {
@@ -54,6 +60,7 @@ impl Default for RedisConfig {
             reconnect_min: Duration::from_millis(50),
             reconnect_max: Duration::from_secs(2),
             clock: None,
+            connect_lazily: false,
         }
     }
 }
@@ -116,7 +123,11 @@ impl RedisConnection {
             ms(config.reconnect_max).min(u64::from(u32::MAX)) as u32,
             2,
         );
-        let fred_config = Config::from_url(&config.url).map_err(unavailable)?;
+        let mut fred_config = Config::from_url(&config.url).map_err(unavailable)?;
+        // fred's `fail_fast` is about the first connection only: off, it follows the reconnection
+        // policy (for ever) instead of ending the pool's tasks. Commands fail fast either way (their
+        // `Options`).
+        fred_config.fail_fast = !config.connect_lazily;
         let clustered = fred_config.server.is_clustered();
         let pool = Builder::from_config(fred_config)
             .with_connection_config(|c| {
@@ -128,10 +139,17 @@ impl RedisConnection {
             .set_policy(policy)
             .build_pool(config.pool_size.max(1))
             .map_err(unavailable)?;
-        tokio::time::timeout(config.connect_timeout, pool.init())
-            .await
-            .map_err(|_| GateError::BackendUnavailable { backend: "redis", key: url.clone(), detail: "connect timed out".to_owned() })?
-            .map_err(unavailable)?;
+        let connected = match tokio::time::timeout(config.connect_timeout, pool.init()).await {
+            Ok(Ok(_)) => true,
+            Ok(Err(e)) => return Err(unavailable(e)),
+            Err(_) if config.connect_lazily => {
+                tracing::warn!(url = %url, "redis does not answer yet; connecting in the background");
+                false
+            }
+            Err(_) => {
+                return Err(GateError::BackendUnavailable { backend: "redis", key: url.clone(), detail: "connect timed out".to_owned() });
+            }
+        };
         let connection = RedisConnection {
             pool,
             clustered,
@@ -141,8 +159,10 @@ impl RedisConnection {
             degraded: AtomicU64::new(0),
             url: url.clone(),
         };
-        for script in connection.scripts.all() {
-            connection.load(script, None).await.map_err(unavailable)?;
+        if connected {
+            for script in connection.scripts.all() {
+                connection.load(script, None).await.map_err(unavailable)?;
+            }
         }
         Ok(Arc::new(connection))
     }

@@ -36,7 +36,7 @@ use gateway_client::{GatewayClient, TracingTelemetry};
 use gateway_core::ports::{BreakerGate, GateKey, Telemetry};
 use gateway_core::telemetry::{AttemptEvent, CallEvent, GateEvent};
 use gateway_http::structured::{SchemaLimits, Schemas};
-use gateway_memory::backstop::{Backstop, BackstopGates, BackstopPacer, BackstopQuota};
+use gateway_memory::backstop::{Backstop, BackstopGates, BackstopPacer, BackstopQuota, OnUnavailable};
 use gateway_metrics::Metrics;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
@@ -145,8 +145,8 @@ pub async fn build(config: ServerConfig, scopes: Vec<gateway_core::policy::Scope
 }
 
 /// The shared gates, quota and pacers of `[backend]`: on Redis with a backstop that does what
-/// `on_unavailable` says while Redis cannot answer (`local`: the process's own state). Redis
-/// must answer when the replica starts.
+/// `on_unavailable` says while Redis cannot answer (`local`: the process's own state, and a
+/// replica then starts even when Redis does not answer yet).
 async fn shared_backend(
     backend: &BackendConfig,
     url: &str,
@@ -155,6 +155,7 @@ async fn shared_backend(
     let redis = gateway_redis::RedisConfig {
         url: url.to_owned(),
         command_timeout: Duration::from_millis(backend.command_timeout_ms),
+        connect_lazily: backend.on_unavailable == OnUnavailable::Local,
         ..Default::default()
     };
     let conn = gateway_redis::RedisConnection::connect(redis).await.map_err(|e| format!("backend.redis_url: {e}"))?;

@@ -210,7 +210,8 @@ impl Gates {
                 Ok(Gates { gates: gates.clone(), quota: quota.clone(), pacer, memory: Some((gates, quota)), redis: None, backstop: None })
             }
             Backend::Redis(url) => {
-                let config = RedisConfig { url: url.clone(), ..RedisConfig::default() };
+                let config =
+                    RedisConfig { url: url.clone(), connect_lazily: on_unavailable == OnUnavailable::Local, ..RedisConfig::default() };
                 let conn = RedisConnection::connect(config).await.map_err(|e| e.to_string())?;
                 let (gates, quota, pacer) = (RedisGates::new(conn.clone()), RedisQuota::new(conn.clone()), RedisPacer::new(conn));
                 let backstop = Backstop::new(on_unavailable, clock, RETRY_EVERY);

@@ -17,8 +17,8 @@ pub fn below<R: Rng + ?Sized>(rng: &mut R, n: usize) -> usize {
     usize::try_from(wide >> 64).unwrap_or(0)
 }
 
-/// Incarnation ids (see [`crate::breaker::Fence`]): distinct, non-zero and spread over all 64
-/// bits, from a seed the backend draws at start (so two processes, or a process before and
+/// Incarnation ids (see [`crate::breaker::Fence`]): distinct, non-zero, below 2^63 (so that a
+/// backend takes one as an integer, with no text to build) and spread over those bits, from a seed the backend draws at start (so two processes, or a process before and
 /// after a restart, never draw the same ones). SplitMix64 over a shared counter: lock-free.
 #[derive(Debug)]
 pub struct Incarnations {
@@ -36,7 +36,7 @@ impl Incarnations {
         let mut z = self.next.fetch_add(0x9E37_79B9_7F4A_7C15, std::sync::atomic::Ordering::Relaxed).wrapping_add(0x9E37_79B9_7F4A_7C15);
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        (z ^ (z >> 31)).max(1)
+        ((z ^ (z >> 31)) >> 1).max(1)
     }
 }
 
@@ -64,7 +64,7 @@ mod tests {
         let ids = Incarnations::seeded(0);
         let drawn: std::collections::HashSet<u64> = (0..10_000).map(|_| ids.draw()).collect();
         assert_eq!(drawn.len(), 10_000);
-        assert!(!drawn.contains(&0));
+        assert!(!drawn.contains(&0) && drawn.iter().all(|&id| id < 1 << 63));
         assert_ne!(Incarnations::seeded(1).draw(), Incarnations::seeded(2).draw());
     }
 }

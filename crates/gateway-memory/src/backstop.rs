@@ -268,6 +268,21 @@ async fn ask<T>(backstop: &Backstop, asks: impl Future<Output = Result<T, GateEr
     }
 }
 
+/// A question for a status page (a gate's state, `retry_after`, an account's limit): the shared
+/// backend's answer, or while it cannot answer the local state's (`local`) or the error.
+async fn look<T>(
+    backstop: &Backstop,
+    key: &GateKey,
+    shared: impl Future<Output = Result<T, GateError>>,
+    local: impl Future<Output = Result<T, GateError>>,
+) -> Result<T, GateError> {
+    match ask(backstop, shared).await {
+        Shared::Answer(answer) => answer,
+        Shared::Local if backstop.mode == OnUnavailable::Local => local.await,
+        Shared::Local => Err(backstop.unavailable(key)),
+    }
+}
+
 /// A record or release of the shared backend's admission: asked now, or, while the backend
 /// cannot answer, again at each `retry_every` until it answers or [`RECORD_WAIT`] has passed
 /// (then dropped and counted).
@@ -411,20 +426,12 @@ impl BreakerGate for BackstopGates {
     }
 
     async fn read(&self, key: &GateKey) -> Result<Gate, GateError> {
-        match ask(&self.backstop, self.shared.read(key)).await {
-            Shared::Answer(answer) => answer,
-            Shared::Local if self.backstop.mode == OnUnavailable::Local => self.local.read(key).await,
-            Shared::Local => Err(self.backstop.unavailable(key)),
-        }
+        look(&self.backstop, key, self.shared.read(key), self.local.read(key)).await
     }
 
     async fn retry_after(&self, gates: &[(GateKey, GateParams)]) -> Result<Duration, GateError> {
         let Some((key, _)) = gates.first() else { return Ok(Duration::ZERO) };
-        match ask(&self.backstop, self.shared.retry_after(gates)).await {
-            Shared::Answer(answer) => answer,
-            Shared::Local if self.backstop.mode == OnUnavailable::Local => self.local.retry_after(gates).await,
-            Shared::Local => Err(self.backstop.unavailable(key)),
-        }
+        look(&self.backstop, key, self.shared.retry_after(gates), self.local.retry_after(gates)).await
     }
 }
 
@@ -521,10 +528,6 @@ impl PacerGate for BackstopPacer {
     }
 
     async fn read(&self, key: &GateKey, params: &PacerParams) -> Result<Paced, GateError> {
-        match ask(&self.backstop, self.shared.read(key, params)).await {
-            Shared::Answer(answer) => answer,
-            Shared::Local if self.backstop.mode == OnUnavailable::Local => self.local.read(key, params).await,
-            Shared::Local => Err(self.backstop.unavailable(key)),
-        }
+        look(&self.backstop, key, self.shared.read(key, params), self.local.read(key, params)).await
     }
 }

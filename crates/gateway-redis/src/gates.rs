@@ -134,7 +134,7 @@ fn op_args(op: GateOp, fresh: u64) -> [Value; 4] {
         ),
         GateOp::Failure { fence } | GateOp::Release { fence } => (Some(fence), "-"),
     };
-    let incarnation = Value::String(fence.map_or(fresh, |f| f.incarnation).to_string().into());
+    let incarnation = Value::Integer(i64::try_from(fence.map_or(fresh, |f| f.incarnation)).unwrap_or(i64::MAX));
     let epoch = fence.map_or(Value::from_static_str("-"), |f| Value::Integer(i64::try_from(f.epoch).unwrap_or(i64::MAX)));
     [Value::from_static_str(op_name(op)), incarnation, epoch, Value::from_static_str(kind)]
 }
@@ -327,12 +327,12 @@ mod tests {
     #[test]
     fn every_operation_has_its_arguments() {
         let text = |op| op_args(op, 42).map(|v| v.as_string().unwrap_or_default());
-        let fence = |epoch| Fence { incarnation: u64::MAX, epoch };
+        let fence = |epoch| Fence { incarnation: (1 << 63) - 1, epoch };
         assert_eq!(text(GateOp::TryEnter), ["enter", "42", "-", "-"]);
-        assert_eq!(text(GateOp::Success { fence: fence(3), kind: SuccessKind::Slow }), ["success", "18446744073709551615", "3", "slow"]);
+        assert_eq!(text(GateOp::Success { fence: fence(3), kind: SuccessKind::Slow }), ["success", "9223372036854775807", "3", "slow"]);
         assert_eq!(text(GateOp::Success { fence: fence(0), kind: SuccessKind::Unusable })[3], "unusable");
-        assert_eq!(text(GateOp::Failure { fence: fence(7) }), ["failure", "18446744073709551615", "7", "-"]);
+        assert_eq!(text(GateOp::Failure { fence: fence(7) }), ["failure", "9223372036854775807", "7", "-"]);
         assert_eq!(text(GateOp::ForceOpen), ["force_open", "42", "-", "-"]);
-        assert_eq!(text(GateOp::Release { fence: fence(1) })[..3], ["release", "18446744073709551615", "1"]);
+        assert_eq!(text(GateOp::Release { fence: fence(1) })[..3], ["release", "9223372036854775807", "1"]);
     }
 }

@@ -67,6 +67,11 @@ fn quota_keys(key: &GateKey) -> Result<Vec<Value>, GateError> {
     Ok(keys::quota(key)?.into_iter().map(|k| Value::String(k.into())).collect())
 }
 
+/// An id as a script argument: an integer (Redis hands it to Lua as its decimal text).
+fn id_arg(id: u64) -> Value {
+    Value::Integer(i64::try_from(id).unwrap_or(i64::MAX))
+}
+
 fn limit_arg(limit: Option<u32>) -> Value {
     Value::Integer(limit.map_or(-1, i64::from))
 }
@@ -82,7 +87,7 @@ impl QuotaGate for RedisQuota {
             limit_arg(limits.tpm),
             Value::Integer(i64::try_from(limits.permit_ttl.as_millis()).unwrap_or(i64::MAX)),
             Value::Integer(i64::from(estimated_tokens)),
-            Value::String(self.incarnations.draw().to_string().into()),
+            id_arg(self.incarnations.draw()),
         ]);
         let value = self.conn.run(&self.conn.scripts().quota_acquire, &keys, &[&args], key).await?;
         let items = match value {
@@ -109,18 +114,14 @@ impl QuotaGate for RedisQuota {
     async fn settle(&self, permit: &Permit, actual_tokens: u32) -> Result<(), GateError> {
         let keys = quota_keys(&permit.key)?;
         let mut args = self.base_args(Duration::ZERO);
-        args.extend([
-            Value::String(permit.incarnation.to_string().into()),
-            Value::String(permit.id.to_string().into()),
-            Value::Integer(i64::from(actual_tokens)),
-        ]);
+        args.extend([id_arg(permit.incarnation), id_arg(permit.id), Value::Integer(i64::from(actual_tokens))]);
         self.conn.run(&self.conn.scripts().quota_settle, &keys, &[&args], &permit.key).await.map(|_| ())
     }
 
     async fn release(&self, permit: &Permit) -> Result<(), GateError> {
         let keys = quota_keys(&permit.key)?;
         let mut args = self.base_args(Duration::ZERO);
-        args.extend([Value::String(permit.incarnation.to_string().into()), Value::String(permit.id.to_string().into())]);
+        args.extend([id_arg(permit.incarnation), id_arg(permit.id)]);
         self.conn.run(&self.conn.scripts().quota_release, &keys, &[&args], &permit.key).await.map(|_| ())
     }
 }

@@ -120,9 +120,10 @@ impl BackendFigures {
             .fault
             .filter(|(_, injected)| *injected)
             .map(|(f, _)| (round(f.at() * backend.scale, 3), round(f.ends() * backend.scale, 3)));
-        let recovered_after_s = fault_window_s.and_then(|(_, end)| {
-            let ends = degraded_s.iter().filter_map(|(_, e)| *e).filter(|e| *e >= end - 1.0);
-            ends.fold(None, |last: Option<f64>, e| Some(last.map_or(e, |l| l.max(e)))).map(|last| round((last - end).max(0.0), 3))
+        // The periods the fault caused (those that began once it had): the last one's end.
+        let recovered_after_s = fault_window_s.and_then(|(at, end)| {
+            let ends = degraded_s.iter().filter(|(start, _)| *start >= at).filter_map(|(_, e)| *e);
+            ends.reduce(f64::max).map(|last| round((last - end).max(0.0), 3))
         });
         let resets = crate::invariants::resets(run);
         Some(BackendFigures {

@@ -176,9 +176,8 @@ fn with_fault(
         let injected = fault.inject(&mut redis, scale, &runs);
         (injected, redis)
     });
-    let run = Mutex::new(run);
     let result = body(&config, &|| {
-        let _ = run.lock().unwrap_or_else(PoisonError::into_inner).send(());
+        let _ = run.send(());
     });
     drop(run);
     let (injected, _redis) = injector.join().map_err(|_| "the fault injector panicked".to_owned())?;
@@ -833,30 +832,41 @@ pub fn run_processes(
     launch: &Launcher,
     progress: Progress,
 ) -> Result<RunResult, String> {
-    if config.backend == Backend::Memory {
-        return Err("--workers N (several processes) needs the shared backend: add --backend redis".to_owned());
-    }
+    shared_url(config)?;
     if config.transport != Transport::Http {
         return Err("--workers N (several processes) needs one set of providers for all: add --transport http".to_owned());
     }
     let scale = check(config)?.ok_or("several processes run in real time: give --time-scale")?;
-    with_fault(config, scale, |config, started| run_processes_on(scenario_ref, scenario, config, processes, launch, progress, started))
+    let workers = Workers { scenario_ref, processes, launch, progress };
+    with_fault(config, scale, |config, started| run_processes_on(scenario, config, scale, workers, started))
 }
 
-/// [`run_processes`] on the Redis of `config`, telling `started` when the time line begins.
+/// The worker processes of a [`run_processes`] run.
+struct Workers<'a> {
+    scenario_ref: &'a str,
+    processes: u32,
+    launch: &'a Launcher,
+    progress: Progress,
+}
+
+/// The Redis a several-process run shares.
+fn shared_url(config: &RunConfig) -> Result<&str, String> {
+    match &config.backend {
+        Backend::Redis(url) => Ok(url),
+        Backend::Memory => Err("--workers N (several processes) needs the shared backend: add --backend redis".to_owned()),
+    }
+}
+
+/// [`run_processes`] on the Redis of `config` (the run's own, with a fault), `scale` real seconds
+/// per scenario second, telling `started` when the time line begins.
 fn run_processes_on(
-    scenario_ref: &str,
     scenario: &Scenario,
     config: &RunConfig,
-    processes: u32,
-    launch: &Launcher,
-    progress: Progress,
+    scale: f64,
+    Workers { scenario_ref, processes, launch, progress }: Workers<'_>,
     started: &(dyn Fn() + Sync),
 ) -> Result<RunResult, String> {
-    let Backend::Redis(redis) = &config.backend else {
-        return Err("--workers N (several processes) needs the shared backend: add --backend redis".to_owned());
-    };
-    let scale = check(config)?.ok_or("several processes run in real time: give --time-scale")?;
+    let redis = shared_url(config)?;
     let scaled = scenario.scaled(scale);
     let scope = scope_name(&config.backend, config.seed);
     let mut policy = scope_policy(&scaled, &scope, config)?;
@@ -879,7 +889,7 @@ fn run_processes_on(
                 processes,
                 total_calls: calls,
                 total_workers: workers,
-                redis: redis.clone(),
+                redis: redis.to_owned(),
                 scope: scope.clone(),
                 providers: server.root(),
                 time_scale: scale,

@@ -1,15 +1,15 @@
 //! `SourceAdmission` (SPEC §6): the one admission unit every call kind shares. `pick` walks the
 //! scope's sources in selector order (after in-call demotion) through memo → AIMD → gate →
-//! quota, first passing wins; `on_no_runnable` decides, when none passed, between failing fast
-//! and napping, by the reason the sources were refused.
+//! quota, first passing wins. When none passed, the call machine decides between failing fast
+//! and napping; `retry_after` answers its question to the gates.
 
 use crate::call::CallState;
-use crate::error::{CallError, Exhausted};
+use crate::error::CallError;
 use crate::scope::Scope;
 use crate::slot::{Holders, Slot};
-use gateway_core::admission::{Blocked, SkipReason, nap, when_blocked};
+use gateway_core::admission::SkipReason;
 use gateway_core::breaker::{GateOp, Reply};
-use gateway_core::ports::{PaceDecision, QuotaDecision, Telemetry};
+use gateway_core::ports::{GateError, PaceDecision, QuotaDecision, Telemetry};
 use gateway_core::select::demote;
 use gateway_core::time::Clock;
 use rand_chacha::ChaCha8Rng;
@@ -24,14 +24,6 @@ pub(crate) enum Pick {
     /// `pushed_back` (source, time left) were skipped for a 429 that asked this call to wait
     /// past its stall budget.
     Blocked { gate_rejections: usize, pushed_back: Vec<(usize, Duration)> },
-}
-
-/// How a blocked call waits.
-pub(crate) struct Wait {
-    /// The nap.
-    pub(crate) nap: Duration,
-    /// It waits for capacity (a quota or an account's limit): first come, first served.
-    pub(crate) for_capacity: bool,
 }
 
 pub(crate) struct SourceAdmission {
@@ -57,16 +49,15 @@ impl SourceAdmission {
         let views = scope.views();
         let mut order = Vec::with_capacity(views.len());
         scope.selector.order(&views, &mut *self.rng(), &mut order);
-        if scope.behaviour.demotion {
-            // The health the trusted-alternative rule compares is the selector's view of it.
-            let health: Option<Vec<f64>> = scope.selector.uses_health().then(|| views.iter().map(|v| v.health).collect());
-            demote(&mut order, &call.fails, health.as_deref());
-        }
+        // In-call demotion (the outcome table decides which failures count toward it). The
+        // health the trusted-alternative rule compares is the selector's view of it.
+        let health: Option<Vec<f64>> = scope.selector.uses_health().then(|| views.iter().map(|v| v.health).collect());
+        demote(&mut order, call.machine.fails(), health.as_deref());
         let (mut gate_rejections, mut pushed_back) = (0, Vec::new());
         let holders = &self.holders;
         for source in order {
             let now = self.clock.now();
-            let remaining_stall = call.stall.remaining(scope.policy.stall_window, now);
+            let remaining_stall = call.machine.remaining_stall(now);
             // 1. the memo, and the account's 429 pushback, under one short lock
             let refused = {
                 let local = scope.local();
@@ -97,8 +88,8 @@ impl SourceAdmission {
                 None => {}
             }
             // 2. the account's learned limit
-            let pace = if scope.behaviour.aimd {
-                match holders.pacer.try_acquire(scope.account(source), &scope.pacer).await.map_err(|e| call.backend(e))? {
+            let pace = if let Some(pacer) = &scope.pacer {
+                match holders.pacer.try_acquire(scope.account(source), pacer).await.map_err(|e| call.backend(e))? {
                     PaceDecision::Granted(lease) => Some(lease),
                     PaceDecision::Paced(_) => {
                         call.skipped(scope.source_name(source), SkipReason::AdaptivePaced);
@@ -152,44 +143,12 @@ impl SourceAdmission {
         Ok(Pick::Blocked { gate_rejections, pushed_back })
     }
 
-    /// SPEC §6 "No candidate runnable": fail fast by the reason the sources were refused, or
-    /// say how to wait (to the earliest certain retry moment when the breaker side refused them
-    /// all; in turn, for capacity, when a quota or an account's limit did).
-    pub(crate) async fn on_no_runnable(
-        &self,
-        scope: &Scope,
-        call: &mut CallState,
-        gate_rejections: usize,
-        pushed_back: &[(usize, Duration)],
-    ) -> Result<Wait, CallError> {
-        let policy = &scope.policy;
-        let now = self.clock.now();
-        let stalled = call.stall.stalled(&scope.local().progress, policy.stall_window, now);
-        match when_blocked(gate_rejections, pushed_back.len(), policy.sources.len(), policy.circuit_open, policy.quota_full, stalled) {
-            Blocked::FailCircuitOpen => {
-                let retry_after = self.holders.gates.retry_after(&scope.gates).await.map_err(|e| call.backend(e))?;
-                Err(CallError::CircuitOpen { retry_after, report: call.report() })
-            }
-            Blocked::FailRateLimited => {
-                let retry_after = pushed_back.iter().map(|(_, away)| *away).min().unwrap_or_default();
-                Err(CallError::RateLimited { retry_after, report: call.report() })
-            }
-            Blocked::FailQuotaExhausted => Err(CallError::AllSourcesExhausted { reason: Exhausted::QuotaExhausted, report: call.report() }),
-            Blocked::FailStalled => Err(CallError::AllSourcesExhausted { reason: Exhausted::Stalled, report: call.report() }),
-            Blocked::Wait { gate_hint } => {
-                let hint = if !gate_hint {
-                    Duration::ZERO
-                } else if pushed_back.is_empty() {
-                    self.holders.gates.retry_after(&scope.gates).await.map_err(|e| call.backend(e))?
-                } else {
-                    // The pushed-back sources' gates are closed (a 0 hint): the wait is for the others.
-                    let away = |i: usize| pushed_back.iter().any(|(s, _)| *s == i);
-                    let refused: Vec<_> = scope.gates.iter().enumerate().filter(|(i, _)| !away(*i)).map(|(_, g)| g.clone()).collect();
-                    self.holders.gates.retry_after(&refused).await.map_err(|e| call.backend(e))?
-                };
-                let remaining = call.stall.remaining(policy.stall_window, self.clock.now());
-                Ok(Wait { nap: nap(hint, policy.poll_interval, remaining, &mut *self.rng()), for_capacity: !gate_hint })
-            }
+    /// The gates' earliest certain retry moment over the partition's sources but `except`.
+    pub(crate) async fn retry_after(&self, scope: &Scope, except: &[usize]) -> Result<Duration, GateError> {
+        if except.is_empty() {
+            return self.holders.gates.retry_after(&scope.gates).await;
         }
+        let asked: Vec<_> = scope.gates.iter().enumerate().filter(|(i, _)| !except.contains(i)).map(|(_, gate)| gate.clone()).collect();
+        self.holders.gates.retry_after(&asked).await
     }
 }

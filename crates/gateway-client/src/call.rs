@@ -6,15 +6,13 @@ use crate::admission::{Pick, SourceAdmission};
 use crate::error::{AttemptRecord, CallError, CallReport, Exhausted};
 use crate::scope::Scope;
 use crate::slot::Slot;
-use crate::turns::Place;
+use crate::turns::Turn;
 use gateway_core::admission::SkipReason;
 use gateway_core::breaker::CircuitState;
-use gateway_core::outcome::{BudgetEffect, Effects, NextStep, OutcomeClass};
+use gateway_core::call::{CallMachine, CallRules, Failure, Next, Picked, Streaming};
 use gateway_core::ports::{ChunkSource, GateError, Streamed, Telemetry, Upstream};
 use gateway_core::request::{Attempt, Outcome, Request, Response, Structured};
-use gateway_core::select::AttemptFails;
-use gateway_core::stall::CallStall;
-use gateway_core::stream::{Chunk, assemble, commits, opening_failure};
+use gateway_core::stream::Chunk;
 use gateway_core::telemetry::{AttemptEvent, CallEvent, CallResult, SourceReason};
 use gateway_core::time::{Clock, Timestamp};
 use std::collections::BTreeMap;
@@ -27,31 +25,21 @@ pub(crate) struct CallState {
     pub(crate) tenant: Option<String>,
     clock: Arc<dyn Clock>,
     started: Timestamp,
-    pub(crate) stall: CallStall,
-    pub(crate) fails: AttemptFails,
-    /// Attempts that spent retry budget.
-    budget_spent: u32,
-    /// Structured re-asks made.
-    reasks: u32,
-    /// Back-off sleeps so far (the k of `backoff(k)`).
-    backoffs: u32,
+    /// The call's rules at work: budget, re-asks, back-off, stall, the waits.
+    pub(crate) machine: CallMachine,
     reasons: BTreeMap<String, SourceReason>,
     attempts: Vec<AttemptRecord>,
 }
 
 impl CallState {
-    pub(crate) fn new(id: u64, clock: Arc<dyn Clock>, sources: usize) -> Self {
+    pub(crate) fn new(id: u64, clock: Arc<dyn Clock>, rules: CallRules) -> Self {
         let started = clock.now();
         CallState {
             id,
             tenant: None,
             clock,
             started,
-            stall: CallStall::start(started),
-            fails: AttemptFails::new(sources),
-            budget_spent: 0,
-            reasks: 0,
-            backoffs: 0,
+            machine: CallMachine::new(rules, started),
             reasons: BTreeMap::new(),
             attempts: Vec::new(),
         }
@@ -72,11 +60,33 @@ impl CallState {
     }
 
     pub(crate) fn report(&self) -> CallReport {
-        CallReport { reasons: self.reasons.clone(), attempts: self.attempts.clone(), waited: self.stall.idle(self.clock.now()) }
+        CallReport { reasons: self.reasons.clone(), attempts: self.attempts.clone(), waited: self.machine.idle(self.clock.now()) }
     }
 
     pub(crate) fn backend(&self, error: GateError) -> CallError {
         CallError::BackendUnavailable { error, report: self.report() }
+    }
+
+    /// The typed error of a call the machine ended with `failure`.
+    fn failed(&self, scope: &Scope, failure: Failure) -> CallError {
+        let report = self.report();
+        match failure {
+            Failure::Stalled => CallError::AllSourcesExhausted { reason: Exhausted::Stalled, report },
+            Failure::QuotaExhausted => CallError::AllSourcesExhausted { reason: Exhausted::QuotaExhausted, report },
+            Failure::RetryExhausted => CallError::RetryExhausted { report },
+            Failure::StructuredExhausted => CallError::StructuredExhausted { report },
+            Failure::CircuitOpen { retry_after } => CallError::CircuitOpen { retry_after, report },
+            Failure::RateLimited { retry_after } => CallError::RateLimited { retry_after, report },
+            Failure::RequestRejected { source, detail, provider_error } => {
+                CallError::RequestRejected { source_name: scope.source_name(source).to_owned(), detail, provider_error, report }
+            }
+        }
+    }
+
+    /// The answer of the call's last attempt, marked with its source and the attempts made.
+    fn served(&self, response: Response) -> Response {
+        let source = self.attempts.last().map_or("", |a| a.source.as_str());
+        response.served_by(source, u32::try_from(self.attempts.len()).unwrap_or(u32::MAX))
     }
 
     fn event(&self, scope: &str, result: CallResult) -> CallEvent {
@@ -88,10 +98,10 @@ impl CallState {
             started: self.started,
             result,
             attempts: u32::try_from(self.attempts.len()).unwrap_or(u32::MAX),
-            budget_attempts: self.budget_spent,
-            reasks: self.reasks,
+            budget_attempts: self.machine.budget_spent(),
+            reasks: self.machine.reasks(),
             reasons: self.reasons.iter().map(|(s, r)| (s.clone(), r.clone())).collect(),
-            waited: self.stall.idle(now),
+            waited: self.machine.idle(now),
             elapsed: now.saturating_since(self.started),
         }
     }
@@ -203,10 +213,10 @@ pub(crate) struct Ending<'a> {
     pub(crate) at: Timestamp,
 }
 
-/// Settles an attempt that ended as `ending` says: its slot (health, AIMD, the gate's record,
-/// the permit with the actual tokens), the gate event, the call's budget and in-call failures,
-/// the attempt event, and the call's reasons and attempt chain. One place for the call loop and
-/// for a committed stream's end.
+/// Settles an attempt that ended as `ending` says, `consumed_budget` or not: its slot (health,
+/// AIMD, the gate's record, the permit with the actual tokens), the gate event, the attempt
+/// event, and the call's reasons and attempt chain. One place for the call loop and for a
+/// committed stream's end.
 pub(crate) async fn settle(
     admission: &SourceAdmission,
     scope: &Arc<Scope>,
@@ -214,23 +224,13 @@ pub(crate) async fn settle(
     slot: Slot,
     facts: &Facts,
     ending: Ending<'_>,
-) -> &'static Effects {
+    consumed_budget: bool,
+) {
     let Ending { outcome, tokens, at: ended } = ending;
     let class = outcome.class;
     let latency = ended.saturating_since(facts.started);
     let responsiveness = facts.committed.unwrap_or(ended).saturating_since(facts.started);
-    call.stall.attempt_ended(ended);
     let finished = slot.finish(class, responsiveness, tokens, ended).await;
-    let effects = class.effects();
-    let consumed = match effects.budget {
-        BudgetEffect::Retry => true,
-        BudgetEffect::Pushback => scope.behaviour.rate_limited_consumes_budget,
-        BudgetEffect::StructuredReask | BudgetEffect::Nothing => false,
-    };
-    call.budget_spent += u32::from(consumed);
-    if effects.counts_as_call_failure {
-        call.fails.record(facts.source);
-    }
     admission.telemetry.attempt(&AttemptEvent {
         key: scope.gates[facts.source].0.clone(),
         call_id: call.id,
@@ -239,7 +239,7 @@ pub(crate) async fn settle(
         detail: outcome.detail.clone(),
         latency,
         retry_after: outcome.retry_after,
-        consumed_budget: consumed,
+        consumed_budget,
         probe: facts.probe,
         admitted_in: facts.admitted_in,
         incarnation: facts.incarnation,
@@ -248,32 +248,20 @@ pub(crate) async fn settle(
     });
     call.reasons.insert(facts.name.clone(), SourceReason::Attempted { class, detail: outcome.detail.clone() });
     call.attempts.push(AttemptRecord { source: facts.name.clone(), class, detail: outcome.detail.clone(), latency, probe: facts.probe });
-    effects
 }
 
-/// Reads a stream up to its commit point: the chunks so far, or how the attempt ended before
-/// anything could reach the caller (a stream that ends without content is `Transient(empty)`;
-/// one that must be JSON and opens unlike it, `ResultInvalid(not_json)`).
-async fn to_commit_point(rest: &mut dyn ChunkSource, structured: Option<&Structured>) -> Result<Vec<Chunk>, Outcome> {
-    let mut preamble = Vec::new();
+/// Reads a stream up to its commit point, as the machine judges it: the chunks so far, or how
+/// the attempt ended before anything could reach the caller.
+async fn to_commit_point(
+    machine: &mut CallMachine,
+    rest: &mut dyn ChunkSource,
+    structured: Option<&Structured>,
+) -> Result<Vec<Chunk>, Outcome> {
     loop {
-        match rest.next_chunk().await {
-            Some(Ok(chunk)) => {
-                let commits = commits(&chunk);
-                preamble.push(chunk);
-                if commits {
-                    // An answer that must be JSON and opens with prose ends here, unseen, and is
-                    // re-asked like a whole one.
-                    if structured.is_some()
-                        && let Some(outcome) = opening_failure(structured, assemble(&preamble).text_answers())
-                    {
-                        return Err(outcome);
-                    }
-                    return Ok(preamble);
-                }
-            }
-            Some(Err(outcome)) => return Err(outcome),
-            None => return Err(Outcome::new(OutcomeClass::Transient, "empty")),
+        match machine.on_chunk(rest.next_chunk().await, structured) {
+            Streaming::ReadOn => {}
+            Streaming::Committed(preamble) => return Ok(preamble),
+            Streaming::Ended(outcome) => return Err(outcome),
         }
     }
 }
@@ -284,6 +272,8 @@ pub(crate) struct CallLoop<'a> {
 }
 
 impl CallLoop<'_> {
+    /// Performs what the call's machine asks until it returns an answer or ends the call; a
+    /// stream past its commit point is delivered as it stands.
     pub(crate) async fn run(
         &self,
         scope: &Arc<Scope>,
@@ -291,133 +281,83 @@ impl CallLoop<'_> {
         call: &mut CallState,
         delivery: Delivery,
     ) -> Result<Delivered, CallError> {
-        let clock = &self.admission.clock;
-        let policy = &scope.policy;
-        // The call's place among the waiters for capacity, while it has one.
-        let mut place: Option<Place> = None;
+        let (clock, mut turn) = (&self.admission.clock, Turn::default());
         loop {
-            // the stall check, before each pick
-            if call.stall.stalled(&scope.local().progress, policy.stall_window, clock.now()) {
-                return Err(CallError::AllSourcesExhausted { reason: Exhausted::Stalled, report: call.report() });
-            }
-            // First come, first served: a call younger than a waiter queues behind it, and only
-            // the oldest waiter picks.
-            if place.is_none() && !scope.turns.may_pick(call.order()) {
-                place = Some(scope.turns.join(call.order(), None));
-            }
-            if let Some(waiting) = place.as_ref().filter(|p| !p.is_first()) {
-                let bound = call.stall.remaining(policy.stall_window, clock.now()) + policy.poll_interval;
-                tokio::select! {
-                    biased;
-                    () = waiting.woken() => {}
-                    () = tokio::time::sleep(bound) => {}
-                }
-                continue;
-            }
-            let slot = match self.admission.pick(scope, call, request.estimated_tokens).await? {
-                Pick::Slot(slot) => slot,
-                Pick::Blocked { gate_rejections, pushed_back } => {
-                    let wait = self.admission.on_no_runnable(scope, call, gate_rejections, &pushed_back).await?;
-                    if !wait.for_capacity {
-                        // Waiting for the breaker side is no turn for capacity.
-                        place = None;
-                        tokio::time::sleep(wait.nap).await;
+            let progress = scope.local().progress;
+            match call.machine.poll(clock.now(), progress) {
+                Next::Pick { patience } => {
+                    if !turn.may_pick(&scope.turns, call.order(), patience).await {
                         continue;
                     }
-                    let waiting = scope.turns.join(call.order(), place.take());
-                    tokio::select! {
-                        biased;
-                        () = waiting.woken() => {}
-                        () = tokio::time::sleep(wait.nap) => {}
-                    }
-                    place = Some(waiting);
-                    continue;
-                }
-            };
-            // The turn passes on to the next waiter, which may find room too.
-            place = None;
-            let source = slot.source;
-            let facts = Facts {
-                source,
-                name: scope.source_name(source).to_owned(),
-                started: clock.now(),
-                probe: slot.is_probe(),
-                admitted_in: slot.admitted_in(),
-                incarnation: slot.incarnation(),
-                committed: None,
-            };
-            call.stall.attempt_started(facts.started);
-            let attempt = match delivery {
-                Delivery::Whole => self.upstream.send(&facts.name, request).await,
-                Delivery::Stream => match self.upstream.stream(&facts.name, request).await {
-                    Streamed::Ended(attempt) => attempt,
-                    Streamed::Chunks(mut rest) => match to_commit_point(&mut *rest, request.structured.as_ref()).await {
-                        Ok(preamble) => {
-                            let facts = Facts { committed: Some(clock.now()), ..facts };
-                            return Ok(Delivered::Stream(Committed { slot, facts, preamble, rest }));
+                    match self.admission.pick(scope, call, request.estimated_tokens).await? {
+                        Pick::Slot(slot) => {
+                            turn.leave();
+                            if let Some(stream) = self.attempt(scope, request, call, slot, delivery).await {
+                                return Ok(stream);
+                            }
                         }
-                        Err(outcome) => Attempt::ended(outcome),
-                    },
-                },
-            };
-            let (outcome, response) = attempt.into_parts();
-            let tokens = response.as_ref().and_then(Response::usage).map(|u| u.total());
-            let ending = Ending { outcome: &outcome, tokens, at: clock.now() };
-            let effects = settle(self.admission, scope, call, slot, &facts, ending).await;
-
-            match effects.next {
-                NextStep::Return => {
-                    if let Some(response) = response {
-                        let attempts = u32::try_from(call.attempts.len()).unwrap_or(u32::MAX);
-                        return Ok(Delivered::Whole(response.served_by(&facts.name, attempts)));
-                    }
-                    // Unreachable: `Attempt` gives every success a response. Try again.
-                }
-                NextStep::EndCall => {
-                    return Err(CallError::RequestRejected {
-                        source_name: facts.name,
-                        detail: outcome.detail,
-                        provider_error: outcome.provider_error,
-                        report: call.report(),
-                    });
-                }
-                NextStep::Reask => {
-                    if call.reasks >= policy.structured_max_retries {
-                        return Err(CallError::StructuredExhausted { report: call.report() });
-                    }
-                    call.reasks += 1;
-                }
-                NextStep::RepickNow | NextStep::BackOffAndRepick { .. } if call.budget_spent > policy.max_retries => {
-                    return Err(CallError::RetryExhausted { report: call.report() });
-                }
-                NextStep::RepickNow => {}
-                NextStep::BackOffAndRepick { honour_retry_after: true }
-                    if outcome.retry_after.is_some_and(|wait| wait > call.stall.remaining(policy.stall_window, clock.now())) =>
-                {
-                    // The provider asks for longer than this call may wait: try the others now
-                    // (every call of the partition keeps away from the account meanwhile).
-                    scope.note_pushback(source, clock.now().saturating_add(outcome.retry_after.unwrap_or_default()));
-                }
-                NextStep::BackOffAndRepick { honour_retry_after } => {
-                    if let Some(wait) = outcome.retry_after.filter(|_| honour_retry_after) {
-                        // The account's Retry-After holds for every call of the partition.
-                        scope.note_pushback(source, clock.now().saturating_add(wait));
-                    }
-                    let delay = {
-                        let mut rng = self.admission.rng();
-                        if honour_retry_after {
-                            policy.backoff.pushback(call.backoffs, outcome.retry_after, &mut *rng)
-                        } else {
-                            policy.backoff.delay(call.backoffs, &mut *rng)
+                        Pick::Blocked { gate_rejections, pushed_back } => {
+                            let (blocked, progress) = (Picked::Blocked { gate_rejections, pushed_back }, scope.local().progress);
+                            call.machine.on_pick(blocked, clock.now(), progress, &mut *self.admission.rng());
                         }
-                    };
-                    call.backoffs += 1;
-                    // A provider's Retry-After is a floor; one past the stall budget was handled
-                    // above, so this bound only caps the back-off itself.
-                    let bound = (call.stall.remaining(policy.stall_window, clock.now()) + policy.poll_interval).max(policy.backoff.cap);
-                    tokio::time::sleep(delay.min(bound)).await;
+                    }
                 }
+                Next::AskRetryAfter { except } => {
+                    let retry_after = self.admission.retry_after(scope, &except).await.map_err(|e| call.backend(e))?;
+                    call.machine.on_retry_after(retry_after, clock.now(), &mut *self.admission.rng());
+                }
+                Next::Sleep { duration, in_line } => turn.sleep(&scope.turns, call.order(), duration, in_line).await,
+                Next::Return(response) => return Ok(Delivered::Whole(call.served(response))),
+                Next::Fail(failure) => return Err(call.failed(scope, failure)),
             }
         }
+    }
+
+    /// The attempt `slot` admits: made, settled, and told to the machine. A stream that reached
+    /// its commit point is delivered instead.
+    async fn attempt(
+        &self,
+        scope: &Arc<Scope>,
+        request: &Request,
+        call: &mut CallState,
+        slot: Slot,
+        delivery: Delivery,
+    ) -> Option<Delivered> {
+        let clock = &self.admission.clock;
+        let source = slot.source;
+        let facts = Facts {
+            source,
+            name: scope.source_name(source).to_owned(),
+            started: clock.now(),
+            probe: slot.is_probe(),
+            admitted_in: slot.admitted_in(),
+            incarnation: slot.incarnation(),
+            committed: None,
+        };
+        let progress = scope.local().progress;
+        call.machine.on_pick(Picked::Source(source), facts.started, progress, &mut *self.admission.rng());
+        let attempt = match delivery {
+            Delivery::Whole => self.upstream.send(&facts.name, request).await,
+            Delivery::Stream => match self.upstream.stream(&facts.name, request).await {
+                Streamed::Ended(attempt) => attempt,
+                Streamed::Chunks(mut rest) => match to_commit_point(&mut call.machine, &mut *rest, request.structured.as_ref()).await {
+                    Ok(preamble) => {
+                        let facts = Facts { committed: Some(clock.now()), ..facts };
+                        return Some(Delivered::Stream(Committed { slot, facts, preamble, rest }));
+                    }
+                    Err(outcome) => Attempt::ended(outcome),
+                },
+            },
+        };
+        let (outcome, response) = attempt.into_parts();
+        let tokens = response.as_ref().and_then(Response::usage).map(|u| u.total());
+        let at = clock.now();
+        let settled = call.machine.on_outcome(source, &outcome, response, at, &mut *self.admission.rng());
+        settle(self.admission, scope, call, slot, &facts, Ending { outcome: &outcome, tokens, at }, settled.consumed_budget).await;
+        if let Some(until) = settled.push_back_until {
+            // The account's Retry-After holds for every call of the partition.
+            scope.note_pushback(source, until);
+        }
+        None
     }
 }

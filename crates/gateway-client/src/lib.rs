@@ -23,7 +23,7 @@ mod turns;
 
 pub use clock::TokioClock;
 pub use error::{AttemptRecord, CallError, CallReport, Exhausted, TenantRefusal};
-pub use preset::{Behaviour, Preset};
+pub use preset::Preset;
 pub use retry_pool::{RetryPool, RetryRefused};
 pub use stream::{ChatStream, StreamError};
 pub use telemetry::{Collector, TracingTelemetry};
@@ -402,7 +402,7 @@ impl GatewayClient {
             Some(primary) => primary.call_id,
             None => self.next_call.fetch_add(1, Ordering::Relaxed),
         };
-        let mut state = CallState::new(id, self.admission.clock.clone(), scope.policy.sources.len());
+        let mut state = CallState::new(id, self.admission.clock.clone(), scope.rules);
         state.tenant = tenant;
         let mut guard = CallGuard::new(state, partitions.name().clone(), self.admission.telemetry.clone(), prior.take());
         let run = CallLoop { admission: &self.admission, upstream: &*self.upstream };
@@ -461,7 +461,7 @@ impl GatewayClient {
                 }
                 let local = partition.local();
                 for (i, (key, params)) in partition.gates.iter().enumerate() {
-                    let account = partition.behaviour.aimd.then(|| (partition.account(i).clone(), partition.pacer));
+                    let account = partition.pacer.map(|pacer| (partition.account(i).clone(), pacer));
                     views.push((key.clone(), params.clone(), local.health[i].value(), account, local.inflight[i]));
                 }
             }

@@ -2,8 +2,11 @@
 //! soak compares against (SPEC §12): round-robin, the consecutive channel only with its
 //! threshold raised by the scope's concurrency, a fixed cooldown, 429 spending the retry budget,
 //! no AIMD, no in-call demotion, one structured re-ask. The old breaker is expressed as values
-//! of the production breaker's parameters; the breaker has no knob of its own for it.
+//! of the production breaker's parameters, the old loop as rows of the outcome table, and no
+//! AIMD as no pacer: neither the breaker nor the call machine has a knob of its own for it.
 
+use gateway_core::aimd::PacerParams;
+use gateway_core::outcome::{BudgetEffect, OutcomeClass, OutcomeTable};
 use gateway_core::policy::ScopePolicy;
 use gateway_core::select::SelectorKind;
 use serde::{Deserialize, Serialize};
@@ -19,22 +22,17 @@ pub enum Preset {
     Baseline,
 }
 
-/// The loop behaviours that are not policy values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Behaviour {
-    /// A 429 spends retry budget (old library) instead of being free pushback.
-    pub rate_limited_consumes_budget: bool,
-    /// The AIMD pacer limits in-flight attempts per source.
-    pub aimd: bool,
-    /// A source that failed twice in a call moves to the tail.
-    pub demotion: bool,
-}
+/// The baseline's outcome table: a 429 spends a retry, and no outcome counts toward in-call
+/// demotion (the old library had none).
+const BASELINE_OUTCOMES: OutcomeTable =
+    OutcomeTable::SPEC.with_budget(OutcomeClass::RateLimited, BudgetEffect::Retry).without_call_failures();
 
 impl Preset {
-    /// Applies the preset to `policy` and returns the loop behaviours.
-    pub fn apply(self, policy: &mut ScopePolicy) -> Behaviour {
+    /// Applies the preset's policy values to `policy` and returns the outcome table its calls
+    /// run on.
+    pub fn apply(self, policy: &mut ScopePolicy) -> OutcomeTable {
         match self {
-            Preset::Default => Behaviour { rate_limited_consumes_budget: false, aimd: true, demotion: true },
+            Preset::Default => OutcomeTable::SPEC,
             Preset::Baseline => {
                 policy.selector = SelectorKind::RoundRobin;
                 let breaker = &mut policy.breaker;
@@ -47,8 +45,16 @@ impl Preset {
                 // §3 is below it whenever a source's concurrency is below the scope's).
                 breaker.fail_threshold = breaker.raised_threshold(policy.concurrency);
                 policy.structured_max_retries = policy.structured_max_retries.min(1);
-                Behaviour { rate_limited_consumes_budget: true, aimd: false, demotion: false }
+                BASELINE_OUTCOMES
             }
+        }
+    }
+
+    /// The AIMD pacer of `policy`'s provider accounts under this preset (`None`: unpaced).
+    pub fn pacer(self, policy: &ScopePolicy) -> Option<PacerParams> {
+        match self {
+            Preset::Default => Some(policy.pacer_params()),
+            Preset::Baseline => None,
         }
     }
 }

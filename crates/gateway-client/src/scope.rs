@@ -7,11 +7,13 @@
 //! gets the scope's policy with the tier's breaker.
 
 use crate::error::TenantRefusal;
-use crate::preset::{Behaviour, Preset};
+use crate::preset::Preset;
 use gateway_core::aimd::PacerParams;
 use gateway_core::breaker::GateParams;
+use gateway_core::call::CallRules;
 use gateway_core::health::Ewma;
 use gateway_core::memo::Memo;
+use gateway_core::outcome::OutcomeTable;
 use gateway_core::policy::{Isolation, ScopePolicy, UnknownTenant};
 use gateway_core::ports::{GateKey, is_key_part};
 use gateway_core::select::{Selector, SourceView};
@@ -37,13 +39,15 @@ pub(crate) struct Local {
 
 pub(crate) struct Scope {
     pub(crate) policy: Arc<ScopePolicy>,
-    pub(crate) behaviour: Behaviour,
+    /// The rules its calls run on.
+    pub(crate) rules: CallRules,
     pub(crate) gates: Vec<(GateKey, GateParams)>,
     /// The partition's provider accounts (`GateKey::source` is the account's name).
     pub(crate) accounts: Vec<GateKey>,
     /// The account of each source, by index into `accounts`.
     pub(crate) account_of: Vec<usize>,
-    pub(crate) pacer: PacerParams,
+    /// The pacer of its accounts (`None`: unpaced).
+    pub(crate) pacer: Option<PacerParams>,
     pub(crate) selector: Selector,
     /// Calls waiting for capacity, oldest first.
     pub(crate) turns: Arc<crate::turns::Turns>,
@@ -51,8 +55,9 @@ pub(crate) struct Scope {
 }
 
 impl Scope {
-    /// The partition of `tenant` (`None`: the shared one).
-    pub(crate) fn new(policy: Arc<ScopePolicy>, behaviour: Behaviour, tenant: Option<&Arc<str>>) -> Self {
+    /// The partition of `tenant` (`None`: the shared one), its calls running on `outcomes`,
+    /// its accounts paced by `pacer`.
+    pub(crate) fn new(policy: Arc<ScopePolicy>, outcomes: OutcomeTable, pacer: Option<PacerParams>, tenant: Option<&Arc<str>>) -> Self {
         let n = policy.sources.len();
         let gates = (0..n)
             .filter_map(|i| {
@@ -84,9 +89,9 @@ impl Scope {
         };
         Scope {
             selector: Selector::new(policy.selector),
-            pacer: policy.pacer_params(),
+            rules: CallRules::new(&policy, outcomes),
+            pacer,
             policy,
-            behaviour,
             gates,
             accounts,
             account_of,
@@ -190,11 +195,12 @@ impl Partitions {
             })
             .collect();
         let pinned = policy.tenant_tiers.keys().chain(pinned).cloned().collect();
-        let behaviour = preset.apply(&mut policy);
+        let outcomes = preset.apply(&mut policy);
+        let pacer = preset.pacer(&policy);
         Partitions {
             name: Arc::from(policy.name.as_str()),
             tiers,
-            shared: Arc::new(Scope::new(Arc::new(policy), behaviour, None)),
+            shared: Arc::new(Scope::new(Arc::new(policy), outcomes, pacer, None)),
             per_tenant,
             pinned,
             shards: (0..if per_tenant { SHARDS } else { 0 }).map(|_| Mutex::default()).collect(),
@@ -257,7 +263,7 @@ impl Partitions {
             let placed = pinned || self.tenants.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)).is_ok();
             if placed {
                 let name: Arc<str> = Arc::from(tenant);
-                let partition = Arc::new(Scope::new(policy.clone(), self.shared.behaviour, Some(&name)));
+                let partition = Arc::new(Scope::new(policy.clone(), self.shared.rules.outcomes, self.shared.pacer, Some(&name)));
                 shard.insert(name, TenantEntry { partition: partition.clone(), last_used: now, pinned });
                 if pinned {
                     self.pinned_live.fetch_add(1, Ordering::Relaxed);

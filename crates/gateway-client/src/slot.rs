@@ -176,8 +176,8 @@ impl Slot {
             let (key, params) = &self.scope.gates[self.source];
             let _ = self.holders.gates.apply(key, params, GateOp::Release { fence: self.fence() }).await;
         }
-        if let Some(pace) = &self.pace {
-            let _ = self.holders.pacer.release(pace, AimdEffect::Nothing, &self.scope.pacer).await;
+        if let (Some(pace), Some(pacer)) = (&self.pace, &self.scope.pacer) {
+            let _ = self.holders.pacer.release(pace, AimdEffect::Nothing, pacer).await;
         }
         self.pace = None;
         // No attempt was made: nobody is woken when the slot goes.
@@ -235,8 +235,8 @@ impl Slot {
         // The account's place, with the outcome's effect on its learned limit. Cleared only after
         // the await: a call dropped while the release is in flight releases again from `Drop`
         // (a second release of one lease, with no effect, changes nothing).
-        if let Some(pace) = &self.pace
-            && let Ok(limit) = self.holders.pacer.release(pace, class.effects().aimd, &self.scope.pacer).await
+        if let (Some(pace), Some(pacer)) = (&self.pace, &self.scope.pacer)
+            && let Ok(limit) = self.holders.pacer.release(pace, class.effects().aimd, pacer).await
         {
             self.scope.local().aimd_limit[self.scope.account_of[self.source]] = Some(limit);
         }
@@ -291,8 +291,8 @@ impl Drop for Slot {
             if let Some(fence) = probe {
                 let _ = holders.gates.apply(key, params, GateOp::Release { fence }).await;
             }
-            if let Some(pace) = pace {
-                let _ = holders.pacer.release(&pace, AimdEffect::Nothing, &scope.pacer).await;
+            if let (Some(pace), Some(pacer)) = (pace, &scope.pacer) {
+                let _ = holders.pacer.release(&pace, AimdEffect::Nothing, pacer).await;
             }
             if let Some(permit) = permit {
                 let _ = holders.quota.release(&permit).await;

@@ -263,7 +263,8 @@ impl Relay {
         let tokens = self.usage.map(|u| u.total());
         let now = self.admission.clock.now();
         let ending = Ending { outcome: &outcome, tokens, at: now };
-        settle(&self.admission, &self.scope, &mut self.guard.state, open.slot, &open.facts, ending).await;
+        let consumed_budget = self.guard.state.machine.on_attempt_ended(open.facts.source, outcome.class, now);
+        settle(&self.admission, &self.scope, &mut self.guard.state, open.slot, &open.facts, ending, consumed_budget).await;
         self.guard.end(result);
     }
 }

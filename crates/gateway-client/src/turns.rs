@@ -6,6 +6,7 @@
 
 use gateway_core::time::Timestamp;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 use tokio::sync::Notify;
 
 /// Where a call stands: its start and id (the order), and its wake-up.
@@ -80,6 +81,51 @@ impl Drop for Place {
         if was_first && let Some(next) = queue.first() {
             next.wake.notify_one();
         }
+    }
+}
+
+/// One call's standing among its partition's waiters: its place while it has one.
+#[derive(Default)]
+pub(crate) struct Turn(Option<Place>);
+
+impl Turn {
+    /// Whether the call of `order` may pick now. A call younger than a waiter queues behind
+    /// it; a waiter that is not the oldest waits until woken, at most `patience`, and is told
+    /// no (the machine is asked again: its stall bound may have passed).
+    pub(crate) async fn may_pick(&mut self, turns: &Arc<Turns>, order: (Timestamp, u64), patience: Duration) -> bool {
+        if self.0.is_none() && !turns.may_pick(order) {
+            self.0 = Some(turns.join(order, None));
+        }
+        let Some(waiting) = self.0.as_ref().filter(|place| !place.is_first()) else { return true };
+        tokio::select! {
+            biased;
+            () = waiting.woken() => {}
+            () = tokio::time::sleep(patience) => {}
+        }
+        false
+    }
+
+    /// The call picked a source: the turn passes on to the next waiter, which may find room too.
+    pub(crate) fn leave(&mut self) {
+        self.0 = None;
+    }
+
+    /// Sleeps `duration`. `in_line`: the call waits for capacity, keeping (or taking) its place
+    /// and woken early when a slot frees; otherwise (the breaker side, a back-off) it waits out
+    /// of line, which is no turn for capacity.
+    pub(crate) async fn sleep(&mut self, turns: &Arc<Turns>, order: (Timestamp, u64), duration: Duration, in_line: bool) {
+        if !in_line {
+            self.0 = None;
+            tokio::time::sleep(duration).await;
+            return;
+        }
+        let waiting = turns.join(order, self.0.take());
+        tokio::select! {
+            biased;
+            () = waiting.woken() => {}
+            () = tokio::time::sleep(duration) => {}
+        }
+        self.0 = Some(waiting);
     }
 }
 

@@ -25,6 +25,7 @@ pub mod aimd;
 pub mod backoff;
 pub mod breaker;
 pub mod budget;
+pub mod call;
 pub mod health;
 pub mod js_math;
 pub mod memo;

@@ -256,6 +256,46 @@ pub const OUTCOME_TABLE: [Effects; 6] = [
     },
 ];
 
+/// A whole outcome table: [`OutcomeTable::SPEC`], or a preset's variation of it (the call
+/// machine reads which budget an outcome spends and whether it counts toward in-call demotion
+/// from it; a preset changes those rows instead of flagging the loop).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutcomeTable([Effects; 6]);
+
+impl OutcomeTable {
+    /// The SPEC's table.
+    pub const SPEC: OutcomeTable = OutcomeTable(OUTCOME_TABLE);
+
+    /// The row of `class`.
+    pub const fn effects(&self, class: OutcomeClass) -> &Effects {
+        &self.0[class as usize]
+    }
+
+    /// The table with `class`'s budget effect replaced.
+    #[must_use]
+    pub const fn with_budget(mut self, class: OutcomeClass, budget: BudgetEffect) -> Self {
+        self.0[class as usize].budget = budget;
+        self
+    }
+
+    /// The table in which no outcome counts toward a call's failures of a source: no in-call
+    /// demotion.
+    #[must_use]
+    pub const fn without_call_failures(mut self) -> Self {
+        let mut i = 0;
+        while i < self.0.len() {
+            self.0[i].counts_as_call_failure = false;
+            i += 1;
+        }
+        self
+    }
+
+    /// Whether an attempt of `class` spends one of the call's `max_retries`.
+    pub const fn spends_retry(&self, class: OutcomeClass) -> bool {
+        matches!(self.effects(class).budget, BudgetEffect::Retry)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,7 +11,7 @@ use gateway_core::admission::SkipReason;
 use gateway_core::breaker::{GateOp, Reply};
 use gateway_core::ports::{GateError, PaceDecision, QuotaDecision, Telemetry};
 use gateway_core::select::demote;
-use gateway_core::time::Clock;
+use gateway_core::time::{Clock, Timestamp};
 use rand_chacha::ChaCha8Rng;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -24,6 +24,34 @@ pub(crate) enum Pick {
     /// `pushed_back` (source, time left) were skipped for a 429 that asked this call to wait
     /// past its stall budget.
     Blocked { gate_rejections: usize, pushed_back: Vec<(usize, Duration)> },
+}
+
+/// How one source fared in a pick.
+enum Tried {
+    /// Admitted: the attempt's slot.
+    Admitted(Slot),
+    /// Skipped for this reason.
+    Skipped(SkipReason),
+    /// Its account asked, by a 429's Retry-After, to be left alone this long: longer than the
+    /// call may wait.
+    PushedBack(Duration),
+}
+
+/// Whether the memo or the account's 429 pushback keeps `source` out at `now`, for a call that
+/// may wait `remaining_stall` more.
+fn away(scope: &Scope, source: usize, now: Timestamp, remaining_stall: Duration) -> Option<Tried> {
+    let local = scope.local();
+    let account_until = local.pushed_back[scope.account_of[source]];
+    let away = account_until.saturating_since(now);
+    if away > remaining_stall {
+        Some(Tried::PushedBack(away))
+    } else if local.memo.active(source, now) {
+        Some(Tried::Skipped(SkipReason::Cooldown))
+    } else if account_until > now {
+        Some(Tried::Skipped(SkipReason::RateLimited))
+    } else {
+        None
+    }
 }
 
 pub(crate) struct SourceAdmission {
@@ -54,93 +82,78 @@ impl SourceAdmission {
         let health: Option<Vec<f64>> = scope.selector.uses_health().then(|| views.iter().map(|v| v.health).collect());
         demote(&mut order, call.machine.fails(), health.as_deref());
         let (mut gate_rejections, mut pushed_back) = (0, Vec::new());
-        let holders = &self.holders;
         for source in order {
-            let now = self.clock.now();
-            let remaining_stall = call.machine.remaining_stall(now);
-            // 1. the memo, and the account's 429 pushback, under one short lock
-            let refused = {
-                let local = scope.local();
-                let account_until = local.pushed_back[scope.account_of[source]];
-                let away = account_until.saturating_since(now);
-                if away > remaining_stall {
-                    // Asked to stay away for longer than this call may wait.
-                    Some(Err(away))
-                } else if local.memo.active(source, now) {
-                    Some(Ok(SkipReason::Cooldown))
-                } else if account_until > now {
-                    Some(Ok(SkipReason::RateLimited))
-                } else {
-                    None
-                }
-            };
-            match refused {
-                Some(Err(away)) => {
+            match self.try_source(scope, call, source, estimated_tokens).await? {
+                Tried::Admitted(slot) => return Ok(Pick::Slot(slot)),
+                Tried::PushedBack(away) => {
                     pushed_back.push((source, away));
                     call.skipped(scope.source_name(source), SkipReason::RateLimited);
-                    continue;
                 }
-                Some(Ok(reason)) => {
+                Tried::Skipped(reason) => {
                     gate_rejections += usize::from(reason.is_gate_rejection());
                     call.skipped(scope.source_name(source), reason);
-                    continue;
-                }
-                None => {}
-            }
-            // 2. the account's learned limit
-            let pace = if let Some(pacer) = &scope.pacer {
-                match holders.pacer.try_acquire(scope.account(source), pacer).await.map_err(|e| call.backend(e))? {
-                    PaceDecision::Granted(lease) => Some(lease),
-                    PaceDecision::Paced(_) => {
-                        call.skipped(scope.source_name(source), SkipReason::AdaptivePaced);
-                        continue;
-                    }
-                }
-            } else {
-                None
-            };
-            // From here the slot holds the in-flight count and the account's place: every exit
-            // below hands them back.
-            scope.local().inflight[source] += 1;
-            let mut slot = Slot::counted(scope.clone(), holders.clone(), source, pace);
-            // 3. the gate
-            let (key, params) = &scope.gates[source];
-            let entry = match holders.gates.apply(key, params, GateOp::TryEnter).await {
-                Ok(entry) => entry,
-                Err(e) => {
-                    slot.abandon().await;
-                    return Err(call.backend(e));
-                }
-            };
-            self.gate_event(scope, source, &entry);
-            if !entry.is_admitted() {
-                // retry_after is 0 unless OPEN: a HALF_OPEN denial never memoes the source.
-                scope.local().memo.note_denial(source, self.clock.now(), entry.retry_after);
-                gate_rejections += 1;
-                call.skipped(scope.source_name(source), SkipReason::CircuitOpen);
-                slot.abandon().await;
-                continue;
-            }
-            slot.admitted(entry);
-            // 4. the quota (sources without local limits need no permit)
-            let limits = &scope.policy.sources[source].quota;
-            if limits.max_concurrency.is_some() || limits.rpm.is_some() || limits.tpm.is_some() {
-                match holders.quota.acquire(key, limits, estimated_tokens).await {
-                    Ok(QuotaDecision::Granted(permit)) => slot.hold_permit(permit),
-                    Ok(QuotaDecision::Refused { .. }) => {
-                        slot.abandon().await;
-                        call.skipped(scope.source_name(source), SkipReason::RateLimited);
-                        continue;
-                    }
-                    Err(e) => {
-                        slot.abandon().await;
-                        return Err(call.backend(e));
-                    }
                 }
             }
-            return Ok(Pick::Slot(slot));
         }
         Ok(Pick::Blocked { gate_rejections, pushed_back })
+    }
+
+    /// One source through memo → AIMD → gate → quota.
+    async fn try_source(&self, scope: &Arc<Scope>, call: &CallState, source: usize, estimated_tokens: u32) -> Result<Tried, CallError> {
+        let holders = &self.holders;
+        let now = self.clock.now();
+        // 1. the memo, and the account's 429 pushback, under one short lock
+        if let Some(refused) = away(scope, source, now, call.machine.remaining_stall(now)) {
+            return Ok(refused);
+        }
+        // 2. the account's learned limit
+        let pace = match &scope.pacer {
+            Some(pacer) => match holders.pacer.try_acquire(scope.account(source), pacer).await.map_err(|e| call.backend(e))? {
+                PaceDecision::Granted(lease) => Some(lease),
+                PaceDecision::Paced(_) => return Ok(Tried::Skipped(SkipReason::AdaptivePaced)),
+            },
+            None => None,
+        };
+        // From here the slot holds the in-flight count and the account's place: every exit
+        // below hands them back.
+        scope.local().inflight[source] += 1;
+        let mut slot = Slot::counted(scope.clone(), holders.clone(), source, pace);
+        // 3. the gate
+        let (key, params) = &scope.gates[source];
+        let entry = match holders.gates.apply(key, params, GateOp::TryEnter).await {
+            Ok(entry) => entry,
+            Err(e) => {
+                slot.abandon().await;
+                return Err(call.backend(e));
+            }
+        };
+        self.gate_event(scope, source, &entry);
+        if !entry.is_admitted() {
+            // retry_after is 0 unless OPEN: a HALF_OPEN denial never memoes the source.
+            scope.local().memo.note_denial(source, self.clock.now(), entry.retry_after);
+            slot.abandon().await;
+            return Ok(Tried::Skipped(SkipReason::CircuitOpen));
+        }
+        slot.admitted(entry);
+        // 4. the quota (sources without local limits need no permit)
+        let limits = &scope.policy.sources[source].quota;
+        if limits.max_concurrency.is_none() && limits.rpm.is_none() && limits.tpm.is_none() {
+            return Ok(Tried::Admitted(slot));
+        }
+        match holders.quota.acquire(key, limits, estimated_tokens).await {
+            Ok(QuotaDecision::Granted(permit)) => {
+                slot.hold_permit(permit);
+                Ok(Tried::Admitted(slot))
+            }
+            Ok(QuotaDecision::Refused { .. }) => {
+                slot.abandon().await;
+                Ok(Tried::Skipped(SkipReason::RateLimited))
+            }
+            Err(e) => {
+                slot.abandon().await;
+                Err(call.backend(e))
+            }
+        }
     }
 
     /// The gates' earliest certain retry moment over the partition's sources but `except`.

@@ -39,7 +39,7 @@ fn main() -> ExitCode {
             Ok(())
         }
         Some("soak") => soak::run_soak(&args[1..]),
-        Some("soak-worker") => gateway_sim::run::worker_main(),
+        Some("soak-worker") => gateway_sim::run::worker_main().map_err(|e| e.to_string()),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())

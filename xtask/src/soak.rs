@@ -162,7 +162,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
                     other => return Err(format!("--on-unavailable: {other:?} is not fail_closed or local")),
                 }
             }
-            "--fault" => o.fault = Some(value()?.parse()?),
+            "--fault" => o.fault = Some(value()?.parse().map_err(|e: gateway_sim::fault::FaultError| e.to_string())?),
             "--stream" => o.stream = true,
             "--isolation" => {
                 o.isolation = Some(match value()?.as_str() {
@@ -187,7 +187,7 @@ pub fn run_soak(args: &[String]) -> Result<(), String> {
             if o.processes > 1 || o.transport == Transport::Http {
                 return Err("--upstreams runs in this process against the file's endpoints: drop --workers and --transport".to_owned());
             }
-            Some(upstreams_scope(scopes, &file.display().to_string())?)
+            Some(upstreams_scope(scopes, &file.display().to_string()).map_err(|e| e.to_string())?)
         }
         None => None,
     };
@@ -289,16 +289,19 @@ fn run_one(
     as_run.workers = o.workers.unwrap_or(as_run.workers);
     let bounds = Bounds::of(&as_run);
     let (result, bounds) = match real {
-        Some(scope) => (run_upstreams(scenario, scope.clone(), &config, progress)?, None),
-        None if o.processes > 1 => (run_processes(&o.scenario, scenario, &config, o.processes, &launch_worker, progress)?, Some(bounds)),
-        None => (run(scenario, &config, progress)?, Some(bounds)),
+        Some(scope) => (run_upstreams(scenario, scope.clone(), &config, progress).map_err(|e| e.to_string())?, None),
+        None if o.processes > 1 => {
+            (run_processes(&o.scenario, scenario, &config, o.processes, &launch_worker, progress).map_err(|e| e.to_string())?, Some(bounds))
+        }
+        None => (run(scenario, &config, progress).map_err(|e| e.to_string())?, Some(bounds)),
     };
     bar.finish_and_clear();
     let verdicts = invariants::check(&result);
     let summary = Summary::of(&result, name, seed, bounds, verdicts);
     if seed == o.seeds[0] {
         let file = label.replace('/', "-");
-        chart(&result, &format!("{} {label} seed {seed}", scenario.name), &o.report.join(format!("{file}.svg")))?;
+        chart(&result, &format!("{} {label} seed {seed}", scenario.name), &o.report.join(format!("{file}.svg")))
+            .map_err(|e| e.to_string())?;
     }
     let tenants: String = summary.tenants.iter().map(|(t, f)| format!("  {t} {:.2} %", f.success_rate * 100.0)).collect();
     println!(

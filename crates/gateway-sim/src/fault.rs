@@ -41,18 +41,46 @@ pub enum Fault {
     },
 }
 
-impl FromStr for Fault {
-    type Err = String;
+/// Why a fault cannot be given or injected, naming the flag's value or the Redis at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum FaultError {
+    /// A `--fault` value of no known form.
+    #[error("--fault: {0:?} is not kill@T+D, flush@T or pause@T+D (seconds)")]
+    Syntax(String),
+    /// A kill or pause of no length.
+    #[error("--fault: {0:?} lasts no time; give D > 0")]
+    NoLength(String),
+    /// No loopback port for the run's own Redis.
+    #[error("no free loopback port for a Redis of the run's own: {0}")]
+    NoPort(std::io::Error),
+    /// The run's own Redis does not start.
+    #[error("cannot start redis-server (a fault needs a Redis of the run's own): {0}")]
+    Start(std::io::Error),
+    /// The killed Redis does not start again.
+    #[error("--fault: cannot start redis-server again: {0}")]
+    Restart(std::io::Error),
+    /// A command to the run's own Redis failed.
+    #[error("redis on port {port}: {problem}")]
+    Command {
+        /// Its port.
+        port: u16,
+        /// The I/O error or the error reply.
+        problem: String,
+    },
+}
 
-    fn from_str(text: &str) -> Result<Self, String> {
-        let usage = || format!("--fault: {text:?} is not kill@T+D, flush@T or pause@T+D (seconds)");
+impl FromStr for Fault {
+    type Err = FaultError;
+
+    fn from_str(text: &str) -> Result<Self, FaultError> {
+        let usage = || FaultError::Syntax(text.to_owned());
         let (kind, when) = text.split_once('@').ok_or_else(usage)?;
         let seconds = |v: &str| v.parse::<f64>().ok().filter(|s| s.is_finite() && *s >= 0.0).ok_or_else(usage);
-        let span = |v: &str| -> Result<(f64, f64), String> {
+        let span = |v: &str| -> Result<(f64, f64), FaultError> {
             let (at, length) = v.split_once('+').ok_or_else(usage)?;
             let length = seconds(length)?;
             if length == 0.0 {
-                return Err(format!("--fault: {text:?} lasts no time; give D > 0"));
+                return Err(FaultError::NoLength(text.to_owned()));
             }
             Ok((seconds(at)?, length))
         };
@@ -94,7 +122,7 @@ impl Fault {
     /// Injects the fault into `redis` on this (blocking) thread: waits for the run's start on
     /// `run` (a message), then `scale` real seconds per scenario second. Whether it was injected:
     /// not when the run ended first (`run` closed).
-    pub fn inject(self, redis: &mut OwnRedis, scale: f64, run: &Receiver<()>) -> Result<bool, String> {
+    pub fn inject(self, redis: &mut OwnRedis, scale: f64, run: &Receiver<()>) -> Result<bool, FaultError> {
         let real = |s: f64| Duration::from_secs_f64(s * scale);
         // Until the run starts, then until the fault's time, unless the run ends first.
         if run.recv().is_err() {
@@ -109,7 +137,7 @@ impl Fault {
                 redis.stop();
                 // Started again even when the run ends meanwhile: its last reads need Redis.
                 let _ = ended(real(down));
-                redis.spawn().map_err(|e| format!("--fault: cannot start redis-server again: {e}"))?;
+                redis.spawn().map_err(FaultError::Restart)?;
             }
             Fault::Flush { .. } => drop(redis.command(&["FLUSHALL"])?),
             Fault::Pause { pause, .. } => {
@@ -129,13 +157,10 @@ pub struct OwnRedis {
 
 impl OwnRedis {
     /// Starts one and waits (bounded) until it answers.
-    pub fn start() -> Result<OwnRedis, String> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| format!("no free loopback port for a Redis of the run's own: {e}"))?
-            .port();
+    pub fn start() -> Result<OwnRedis, FaultError> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(FaultError::NoPort)?.port();
         let mut redis = OwnRedis { port, child: None };
-        redis.spawn().map_err(|e| format!("cannot start redis-server (a fault needs a Redis of the run's own): {e}"))?;
+        redis.spawn().map_err(FaultError::Start)?;
         Ok(redis)
     }
 
@@ -171,8 +196,8 @@ impl OwnRedis {
     }
 
     /// Sends one command and returns the first line of the reply (`+OK`, `-ERR …`).
-    pub fn command(&self, words: &[&str]) -> Result<String, String> {
-        let fail = |e: std::io::Error| format!("redis on port {}: {e}", self.port);
+    pub fn command(&self, words: &[&str]) -> Result<String, FaultError> {
+        let fail = |e: std::io::Error| FaultError::Command { port: self.port, problem: e.to_string() };
         let mut stream = TcpStream::connect(("127.0.0.1", self.port)).map_err(fail)?;
         stream.set_read_timeout(Some(Duration::from_secs(2))).map_err(fail)?;
         let mut request = format!("*{}\r\n", words.len());
@@ -183,7 +208,7 @@ impl OwnRedis {
         let mut reply = [0u8; 256];
         let n = stream.read(&mut reply).map_err(fail)?;
         let line = String::from_utf8_lossy(&reply[..n]).lines().next().unwrap_or_default().to_owned();
-        if line.starts_with('-') { Err(format!("redis on port {}: {line}", self.port)) } else { Ok(line) }
+        if line.starts_with('-') { Err(FaultError::Command { port: self.port, problem: line }) } else { Ok(line) }
     }
 }
 
@@ -199,15 +224,15 @@ mod tests {
 
     #[test]
     fn faults_parse_and_name_what_is_wrong() {
-        assert_eq!("kill@60+5".parse(), Ok(Fault::Kill { at: 60.0, down: 5.0 }));
-        assert_eq!("flush@60".parse(), Ok(Fault::Flush { at: 60.0 }));
-        assert_eq!("pause@1.5+3".parse(), Ok(Fault::Pause { at: 1.5, pause: 3.0 }));
+        assert_eq!("kill@60+5".parse::<Fault>().unwrap(), Fault::Kill { at: 60.0, down: 5.0 });
+        assert_eq!("flush@60".parse::<Fault>().unwrap(), Fault::Flush { at: 60.0 });
+        assert_eq!("pause@1.5+3".parse::<Fault>().unwrap(), Fault::Pause { at: 1.5, pause: 3.0 });
         assert_eq!(Fault::Kill { at: 60.0, down: 5.0 }.ends(), 65.0);
         assert_eq!(Fault::Kill { at: 60.0, down: 5.0 }.label(), "kill@60+5");
         for bad in ["kill@60", "kill60+5", "melt@60", "flush@soon", "pause@-1+3", "kill@60+x"] {
             let e = bad.parse::<Fault>().unwrap_err();
-            assert_eq!(e, format!("--fault: {bad:?} is not kill@T+D, flush@T or pause@T+D (seconds)"), "{bad}");
+            assert_eq!(e.to_string(), format!("--fault: {bad:?} is not kill@T+D, flush@T or pause@T+D (seconds)"), "{bad}");
         }
-        assert_eq!("kill@60+0".parse::<Fault>().unwrap_err(), "--fault: \"kill@60+0\" lasts no time; give D > 0");
+        assert_eq!("kill@60+0".parse::<Fault>().unwrap_err().to_string(), "--fault: \"kill@60+0\" lasts no time; give D > 0");
     }
 }

@@ -10,10 +10,11 @@ use crate::run::RunResult;
 use gateway_core::breaker::CircuitState;
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::telemetry::CallResult;
-use plotters::prelude::*;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::path::Path;
+
+mod chart;
+pub use chart::{ChartError, chart};
 
 /// One run's figures.
 #[derive(Clone, Debug, Serialize)]
@@ -184,40 +185,18 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank - 1]
 }
 
-fn result_name(result: CallResult) -> String {
-    serde_json::to_value(result).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+/// When each source's gate first opened, seconds into the run.
+fn isolated_after_s(run: &RunResult) -> BTreeMap<String, f64> {
+    let mut isolated_after_s = BTreeMap::new();
+    for g in run.gate_events.iter().filter(|g| g.transition.to == CircuitState::Open) {
+        isolated_after_s.entry(g.key.source.to_string()).or_insert_with(|| round(g.at.saturating_since(run.start).as_secs_f64(), 3));
+    }
+    isolated_after_s
 }
 
-impl Summary {
-    /// The figures of `run`; `bounds` are the scenario's ceiling and capacity (none against real
-    /// endpoints).
-    pub fn of(run: &RunResult, policy: &str, seed: u64, bounds: Option<Bounds>, invariants: Vec<Verdict>) -> Summary {
-        let succeeded = run.call_events.iter().filter(|c| c.result == CallResult::Ok).count() as u32;
-        let mut attempts_by_source: BTreeMap<String, u32> = run.policy.sources.iter().map(|s| (s.name.clone(), 0)).collect();
-        for a in &run.attempt_events {
-            *attempts_by_source.entry(a.key.source.to_string()).or_default() += 1;
-        }
-        let total = run.attempt_events.len().max(1) as f64;
-        let mut isolated_after_s = BTreeMap::new();
-        for g in &run.gate_events {
-            if g.transition.to == CircuitState::Open {
-                isolated_after_s
-                    .entry(g.key.source.to_string())
-                    .or_insert_with(|| round(g.at.saturating_since(run.start).as_secs_f64(), 3));
-            }
-        }
-        let sorted = |of: fn(&gateway_core::telemetry::CallEvent) -> std::time::Duration| {
-            let mut times: Vec<f64> = run.call_events.iter().map(|c| of(c).as_secs_f64()).collect();
-            times.sort_by(f64::total_cmp);
-            times
-        };
-        let times = sorted(|c| c.elapsed);
-        let waits = sorted(|c| c.waited);
-        let duration_s = run.duration.as_secs_f64();
-        let mut results = BTreeMap::new();
-        for c in &run.call_events {
-            *results.entry(result_name(c.result)).or_insert(0) += 1;
-        }
+impl TenantFigures {
+    /// Each tenant's figures in `run`.
+    fn of(run: &RunResult) -> BTreeMap<String, TenantFigures> {
         let mut tenants: BTreeMap<String, TenantFigures> = BTreeMap::new();
         for c in &run.call_events {
             if let Some(tenant) = &c.tenant {
@@ -233,6 +212,36 @@ impl Summary {
             for g in run.gate_events.iter().filter(|g| g.transition.to == CircuitState::Open && affects(&g.key)) {
                 *figures.gate_opens.entry(g.key.source.to_string()).or_default() += 1;
             }
+        }
+        tenants
+    }
+}
+
+fn result_name(result: CallResult) -> String {
+    serde_json::to_value(result).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+}
+
+impl Summary {
+    /// The figures of `run`; `bounds` are the scenario's ceiling and capacity (none against real
+    /// endpoints).
+    pub fn of(run: &RunResult, policy: &str, seed: u64, bounds: Option<Bounds>, invariants: Vec<Verdict>) -> Summary {
+        let succeeded = run.call_events.iter().filter(|c| c.result == CallResult::Ok).count() as u32;
+        let mut attempts_by_source: BTreeMap<String, u32> = run.policy.sources.iter().map(|s| (s.name.clone(), 0)).collect();
+        for a in &run.attempt_events {
+            *attempts_by_source.entry(a.key.source.to_string()).or_default() += 1;
+        }
+        let total = run.attempt_events.len().max(1) as f64;
+        let sorted = |of: fn(&gateway_core::telemetry::CallEvent) -> std::time::Duration| {
+            let mut times: Vec<f64> = run.call_events.iter().map(|c| of(c).as_secs_f64()).collect();
+            times.sort_by(f64::total_cmp);
+            times
+        };
+        let times = sorted(|c| c.elapsed);
+        let waits = sorted(|c| c.waited);
+        let duration_s = run.duration.as_secs_f64();
+        let mut results = BTreeMap::new();
+        for c in &run.call_events {
+            *results.entry(result_name(c.result)).or_insert(0) += 1;
         }
         Summary {
             policy: policy.to_owned(),
@@ -250,7 +259,7 @@ impl Summary {
             attempt_share_by_source: attempts_by_source.iter().map(|(s, n)| (s.clone(), round(f64::from(*n) / total, 4))).collect(),
             attempts_by_source,
             rate_limited: run.attempt_events.iter().filter(|a| a.class == OutcomeClass::RateLimited).count() as u32,
-            isolated_after_s,
+            isolated_after_s: isolated_after_s(run),
             call_time_p50_s: round(percentile(&times, 0.50), 3),
             call_time_p95_s: round(percentile(&times, 0.95), 3),
             call_time_p99_s: round(percentile(&times, 0.99), 3),
@@ -262,7 +271,7 @@ impl Summary {
             circuit_open_errors: run.circuit_open.len() as u32,
             circuit_open_with_remaining_cooldown: run.circuit_open.iter().filter(|(_, given, left)| given == left).count() as u32,
             isolation: run.policy.isolation.as_str().to_owned(),
-            tenants,
+            tenants: TenantFigures::of(run),
             invariants,
             backend: BackendFigures::of(run),
         }
@@ -350,97 +359,53 @@ impl Report {
             );
         }
         for r in &self.runs {
-            md += &format!("\n## {} policy, {} isolation, seed {}\n\n", r.policy, r.isolation, r.seed);
-            md += "| source | attempts | share | first isolated at |\n|---|---|---|---|\n";
-            for (source, n) in &r.attempts_by_source {
-                let isolated = r.isolated_after_s.get(source).map_or_else(|| "never".to_owned(), |t| format!("{t:.1} s"));
-                md += &format!(
-                    "| {source} | {n} | {:.1} % | {isolated} |\n",
-                    r.attempt_share_by_source.get(source).copied().unwrap_or(0.0) * 100.0
-                );
-            }
-            if !r.tenants.is_empty() {
-                md += &format!(
-                    "\nTenants ({} isolation):\n\n| tenant | calls | success | gate opens against its calls |\n|---|---|---|---|\n",
-                    r.isolation
-                );
-                for (tenant, t) in &r.tenants {
-                    let opens = t.gate_opens.iter().map(|(s, n)| format!("{s}: {n}")).collect::<Vec<_>>().join(", ");
-                    md += &format!("| {tenant} | {} | {:.2} % | {opens} |\n", t.calls, t.success_rate * 100.0);
-                }
-            }
-            if let Some(backend) = &r.backend {
-                md += &format!("\nShared backend: {}.\n", backend.line());
-                for reset in &backend.first_resets {
-                    md += &format!("- {reset}\n");
-                }
-            }
-            md += "\nResults: ";
-            md += &r.results.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ");
-            md += "\n\nInvariants:\n\n";
-            for v in &r.invariants {
-                md += &format!(
-                    "{}. {} — {}\n",
-                    v.number,
-                    v.name,
-                    v.violation.as_deref().map_or("holds".to_owned(), |w| format!("**violated**: {w}"))
-                );
-            }
+            md += &r.markdown_section();
         }
         md
     }
 }
 
-/// Per-minute success rate and attempts per source of `run`, drawn to `path` as SVG.
-pub fn chart(run: &RunResult, title: &str, path: &Path) -> Result<(), String> {
-    let minutes = (run.duration.as_secs_f64() / 60.0).ceil().max(1.0) as usize;
-    let minute_of = |t: gateway_core::Timestamp| ((t.saturating_since(run.start).as_secs_f64() / 60.0) as usize).min(minutes - 1);
-    let mut ok = vec![0u32; minutes];
-    let mut ended = vec![0u32; minutes];
-    for c in &run.call_events {
-        let m = minute_of(c.started.saturating_add(c.elapsed));
-        ended[m] += 1;
-        ok[m] += u32::from(c.result == CallResult::Ok);
-    }
-    let sources: Vec<String> = run.policy.sources.iter().map(|s| s.name.clone()).collect();
-    let mut per_source = vec![vec![0u32; minutes]; sources.len()];
-    for a in &run.attempt_events {
-        if let Some(i) = sources.iter().position(|s| **s == *a.key.source) {
-            per_source[i][minute_of(a.started)] += 1;
+impl Summary {
+    /// The Markdown section of this run: its sources, tenants, backend, results and invariants.
+    fn markdown_section(&self) -> String {
+        let r = self;
+        let mut md = String::new();
+        md += &format!("\n## {} policy, {} isolation, seed {}\n\n", r.policy, r.isolation, r.seed);
+        md += "| source | attempts | share | first isolated at |\n|---|---|---|---|\n";
+        for (source, n) in &r.attempts_by_source {
+            let isolated = r.isolated_after_s.get(source).map_or_else(|| "never".to_owned(), |t| format!("{t:.1} s"));
+            md += &format!(
+                "| {source} | {n} | {:.1} % | {isolated} |\n",
+                r.attempt_share_by_source.get(source).copied().unwrap_or(0.0) * 100.0
+            );
         }
+        if !r.tenants.is_empty() {
+            md += &format!(
+                "\nTenants ({} isolation):\n\n| tenant | calls | success | gate opens against its calls |\n|---|---|---|---|\n",
+                r.isolation
+            );
+            for (tenant, t) in &r.tenants {
+                let opens = t.gate_opens.iter().map(|(s, n)| format!("{s}: {n}")).collect::<Vec<_>>().join(", ");
+                md += &format!("| {tenant} | {} | {:.2} % | {opens} |\n", t.calls, t.success_rate * 100.0);
+            }
+        }
+        if let Some(backend) = &r.backend {
+            md += &format!("\nShared backend: {}.\n", backend.line());
+            for reset in &backend.first_resets {
+                md += &format!("- {reset}\n");
+            }
+        }
+        md += "\nResults: ";
+        md += &r.results.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ");
+        md += "\n\nInvariants:\n\n";
+        for v in &r.invariants {
+            md += &format!(
+                "{}. {} — {}\n",
+                v.number,
+                v.name,
+                v.violation.as_deref().map_or("holds".to_owned(), |w| format!("**violated**: {w}"))
+            );
+        }
+        md
     }
-    let root = SVGBackend::new(path, (960, 640)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let (top, bottom) = root.split_vertically(300);
-    let mut success = ChartBuilder::on(&top)
-        .caption(format!("{title}: success rate per minute"), ("sans-serif", 18))
-        .margin(10)
-        .x_label_area_size(30)
-        .y_label_area_size(50)
-        .build_cartesian_2d(0f64..minutes as f64, 0f64..100f64)
-        .map_err(|e| e.to_string())?;
-    success.configure_mesh().x_desc("scenario minute").y_desc("% ok").draw().map_err(|e| e.to_string())?;
-    let points: Vec<(f64, f64)> =
-        (0..minutes).filter(|&m| ended[m] > 0).map(|m| (m as f64 + 0.5, 100.0 * f64::from(ok[m]) / f64::from(ended[m]))).collect();
-    success.draw_series(LineSeries::new(points, &BLUE)).map_err(|e| e.to_string())?;
-    let peak = per_source.iter().flatten().copied().max().unwrap_or(1).max(1);
-    let mut attempts = ChartBuilder::on(&bottom)
-        .caption("attempts per source per minute", ("sans-serif", 18))
-        .margin(10)
-        .x_label_area_size(30)
-        .y_label_area_size(50)
-        .build_cartesian_2d(0f64..minutes as f64, 0f64..f64::from(peak) * 1.1)
-        .map_err(|e| e.to_string())?;
-    attempts.configure_mesh().x_desc("scenario minute").y_desc("attempts").draw().map_err(|e| e.to_string())?;
-    for (i, source) in sources.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
-        let series: Vec<(f64, f64)> = per_source[i].iter().enumerate().map(|(m, n)| (m as f64 + 0.5, f64::from(*n))).collect();
-        attempts
-            .draw_series(LineSeries::new(series, color))
-            .map_err(|e| e.to_string())?
-            .label(source.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
-    }
-    attempts.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.8)).draw().map_err(|e| e.to_string())?;
-    root.present().map_err(|e| e.to_string())
 }

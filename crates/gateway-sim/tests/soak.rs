@@ -123,12 +123,12 @@ fn single_relay_fail_fast_reports_the_remaining_cooldown_on_every_circuit_open()
 fn the_redis_backend_needs_real_time() {
     let scenario = Scenario::load("p6").unwrap();
     let config = RunConfig { backend: Backend::Redis("redis://127.0.0.1:6379".into()), ..virtual_time(1, 10) };
-    let error = run(&scenario, &config, Arc::new(|_| {})).err().unwrap();
+    let error = run(&scenario, &config, Arc::new(|_| {})).err().unwrap().to_string();
     assert!(error.contains("runs in real time"), "{error}");
     let bad_scale = RunConfig { time_scale: Some(0.0), backend: Backend::Memory, ..config.clone() };
-    assert!(run(&scenario, &bad_scale, Arc::new(|_| {})).err().unwrap().contains("positive"));
+    assert!(run(&scenario, &bad_scale, Arc::new(|_| {})).err().unwrap().to_string().contains("positive"));
     let http = RunConfig { transport: Transport::Http, backend: Backend::Memory, ..config };
-    assert!(run(&scenario, &http, Arc::new(|_| {})).err().unwrap().contains("the HTTP transport runs in real time"));
+    assert!(run(&scenario, &http, Arc::new(|_| {})).err().unwrap().to_string().contains("the HTTP transport runs in real time"));
 }
 
 #[test]
@@ -149,9 +149,9 @@ fn p6_over_loopback_http_through_the_http_adapter_holds_every_invariant() {
 fn several_processes_need_redis_and_http() {
     let scenario = Scenario::load("p6").unwrap();
     let memory = real_time(Backend::Memory, 10);
-    assert!(run_processes("p6", &scenario, &memory, 2, &launch, Arc::new(|_| {})).err().unwrap().contains("--backend redis"));
+    assert!(run_processes("p6", &scenario, &memory, 2, &launch, Arc::new(|_| {})).err().unwrap().to_string().contains("--backend redis"));
     let sim = RunConfig { transport: Transport::Sim, ..real_time(Backend::Redis("redis://127.0.0.1:1".into()), 10) };
-    assert!(run_processes("p6", &scenario, &sim, 2, &launch, Arc::new(|_| {})).err().unwrap().contains("--transport http"));
+    assert!(run_processes("p6", &scenario, &sim, 2, &launch, Arc::new(|_| {})).err().unwrap().to_string().contains("--transport http"));
 }
 
 const FAST: &str = r#"
@@ -210,16 +210,16 @@ fn upstreams_runs_the_workload_against_the_endpoints_of_a_config_file() {
         &real_time(Backend::Memory, 1),
         Arc::new(|_| {}),
     );
-    assert!(error.err().unwrap().contains("--time-scale does not apply"));
+    assert!(error.err().unwrap().to_string().contains("--time-scale does not apply"));
 }
 
 #[test]
 fn upstreams_names_the_scope_it_needs() {
     let scenario = Scenario::parse("fast", FAST).unwrap();
     let mut a = scenario.gateway.resolve("chat").unwrap();
-    assert!(upstreams_scope(vec![], "g.toml").unwrap_err().contains("g.toml: declares no scope"));
+    assert!(upstreams_scope(vec![], "g.toml").unwrap_err().to_string().contains("g.toml: declares no scope"));
     let b = scenario.gateway.resolve("embedding").unwrap();
-    let error = upstreams_scope(vec![a.clone(), b.clone()], "g.toml").unwrap_err();
+    let error = upstreams_scope(vec![a.clone(), b.clone()], "g.toml").unwrap_err().to_string();
     assert!(error.contains("declares the scopes chat, embedding and none is named `soak`"), "{error}");
     assert_eq!(upstreams_scope(vec![b.clone()], "g.toml").unwrap().name, "embedding");
     a.name = "soak".into();

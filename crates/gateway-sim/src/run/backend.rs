@@ -1,0 +1,113 @@
+//! The backend a process's part runs on: the memory gates, or Redis behind a backstop; and
+//! what the end-of-run checks read from it.
+
+use super::{Backend, RunConfig, RunError};
+use crate::scenario::Scenario;
+use gateway_core::breaker::CircuitState;
+use gateway_core::policy::{Isolation, ScopePolicy};
+use gateway_core::ports::{BreakerGate, GateKey, PacerGate, QuotaGate};
+use gateway_core::time::{Clock, Timestamp};
+use gateway_memory::backstop::{Backstop, BackstopGates, BackstopPacer, BackstopQuota, OnUnavailable, RETRY_EVERY};
+use gateway_memory::{MemoryGates, MemoryPacer, MemoryQuota};
+use gateway_redis::{RedisConfig, RedisConnection, RedisGates, RedisPacer, RedisQuota};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The gates, quota and pacers of a run, with what the end-of-run checks need to read from them.
+pub(super) struct Gates {
+    pub(super) gates: Arc<dyn BreakerGate>,
+    pub(super) quota: Arc<dyn QuotaGate>,
+    pub(super) pacer: Arc<dyn PacerGate>,
+    pub(super) memory: Option<(Arc<MemoryGates>, Arc<MemoryQuota>)>,
+    pub(super) redis: Option<(RedisGates, RedisQuota)>,
+    pub(super) backstop: Option<Arc<Backstop>>,
+}
+
+impl Gates {
+    /// The run's backend; on Redis behind a backstop that does what `on_unavailable` says while
+    /// Redis cannot answer (the proxy's wiring, `gateway_server::build_with`).
+    pub(super) async fn new(backend: &Backend, clock: Arc<dyn Clock>, on_unavailable: OnUnavailable) -> Result<Gates, RunError> {
+        match backend {
+            Backend::Memory => {
+                let (gates, quota) = (Arc::new(MemoryGates::new(clock.clone())), Arc::new(MemoryQuota::new(clock.clone())));
+                let pacer = Arc::new(MemoryPacer::new(clock));
+                Ok(Gates { gates: gates.clone(), quota: quota.clone(), pacer, memory: Some((gates, quota)), redis: None, backstop: None })
+            }
+            Backend::Redis(url) => {
+                let config =
+                    RedisConfig { url: url.clone(), connect_lazily: on_unavailable == OnUnavailable::Local, ..RedisConfig::default() };
+                let conn = RedisConnection::connect(config).await?;
+                let (gates, quota, pacer) = (RedisGates::new(conn.clone()), RedisQuota::new(conn.clone()), RedisPacer::new(conn));
+                let backstop = Backstop::new(on_unavailable, clock, RETRY_EVERY);
+                Ok(Gates {
+                    gates: Arc::new(BackstopGates::new(Arc::new(gates.clone()), backstop.clone())),
+                    quota: Arc::new(BackstopQuota::new(Arc::new(quota.clone()), backstop.clone())),
+                    pacer: Arc::new(BackstopPacer::new(Arc::new(pacer), backstop.clone())),
+                    memory: None,
+                    redis: Some((gates, quota)),
+                    backstop: Some(backstop),
+                })
+            }
+        }
+    }
+
+    /// Pacer leases still in flight on the accounts of `policy` (and of every tenant of
+    /// `scenario` when the scope isolates them).
+    pub(super) async fn pacer_leftovers(&self, policy: &ScopePolicy, scenario: &Scenario) -> Result<u32, RunError> {
+        let mut accounts: Vec<GateKey> = Vec::new();
+        for source in &policy.sources {
+            let key = GateKey::new(policy.name.as_str(), source.account.as_str());
+            if !accounts.contains(&key) {
+                accounts.push(key);
+            }
+        }
+        if policy.isolation == Isolation::PerTenant {
+            let shared = accounts.clone();
+            for tenant in scenario.tenants.keys() {
+                accounts.extend(shared.iter().map(|key| key.clone().with_tenant(tenant.as_str())));
+            }
+        }
+        let mut inflight = 0;
+        for key in &accounts {
+            inflight += self.pacer.read(key, &policy.pacer_params()).await?.inflight;
+        }
+        Ok(inflight)
+    }
+
+    /// Permits still held and probe leases still live, over `keys`.
+    pub(super) async fn leftovers(&self, keys: &[GateKey], now: Timestamp) -> Result<(usize, usize), RunError> {
+        let (mut permits, mut leases) = (0, 0);
+        for key in keys {
+            let (held, gate) = match (&self.memory, &self.redis) {
+                (Some((gates, quota)), _) => (quota.in_flight(key), gates.snapshot(key)),
+                (_, Some((gates, quota))) => (quota.in_flight(key).await?, Some(gates.snapshot(key).await?)),
+                _ => (0, None),
+            };
+            permits += held;
+            // A Redis gate's lease is on the server's clock: any lease still set is live enough
+            // to count (every probe has ended by now).
+            let live = |until: Timestamp| self.redis.is_some() || now < until;
+            leases += usize::from(gate.is_some_and(|g| g.state == CircuitState::HalfOpen && g.probe_until.is_some_and(live)));
+        }
+        Ok((permits, leases))
+    }
+}
+
+/// How much longer, `since_start` into a run, until every lease granted before its fault ended
+/// has expired. A paused Redis runs the commands a client gave up on once the pause ends, so an
+/// admission whose reply was lost holds a quota permit, a pacer lease or a probe lease nobody
+/// releases until it expires, as leases are made to; the end-of-run checks (invariant 5) wait
+/// for that, and only after a fault. `policy` is the run's scope, scaled.
+pub(super) fn leases_from_the_fault_left(policy: &ScopePolicy, config: &RunConfig, since_start: Duration) -> Duration {
+    let Some(fault) = config.fault else { return Duration::ZERO };
+    let scale = config.time_scale.unwrap_or(1.0);
+    let longest = (0..policy.sources.len())
+        .flat_map(|i| {
+            let probe = policy.gate_params(i).map_or(Duration::ZERO, |p| Duration::from_millis(p.probe_ttl_ms()));
+            [policy.sources[i].quota.permit_ttl, probe]
+        })
+        .chain([policy.pacer_params().lease_ttl])
+        .max()
+        .unwrap_or(Duration::ZERO);
+    Duration::from_secs_f64(fault.ends() * scale).saturating_add(longest).saturating_sub(since_start)
+}

@@ -3,7 +3,7 @@
 //! `trace` reads `{"breaker": {...}, "calls": [...]}` and prints the breaker trace. Invalid
 //! input exits with status 2 and one `retry-budget: …` line on stderr naming the field.
 
-use gateway_core::budget;
+use gateway_budget as budget;
 use std::io::Read;
 use std::process::ExitCode;
 

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use gateway_core::budget::*;
+use gateway_budget::*;
 use proptest::prelude::*;
 use serde_json::json;
 

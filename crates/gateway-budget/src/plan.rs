@@ -143,34 +143,50 @@ pub fn plan_retry_budget(nodes: &[RetryNode], policy: &BudgetPolicy) -> Result<B
     validate_nodes(nodes)?;
     validate_policy(policy)?;
     let caps: Vec<u32> = nodes.iter().map(|n| retry_cap(n, policy)).collect();
+    let retries = allocate(nodes, &caps, policy.global_retry_budget);
+    Ok(what_it_buys(nodes, &caps, &retries))
+}
+
+/// The retries of each node: the pool handed out one retry at a time to [`next_retry`]'s node.
+fn allocate(nodes: &[RetryNode], caps: &[u32], pool: u32) -> Vec<u32> {
     let mut retries = vec![0u32; nodes.len()];
-    let mut remaining = policy.global_retry_budget;
+    let mut remaining = pool;
     while remaining > 0 {
-        let mut pick: Option<usize> = None;
-        let (mut best_gain, mut best_cost) = (0.0f64, f64::INFINITY);
-        for required_pass in [true, false] {
-            for (index, node) in nodes.iter().enumerate() {
-                if node.required != required_pass || retries[index] >= caps[index] || node.failure_rate == 0.0 {
-                    continue;
-                }
-                let next = js_math::pow(node.failure_rate, f64::from(retries[index]) + 1.0);
-                let gain = next * (1.0 - node.failure_rate);
-                let cost = node.attempt_cost_micros as f64 * next;
-                if gain > best_gain || (gain == best_gain && cost < best_cost) {
-                    pick = Some(index);
-                    best_gain = gain;
-                    best_cost = cost;
-                }
-            }
-            if pick.is_some() {
-                break;
-            }
-        }
-        let Some(index) = pick else { break };
+        let Some(index) = next_retry(nodes, caps, &retries) else { break };
         retries[index] += 1;
         remaining -= 1;
     }
+    retries
+}
 
+/// The node whose next retry recovers the most success, ties to the cheaper expected cost;
+/// a required node if any can take one; `None` when no node can.
+fn next_retry(nodes: &[RetryNode], caps: &[u32], retries: &[u32]) -> Option<usize> {
+    let mut pick: Option<usize> = None;
+    let (mut best_gain, mut best_cost) = (0.0f64, f64::INFINITY);
+    for required_pass in [true, false] {
+        for (index, node) in nodes.iter().enumerate() {
+            if node.required != required_pass || retries[index] >= caps[index] || node.failure_rate == 0.0 {
+                continue;
+            }
+            let next = js_math::pow(node.failure_rate, f64::from(retries[index]) + 1.0);
+            let gain = next * (1.0 - node.failure_rate);
+            let cost = node.attempt_cost_micros as f64 * next;
+            if gain > best_gain || (gain == best_gain && cost < best_cost) {
+                pick = Some(index);
+                best_gain = gain;
+                best_cost = cost;
+            }
+        }
+        if pick.is_some() {
+            break;
+        }
+    }
+    pick
+}
+
+/// The plan of `retries`: per node and for the chain, rounded as the reference prints them.
+fn what_it_buys(nodes: &[RetryNode], caps: &[u32], retries: &[u32]) -> BudgetPlan {
     let (mut chain_success, mut optional_success) = (1.0f64, 1.0f64);
     let (mut expected_cost, mut attempts_total, mut expected_latency) = (0.0f64, 0.0f64, 0.0f64);
     let allocations = nodes
@@ -202,7 +218,7 @@ pub fn plan_retry_budget(nodes: &[RetryNode], policy: &BudgetPolicy) -> Result<B
         })
         .collect();
     let total_cost = js_round(expected_cost);
-    Ok(BudgetPlan {
+    BudgetPlan {
         allocations,
         retries_used: retries.iter().sum(),
         chain_success: to_fixed(chain_success, 8),
@@ -211,6 +227,6 @@ pub fn plan_retry_budget(nodes: &[RetryNode], policy: &BudgetPolicy) -> Result<B
         expected_latency_ms: js_round(expected_latency),
         retry_amplification: to_fixed(attempts_total / nodes.len() as f64, 4),
         partial_probability: to_fixed(1.0 - optional_success, 8),
-        breaker_capped: nodes.iter().zip(&caps).filter(|(n, cap)| **cap < n.max_retries).map(|(n, _)| n.id.clone()).collect(),
-    })
+        breaker_capped: nodes.iter().zip(caps).filter(|(n, cap)| **cap < n.max_retries).map(|(n, _)| n.id.clone()).collect(),
+    }
 }

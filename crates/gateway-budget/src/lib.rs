@@ -6,8 +6,10 @@
 //! - [`worst_case_retry_cost`]: the tail bound, every usable retry on the most expensive attempts;
 //! - [`NodeCircuitBreaker`] and [`trace_breaker`]: the count-based node breaker (no clock: an
 //!   open breaker cools down by the calls it rejects);
-//! - the JSON form of the reference (`cargo xtask budget plan|trace`): [`plan_input_from_json`],
-//!   [`plan_to_json`], [`trace_input_from_json`], [`trace_to_json`];
+//! - the JSON form of the reference, what `cargo xtask budget plan|trace` reads and prints:
+//!   [`answer_plan`] and [`answer_trace`], from [`plan_input_from_json`] and
+//!   [`trace_input_from_json`] (serde-derived raw inputs, validated with the reference's messages)
+//!   to [`plan_to_json`] and [`trace_to_json`] (the derived `Serialize` of the answers);
 //! - [`RetryPool`]: one orchestration's shared retry budget at run time.
 //!
 //! The semantics, validation rules and numbers are the reference's, to the last digit: rounding
@@ -17,15 +19,17 @@
 //! inputs and so rounds some results to the other side of a tie). Nothing here reads a clock or
 //! draws a random number: the same input gives the same plan.
 
+mod input;
 pub mod js_math;
-mod json;
+mod output;
 mod plan;
 mod pool;
 mod round;
 mod trace;
 mod worst_case;
 
-pub use json::{plan_input_from_json, plan_to_json, trace_input_from_json, trace_to_json};
+pub use input::{TraceInput, plan_input_from_json, trace_input_from_json};
+pub use output::{PlanAnswer, plan_to_json, trace_to_json};
 pub use plan::{
     BudgetPlan, BudgetPolicy, NodeAllocation, RetryNode, Threshold, plan_retry_budget, retry_cap, validate_nodes, validate_policy,
 };
@@ -47,4 +51,19 @@ pub struct BudgetError {
 
 fn fail<T>(field: impl Into<String>, rule: impl Into<String>) -> Result<T, BudgetError> {
     Err(BudgetError { field: field.into(), rule: rule.into() })
+}
+
+/// `cargo xtask budget plan`: the reference's JSON input, `{"nodes": [...], "policy": {...}}`, to
+/// its answer `{"plan": ..., "worstCase": ...}`, or the error naming the first field at fault.
+pub fn answer_plan(text: &str) -> Result<String, BudgetError> {
+    let (nodes, policy) = plan_input_from_json(text)?;
+    let plan = plan_retry_budget(&nodes, &policy)?;
+    Ok(plan_to_json(&plan, &worst_case_retry_cost(&nodes, &policy)?))
+}
+
+/// `cargo xtask budget trace`: `{"breaker": {...}, "calls": [...]}` to the breaker's trace, or
+/// the error naming the first field at fault.
+pub fn answer_trace(text: &str) -> Result<String, BudgetError> {
+    let input = trace_input_from_json(text)?;
+    Ok(trace_to_json(&trace_breaker(input.failure_threshold, input.half_open_after_calls, &input.calls)?))
 }

@@ -3,8 +3,10 @@
 //! probabilities, 6 for expected attempts, 4 for amplification, whole numbers for costs and
 //! latency).
 
+use crate::output::{js_number, js_number_or_null};
 use crate::round::{js_round, js_round_f64, to_fixed};
 use crate::{BudgetError, fail, js_math};
+use serde::Serialize;
 
 /// One step of the chain; cost, latency and failure rate are per attempt.
 #[derive(Clone, Debug, PartialEq)]
@@ -43,8 +45,10 @@ pub struct BudgetPolicy {
     pub half_open_after_calls: u32,
 }
 
-/// What one node gets and what it buys.
-#[derive(Clone, Debug, PartialEq)]
+/// What one node gets and what it buys; serialised as the reference prints it, fields in the
+/// declared order.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct NodeAllocation {
     /// The node.
     pub node_id: String,
@@ -53,34 +57,42 @@ pub struct NodeAllocation {
     /// Its cap: `min(maxRetries, threshold − 1)`.
     pub retry_cap: u32,
     /// `f^(retries+1)`, 8 places.
+    #[serde(serialize_with = "js_number")]
     pub effective_failure_rate: f64,
     /// Expected attempts, 6 places.
+    #[serde(serialize_with = "js_number")]
     pub expected_attempts: f64,
     /// `1 − f^(retries+1)`, 8 places.
+    #[serde(serialize_with = "js_number")]
     pub success_probability: f64,
     /// Expected cost, whole micro-units.
     pub expected_cost_micros: u64,
 }
 
-/// The plan of a chain.
-#[derive(Clone, Debug, PartialEq)]
+/// The plan of a chain; serialised as the reference prints it, fields in the declared order.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct BudgetPlan {
     /// Per node, in input order.
     pub allocations: Vec<NodeAllocation>,
     /// Retries allocated in all.
     pub retries_used: u32,
     /// Probability every required node succeeds, 8 places.
+    #[serde(serialize_with = "js_number")]
     pub chain_success: f64,
     /// Expected cost of one chain, whole micro-units.
     pub expected_cost_micros: u64,
     /// Expected cost per successful chain, a whole number (it can exceed any integer type
     /// when success is tiny); `None` (infinite) when the chain cannot succeed.
+    #[serde(serialize_with = "js_number_or_null")]
     pub cost_per_success_micros: Option<f64>,
     /// Expected latency, whole milliseconds.
     pub expected_latency_ms: u64,
     /// Expected attempts per node, 4 places.
+    #[serde(serialize_with = "js_number")]
     pub retry_amplification: f64,
     /// Probability that some optional node fails, 8 places.
+    #[serde(serialize_with = "js_number")]
     pub partial_probability: f64,
     /// Nodes whose breaker cap is below their own retry limit.
     pub breaker_capped: Vec<String>,

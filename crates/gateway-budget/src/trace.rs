@@ -3,8 +3,9 @@
 
 use crate::plan::Threshold;
 use crate::{BudgetError, fail};
+use serde::{Serialize, Serializer};
 
-/// The state of a [`NodeCircuitBreaker`].
+/// The state of a [`NodeCircuitBreaker`]; serialised as its [`as_str`](NodeBreakerState::as_str) name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodeBreakerState {
     /// Calls flow.
@@ -23,6 +24,12 @@ impl NodeBreakerState {
             NodeBreakerState::Open => "open",
             NodeBreakerState::HalfOpen => "half-open",
         }
+    }
+}
+
+impl Serialize for NodeBreakerState {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
     }
 }
 
@@ -105,8 +112,10 @@ impl NodeCircuitBreaker {
     }
 }
 
-/// The replay of a call script through a [`NodeCircuitBreaker`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The replay of a call script through a [`NodeCircuitBreaker`]; serialised as the reference
+/// prints it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct BreakerTrace {
     /// Calls let through.
     pub allowed: u32,

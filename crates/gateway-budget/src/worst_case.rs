@@ -1,17 +1,22 @@
 //! The tail bound of a retry storm: every usable retry given to the most expensive attempts.
 
 use crate::BudgetError;
+use crate::output::js_number;
 use crate::plan::{BudgetPolicy, RetryNode, retry_cap, validate_nodes, validate_policy};
 use crate::round::to_fixed;
+use serde::Serialize;
 
-/// The tail bound: every available retry given to the most expensive attempts.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// The tail bound: every available retry given to the most expensive attempts; serialised as the
+/// reference prints it.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct WorstCase {
     /// Nodes plus usable retries.
     pub max_attempts: u64,
     /// Whole micro-units.
     pub max_cost_micros: u64,
     /// `max_cost / base_cost`, 4 places (0 when the base cost is 0).
+    #[serde(serialize_with = "js_number")]
     pub amplification: f64,
 }
 

@@ -83,17 +83,11 @@ fn cases() -> Vec<Case> {
 
 /// What `cargo xtask budget` answers, with an error reduced to the field it names.
 fn rust_output(case: &Case) -> Value {
-    let input: Value = serde_json::from_str(&case.input_text()).unwrap();
-    let answer = if case.plan {
-        plan_input_from_json(&input).and_then(|(nodes, policy)| {
-            let plan = plan_retry_budget(&nodes, &policy)?;
-            Ok(plan_to_json(&plan, &worst_case_retry_cost(&nodes, &policy)?))
-        })
-    } else {
-        trace_input_from_json(&input)
-            .and_then(|(threshold, half_open, calls)| Ok(trace_to_json(&trace_breaker(threshold, half_open, &calls)?)))
-    };
-    answer.unwrap_or_else(|e| json!({"error": e.field}))
+    let answer = if case.plan { answer_plan(&case.input_text()) } else { answer_trace(&case.input_text()) };
+    match answer {
+        Ok(text) => serde_json::from_str(&text).unwrap(),
+        Err(e) => json!({"error": e.field}),
+    }
 }
 
 /// The field a reference message (`retry-budget: <field> 必须…`) names, as `BudgetError::field`.

@@ -6,7 +6,6 @@
 //! Config: [`config::load`] reads defaults ← a TOML file ← the environment (`{SCOPE}__…`).
 //! Presets: [`Preset::Default`] and [`Preset::Baseline`] (the old library, for comparison).
 //! Telemetry: [`TracingTelemetry`] and the in-memory [`Collector`].
-//! Orchestrations: [`RetryPool`] enforces a planned retry budget across the steps of one request.
 
 mod admission;
 mod call;
@@ -14,7 +13,6 @@ mod clock;
 pub mod config;
 mod error;
 mod preset;
-mod retry_pool;
 mod scope;
 mod slot;
 mod stream;
@@ -24,7 +22,6 @@ mod turns;
 pub use clock::TokioClock;
 pub use error::{AttemptRecord, CallError, CallReport, Exhausted, TenantRefusal};
 pub use preset::Preset;
-pub use retry_pool::{RetryPool, RetryRefused};
 pub use stream::{ChatStream, StreamError};
 pub use telemetry::{Collector, TracingTelemetry};
 

@@ -6,9 +6,9 @@
 //! - [`memo`], [`health`], [`aimd`], [`stall`], [`backoff`]: the process-local helpers (§4, §7);
 //! - [`select`]: health-aware P2C, round-robin, least-in-flight, in-call demotion (§5);
 //! - [`admission`]: the pure decisions of admission: skip reasons, "no candidate runnable", naps (§6);
+//! - [`call`]: one call as a sans-io state machine, `CallMachine`: budget, re-asks, back-off, the
+//!   stall bound, the waits and a stream's commit point (§5–§8, §13);
 //! - [`quota`]: the local quota of a source account (concurrency, rpm, tpm with leases);
-//! - [`budget`]: retry-budget planning and the count-based node breaker (seed 002, §10), with
-//!   [`js_math`]: JavaScript's `Math.pow` as V8 computes it, so that it prints the reference's numbers;
 //! - [`policy`]: validated policies and the raw config shapes they come from (§9);
 //! - [`ports`]: `BreakerGate`, `QuotaGate`, `Upstream`, `Telemetry`; [`time`]: `Clock`, `WallClock`.
 //!
@@ -24,10 +24,8 @@ pub mod admission;
 pub mod aimd;
 pub mod backoff;
 pub mod breaker;
-pub mod budget;
 pub mod call;
 pub mod health;
-pub mod js_math;
 pub mod memo;
 pub mod outcome;
 pub mod policy;

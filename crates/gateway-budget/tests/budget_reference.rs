@@ -7,9 +7,11 @@
 //! committed outputs must equal its answers; without it the committed outputs are the oracle.
 //!
 //! - `BUDGET_REFERENCE_NODE`: the node binary (default `node`); `off` skips node, as if absent.
+//! - `BUDGET_REFERENCE_DUMP=<dir>`: also write each case's input, as xtask reads it, to
+//!   `<dir>/<case>.<mode>.json` (to feed two builds of `cargo xtask budget` the same inputs).
 //! - `BUDGET_REFERENCE_BLESS=1`: rewrite the committed outputs from node. To regenerate them after
 //!   changing the cases or the reference, run
-//!   `BUDGET_REFERENCE_BLESS=1 cargo test -p gateway-core --test budget_reference`.
+//!   `BUDGET_REFERENCE_BLESS=1 cargo test -p gateway-budget --test budget_reference`.
 //!
 //! The reference's numbers depend on the engine's `Math.pow`: Node 20's V8 uses its own fdlibm
 //! port, newer V8 can use the C library's `pow` (its `use_std_math_pow` flag). The committed
@@ -18,20 +20,20 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout, clippy::print_stderr)]
 
-use gateway_core::budget::*;
-use gateway_core::random::{below, unit};
-use rand_chacha::ChaCha8Rng;
-use rand_core::SeedableRng;
+use gateway_budget::*;
 use serde_json::{Value, json};
 use std::io::Write;
 use std::process::{Command, Stdio};
+
+#[path = "budget_reference/draw.rs"]
+mod draw;
 
 const SEED: u64 = 2;
 const CASES: usize = 1000;
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/budget_reference");
 /// The committed reference outputs: a header line, then `<fingerprint of the case> <output>`.
 const OUTPUTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/budget_reference/outputs.txt");
-const REGENERATE: &str = "BUDGET_REFERENCE_BLESS=1 cargo test -p gateway-core --test budget_reference";
+const REGENERATE: &str = "BUDGET_REFERENCE_BLESS=1 cargo test -p gateway-budget --test budget_reference";
 
 /// One case: `{"mode": "plan" | "trace", "input": <what xtask reads on stdin>}` as one line.
 struct Case {
@@ -58,169 +60,8 @@ impl Case {
     }
 }
 
-struct Draw(ChaCha8Rng);
-
-impl Draw {
-    fn unit(&mut self) -> f64 {
-        unit(&mut self.0)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        below(&mut self.0, n)
-    }
-
-    /// A uniform integer in `lo..=hi`.
-    fn int(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.below(usize::try_from(hi - lo + 1).unwrap()) as u64
-    }
-
-    fn chance(&mut self, p: f64) -> bool {
-        self.unit() < p
-    }
-
-    fn pick<T: Clone>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len())].clone()
-    }
-
-    /// Decimal rates with few digits matter most: their powers and products land exactly on the
-    /// rounding ties of `toFixed(8)`, where the last bit of `Math.pow` decides.
-    fn failure_rate(&mut self) -> f64 {
-        match self.below(12) {
-            0 => 0.0,
-            1 | 2 => self.unit(),
-            3 => self.int(0, 999) as f64 / 1000.0,
-            4 => self.tie_rate(),
-            5 => self.int(0, 99) as f64 / 100.0,
-            6 => self.int(0, 19) as f64 / 20.0,
-            7 => self.pick(&[0.5, 0.25, 0.75, 0.125, 0.375, 0.625, 0.875]),
-            // log-uniform in [1e-8, 1e-1]
-            8 => 10f64.powf(-1.0 - 7.0 * self.unit()),
-            // close to one: 1 − 10^−[1, 16], or the largest double below one
-            9 => (1.0 - 10f64.powf(-1.0 - 15.0 * self.unit())).min(1.0 - f64::EPSILON / 2.0),
-            _ => self.pick(&[0.01, 0.02, 0.03, 0.1, 0.2, 0.3, 0.9, 0.99, 0.999_999, 1.0 - f64::EPSILON / 2.0, 5e-324, 1e-300]),
-        }
-    }
-
-    fn cost(&mut self) -> u64 {
-        match self.below(6) {
-            0 => 0,
-            1 | 2 => self.int(1, 5000),
-            3 => self.int(1, 1_000_000),
-            4 => self.int(1, 1_000_000_000),
-            _ => self.pick(&[1, 1_055, 1_643, 1_088, 999_999_999_999, 1 << 40]),
-        }
-    }
-
-    fn latency(&mut self) -> f64 {
-        match self.below(6) {
-            0 => 0.0,
-            1 | 2 => self.int(0, 2000) as f64,
-            3 => self.unit() * 1000.0,
-            4 => self.unit() * 1e6,
-            _ => self.pick(&[0.5, 1e-9, 160.0, 620.0, 1e9, 2.5]),
-        }
-    }
-
-    fn max_retries(&mut self) -> u64 {
-        match self.below(10) {
-            0 => 0,
-            1..=3 => self.int(1, 3),
-            4..=7 => self.int(2, 8),
-            8 => self.int(9, 12),
-            _ => self.int(13, 20),
-        }
-    }
-
-    fn threshold(&mut self) -> Value {
-        match self.below(10) {
-            0..=3 => json!("Infinity"),
-            4 => json!(1),
-            _ => json!(self.int(2, 10)),
-        }
-    }
-
-    /// A rate `k/1000` with `k` an odd multiple of 5: its cube has nine decimals ending in 5, an
-    /// exact tie for `toFixed(8)` but for the last bits of the input and of `Math.pow`.
-    fn tie_rate(&mut self) -> f64 {
-        (self.int(0, 99) * 10 + 5) as f64 / 1000.0
-    }
-
-    fn plan_input(&mut self) -> Value {
-        // One case in ten spends two retries on every node, each failing at a tie rate.
-        let ties = self.chance(0.1);
-        let count = if self.chance(0.05) { self.int(6, 8) } else { self.int(1, 5) };
-        let style = self.below(4);
-        let nodes: Vec<Value> = (0..count)
-            .map(|i| {
-                let id = match style {
-                    0 => format!("n{i}"),
-                    1 => format!("search.rerank.{i}"),
-                    2 => format!("检索{i}"),
-                    _ => format!(" pad {i} "),
-                };
-                json!({
-                    "id": id,
-                    "failureRate": if ties { self.tie_rate() } else { self.failure_rate() },
-                    "attemptCostMicros": self.cost(),
-                    "latencyMs": self.latency(),
-                    "maxRetries": if ties { self.int(2, 4) } else { self.max_retries() },
-                    "required": self.chance(0.6),
-                })
-            })
-            .collect();
-        let budget = match self.below(10) {
-            0 => 0,
-            1..=3 => self.int(1, 6),
-            4..=7 => self.int(7, 30),
-            8 => self.int(31, 80),
-            _ => self.pick(&[1000, u64::from(u32::MAX)]),
-        };
-        let (budget, threshold) = if ties { (2 * count, json!(3)) } else { (budget, self.threshold()) };
-        let policy = json!({"globalRetryBudget": budget, "consecutiveFailureThreshold": threshold, "halfOpenAfterCalls": self.int(1, 5)});
-        json!({"nodes": nodes, "policy": policy})
-    }
-
-    /// Breaks exactly one rule of the reference's validation.
-    fn break_plan(&mut self, input: &mut Value) {
-        let n = input["nodes"].as_array().unwrap().len();
-        let k = self.below(n);
-        let field = |input: &mut Value, name: &str, value: Value| input["nodes"][k][name] = value;
-        match self.below(16) {
-            0 => input["nodes"] = json!([]),
-            1 => field(input, "id", json!(self.pick(&["", "  "]))),
-            2 => {
-                let copy = input["nodes"][0].clone();
-                input["nodes"].as_array_mut().unwrap().push(copy);
-            }
-            3 | 4 => field(input, "failureRate", json!(self.pick(&[1.0, -0.1, 1.5, -5e-324]))),
-            5 => field(input, "attemptCostMicros", json!(self.pick(&[1.5, -1.0, 0.001]))),
-            6 => field(input, "latencyMs", json!(self.pick(&[-1.0, -0.001]))),
-            7 | 8 => field(input, "maxRetries", json!(self.pick(&[0.5, -1.0, 2.25]))),
-            9 | 10 => input["policy"]["globalRetryBudget"] = json!(self.pick(&[-1.0, 2.5])),
-            11..=13 => input["policy"]["consecutiveFailureThreshold"] = self.pick(&[json!(0), json!(1.5), json!(-1), json!("lots")]),
-            _ => input["policy"]["halfOpenAfterCalls"] = json!(self.pick(&[0.0, 1.5, -2.0])),
-        }
-    }
-
-    fn trace_input(&mut self) -> Value {
-        let threshold = if self.chance(0.9) { self.int(1, 6) } else { self.pick(&[10, 1000]) };
-        let half_open = if self.chance(0.9) { self.int(1, 6) } else { self.pick(&[20, 50]) };
-        let len = self.int(0, 40);
-        let p = self.pick(&[0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0]);
-        let calls: Vec<bool> = (0..len).map(|_| self.chance(p)).collect();
-        json!({"breaker": {"failureThreshold": threshold, "halfOpenAfterCalls": half_open}, "calls": calls})
-    }
-
-    fn break_trace(&mut self, input: &mut Value) {
-        match self.below(2) {
-            0 => input["breaker"]["failureThreshold"] = self.pick(&[json!(0), json!(1.5), json!("Infinity")]),
-            _ => input["breaker"]["halfOpenAfterCalls"] = json!(self.pick(&[0.0, 2.5])),
-        }
-    }
-}
-
 fn cases() -> Vec<Case> {
-    let mut draw = Draw(ChaCha8Rng::seed_from_u64(SEED));
+    let mut draw = draw::Draw::seeded(SEED);
     (0..CASES)
         .map(|_| {
             if draw.chance(0.7) {
@@ -242,17 +83,11 @@ fn cases() -> Vec<Case> {
 
 /// What `cargo xtask budget` answers, with an error reduced to the field it names.
 fn rust_output(case: &Case) -> Value {
-    let input: Value = serde_json::from_str(&case.input_text()).unwrap();
-    let answer = if case.plan {
-        plan_input_from_json(&input).and_then(|(nodes, policy)| {
-            let plan = plan_retry_budget(&nodes, &policy)?;
-            Ok(plan_to_json(&plan, &worst_case_retry_cost(&nodes, &policy)?))
-        })
-    } else {
-        trace_input_from_json(&input)
-            .and_then(|(threshold, half_open, calls)| Ok(trace_to_json(&trace_breaker(threshold, half_open, &calls)?)))
-    };
-    answer.unwrap_or_else(|e| json!({"error": e.field}))
+    let answer = if case.plan { answer_plan(&case.input_text()) } else { answer_trace(&case.input_text()) };
+    match answer {
+        Ok(text) => serde_json::from_str(&text).unwrap(),
+        Err(e) => json!({"error": e.field}),
+    }
 }
 
 /// The field a reference message (`retry-budget: <field> 必须…`) names, as `BudgetError::field`.
@@ -391,9 +226,19 @@ fn reference(cases: &[Case]) -> Vec<String> {
     lines
 }
 
+fn dump(cases: &[Case]) {
+    let Some(dir) = std::env::var_os("BUDGET_REFERENCE_DUMP") else { return };
+    std::fs::create_dir_all(&dir).unwrap();
+    for (i, case) in cases.iter().enumerate() {
+        let mode = if case.plan { "plan" } else { "trace" };
+        std::fs::write(std::path::Path::new(&dir).join(format!("{i:04}.{mode}.json")), case.input_text()).unwrap();
+    }
+}
+
 #[test]
 fn the_planner_matches_the_reference_on_1000_random_cases() {
     let cases = cases();
+    dump(&cases);
     let reference = reference(&cases);
     let mut differing = Vec::new();
     for (i, (case, line)) in cases.iter().zip(&reference).enumerate() {

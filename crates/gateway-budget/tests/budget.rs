@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use gateway_core::budget::*;
+use gateway_budget::*;
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -73,7 +73,7 @@ fn a_chain_that_cannot_succeed_has_no_cost_per_success() {
     let plan = plan_retry_budget(&nodes, &policy(0, Threshold::Infinite)).unwrap();
     assert_eq!(plan.cost_per_success_micros, None);
     let json = plan_to_json(&plan, &worst_case_retry_cost(&nodes, &policy(0, Threshold::Infinite)).unwrap());
-    assert!(json["plan"]["costPerSuccessMicros"].is_null());
+    assert!(json.contains(r#","costPerSuccessMicros":null,"#), "{json}");
 }
 
 #[test]
@@ -86,7 +86,7 @@ fn optional_nodes_wait_for_the_required_ones_and_count_as_partial() {
 }
 
 #[test]
-fn the_json_form_uses_the_reference_field_names_and_numbers() {
+fn the_json_form_uses_the_reference_field_names_order_and_numbers() {
     let input = json!({
         "nodes": [
             {"id": "search.rerank", "failureRate": 0.01, "attemptCostMicros": 1055, "latencyMs": 160, "maxRetries": 2, "required": true},
@@ -95,14 +95,51 @@ fn the_json_form_uses_the_reference_field_names_and_numbers() {
         ],
         "policy": {"globalRetryBudget": 3, "consecutiveFailureThreshold": 2, "halfOpenAfterCalls": 3}
     });
-    let (nodes, p) = plan_input_from_json(&input).unwrap();
-    let out = plan_to_json(&plan_retry_budget(&nodes, &p).unwrap(), &worst_case_retry_cost(&nodes, &p).unwrap());
-    assert_eq!(out["plan"]["chainSuccess"].to_string(), "0.99860049");
-    assert_eq!(out["plan"]["partialProbability"].to_string(), "0");
-    assert_eq!(out["plan"]["allocations"][0]["expectedAttempts"].to_string(), "1.01");
-    assert_eq!(out["worstCase"].to_string(), r#"{"maxAttempts":6,"maxCostMicros":7572,"amplification":2}"#);
+    let allocation = |id: &str, failure: &str, attempts: &str, success: &str, cost: u64| {
+        format!(
+            r#"{{"nodeId":"{id}","retries":1,"retryCap":1,"effectiveFailureRate":{failure},"expectedAttempts":{attempts},"successProbability":{success},"expectedCostMicros":{cost}}}"#
+        )
+    };
+    let expected = format!(
+        r#"{{"plan":{{"allocations":[{},{},{}],"retriesUsed":3,"chainSuccess":0.99860049,"expectedCostMicros":3868,"costPerSuccessMicros":3873,"expectedLatencyMs":1229,"retryAmplification":1.02,"partialProbability":0,"breakerCapped":["search.rerank","content.summarize","chat.reply"]}},"worstCase":{{"maxAttempts":6,"maxCostMicros":7572,"amplification":2}}}}"#,
+        allocation("search.rerank", "0.0001", "1.01", "0.9999", 1066),
+        allocation("content.summarize", "0.0009", "1.03", "0.9991", 1692),
+        allocation("chat.reply", "0.0004", "1.02", "0.9996", 1110),
+    );
+    assert_eq!(answer_plan(&input.to_string()).unwrap(), expected);
     let infinite = json!({"nodes": input["nodes"], "policy": {"globalRetryBudget": 10, "consecutiveFailureThreshold": "Infinity", "halfOpenAfterCalls": 3}});
-    assert_eq!(plan_input_from_json(&infinite).unwrap().1.consecutive_failure_threshold, Threshold::Infinite);
+    assert_eq!(plan_input_from_json(&infinite.to_string()).unwrap().1.consecutive_failure_threshold, Threshold::Infinite);
+    let trace = r#"{"breaker": {"failureThreshold": 2, "halfOpenAfterCalls": 3}, "calls": [false, false, true, true, true, true, false, true, true]}"#;
+    assert_eq!(
+        answer_trace(trace).unwrap(),
+        r#"{"allowed":6,"rejected":3,"attempts":6,"finalState":"closed","states":["closed","open","open","open","open","closed","closed","closed","closed"]}"#
+    );
+}
+
+/// The JSON form reads its input as the reference's JavaScript reads an object: a field of a
+/// value that is not an object is missing, `null` is a value of the wrong kind, the last of a
+/// repeated key wins, unknown fields are ignored (but must be JSON).
+#[test]
+fn the_json_form_reads_values_of_every_kind_as_the_reference_does() {
+    let node = r#"{"id": "a", "failureRate": 0.1, "attemptCostMicros": 10, "latencyMs": 5, "maxRetries": 2, "required": true}"#;
+    let policy = r#"{"globalRetryBudget": 3, "consecutiveFailureThreshold": 2, "halfOpenAfterCalls": 3}"#;
+    let plan = |nodes: &str, policy: &str| answer_plan(&format!(r#"{{"nodes": {nodes}, "policy": {policy}}}"#));
+    let error = |answer: Result<String, BudgetError>| answer.unwrap_err().to_string();
+    assert_eq!(error(answer_plan("[1, 2]")), "retry-budget: nodes is missing");
+    assert_eq!(error(plan("null", policy)), "retry-budget: nodes must be an array");
+    assert_eq!(error(plan(r#"[["a", 0.1, 10, 5, 2, true]]"#, policy)), "retry-budget: nodes[0].id is missing");
+    assert_eq!(error(plan(&format!("[{node}, 7]"), policy)), "retry-budget: nodes[1].id is missing");
+    assert_eq!(error(plan(&format!("[{}]", node.replace("5,", "null,")), policy)), "retry-budget: a.latencyMs must be a number");
+    assert_eq!(error(plan(&format!("[{node}]"), "5")), "retry-budget: globalRetryBudget is missing");
+    assert_eq!(error(plan(&format!("[{node}]"), r#"{"consecutiveFailureThreshold": null}"#)), "retry-budget: globalRetryBudget is missing");
+    let repeated = node.replace(r#""maxRetries": 2"#, r#""maxRetries": 0.5, "maxRetries": 2e0"#);
+    assert_eq!(plan(&format!("[{repeated}]"), policy).unwrap(), plan(&format!("[{node}]"), policy).unwrap());
+    let unknown = node.replace(r#""required""#, r#""note": {"any": [1, "x"]}, "required""#);
+    assert_eq!(plan(&format!("[{unknown}]"), policy).unwrap(), plan(&format!("[{node}]"), policy).unwrap());
+    let out_of_range = node.replace(r#""required""#, r#""note": 1e400, "required""#);
+    assert!(error(plan(&format!("[{out_of_range}]"), policy)).starts_with("retry-budget: input is not JSON: number out of range"));
+    assert_eq!(error(answer_trace(r#"{"breaker": [2, 3], "calls": []}"#)), "retry-budget: failureThreshold is missing");
+    assert_eq!(error(answer_trace(r#"{"breaker": {"failureThreshold": 2, "halfOpenAfterCalls": 1}}"#)), "retry-budget: calls is missing");
 }
 
 #[test]
@@ -140,27 +177,26 @@ fn every_validation_rule_rejects_naming_the_field() {
     for (pointer, value, expected) in cases {
         let mut input = base();
         *input.pointer_mut(pointer).unwrap() = value;
-        assert_eq!(plan_input_from_json(&input).unwrap_err().to_string(), expected, "{pointer}");
+        assert_eq!(plan_input_from_json(&input.to_string()).unwrap_err().to_string(), expected, "{pointer}");
     }
     let mut twice = base();
     let first = twice["nodes"][0].clone();
     twice["nodes"].as_array_mut().unwrap().push(first);
-    assert_eq!(plan_input_from_json(&twice).unwrap_err().to_string(), "retry-budget: node.id a is repeated");
+    assert_eq!(plan_input_from_json(&twice.to_string()).unwrap_err().to_string(), "retry-budget: node.id a is repeated");
     let mut missing = base();
     missing["policy"].as_object_mut().unwrap().remove("halfOpenAfterCalls");
-    assert_eq!(plan_input_from_json(&missing).unwrap_err().to_string(), "retry-budget: halfOpenAfterCalls is missing");
+    assert_eq!(plan_input_from_json(&missing.to_string()).unwrap_err().to_string(), "retry-budget: halfOpenAfterCalls is missing");
     // the breaker constructor's rules
     assert_eq!(NodeCircuitBreaker::new(" ", Threshold::Finite(1), 1).unwrap_err().field, "nodeId");
     assert_eq!(NodeCircuitBreaker::new("n", Threshold::Finite(0), 1).unwrap_err().field, "failureThreshold");
     // the reference's breaker wants an integer threshold: Infinity is the planner policy's only
     let infinite = json!({"breaker": {"failureThreshold": "Infinity", "halfOpenAfterCalls": 1}, "calls": [false]});
-    let (threshold, half_open, calls) = trace_input_from_json(&infinite).unwrap();
-    assert_eq!(
-        trace_breaker(threshold, half_open, &calls).unwrap_err().to_string(),
-        "retry-budget: failureThreshold must be an integer >= 1"
-    );
+    let input = trace_input_from_json(&infinite.to_string()).unwrap();
+    assert_eq!(input.failure_threshold, Threshold::Infinite);
+    assert_eq!(answer_trace(&infinite.to_string()).unwrap_err().to_string(), "retry-budget: failureThreshold must be an integer >= 1");
     assert_eq!(NodeCircuitBreaker::new("n", Threshold::Finite(1), 0).unwrap_err().field, "halfOpenAfterCalls");
-    assert!(trace_input_from_json(&json!({"breaker": {"failureThreshold": 2, "halfOpenAfterCalls": 1}, "calls": [true, 1]})).is_err());
+    let calls = json!({"breaker": {"failureThreshold": 2, "halfOpenAfterCalls": 1}, "calls": [true, 1]});
+    assert_eq!(trace_input_from_json(&calls.to_string()).unwrap_err().to_string(), "retry-budget: calls[1] must be true or false");
 }
 
 #[test]

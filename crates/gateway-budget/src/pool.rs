@@ -3,7 +3,7 @@
 //! cap refuses the retry with a typed error. Built from a plan (`plan_retry_budget`) or a number.
 //! Safe under concurrent steps.
 
-use gateway_core::budget::BudgetPlan;
+use crate::BudgetPlan;
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
@@ -92,7 +92,7 @@ impl RetryPool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gateway_core::budget::{BudgetPolicy, RetryNode, Threshold, plan_retry_budget};
+    use crate::{BudgetPolicy, RetryNode, Threshold, plan_retry_budget};
     use std::sync::Arc;
 
     #[test]

@@ -89,24 +89,71 @@ fn scalbn(mut x: f64, mut n: i32) -> f64 {
     x * two_to(n)
 }
 
+/// The words of `pow`'s arguments that fdlibm branches on: high and low words of `x` and `y`,
+/// and the high words without the sign.
+#[derive(Clone, Copy)]
+struct Words {
+    hx: i32,
+    lx: u32,
+    hy: i32,
+    ly: u32,
+    ix: i32,
+    iy: i32,
+}
+
+impl Words {
+    fn of(x: f64, y: f64) -> Words {
+        let (hx, lx) = (high(x), low(x));
+        let (hy, ly) = (high(y), low(y));
+        Words { hx, lx, hy, ly, ix: hx & 0x7fff_ffff, iy: hy & 0x7fff_ffff }
+    }
+}
+
 /// `Math.pow(x, y)` as V8's fdlibm port computes it, with ECMAScript's special cases (a NaN
 /// exponent gives NaN; `(±1) ** ±Infinity` is NaN).
 pub fn pow(x: f64, y: f64) -> f64 {
-    let (hx, lx) = (high(x), low(x));
-    let (hy, ly) = (high(y), low(y));
-    let ix = hx & 0x7fff_ffff;
-    let iy = hy & 0x7fff_ffff;
-
+    let w = Words::of(x, y);
     // y == ±0: x ** 0 = 1
-    if (iy as u32 | ly) == 0 {
+    if (w.iy as u32 | w.ly) == 0 {
         return 1.0;
     }
     // NaN in: x + y
-    if ix > 0x7ff0_0000 || (ix == 0x7ff0_0000 && lx != 0) || iy > 0x7ff0_0000 || (iy == 0x7ff0_0000 && ly != 0) {
+    if w.ix > 0x7ff0_0000 || (w.ix == 0x7ff0_0000 && w.lx != 0) || w.iy > 0x7ff0_0000 || (w.iy == 0x7ff0_0000 && w.ly != 0) {
         return x + y;
     }
+    let yisint = integer_kind(w);
+    if let Some(z) = special_y(x, y, w) {
+        return z;
+    }
+    if let Some(z) = special_x(x, w, yisint) {
+        return z;
+    }
 
-    // When x < 0, whether y is an integer: 0 not one, 1 odd, 2 even.
+    let n = (w.hx >> 31) + 1;
+    // (x < 0) ** non-integer is NaN
+    if (n | yisint) == 0 {
+        return f64::NAN;
+    }
+    // the sign of the result: −1 for (x < 0) ** odd
+    let s = if (n | (yisint - 1)) == 0 { -1.0 } else { 1.0 };
+
+    // log2(ax) = t1 + t2, t1 with 29 trailing zero bits
+    let ax = x.abs();
+    let (t1, t2) = if w.iy > 0x41e0_0000 {
+        // |y| > 2^31
+        match log2_near_one(ax, w, s) {
+            Ok(t) => t,
+            Err(overflow_or_underflow) => return overflow_or_underflow,
+        }
+    } else {
+        log2(ax, w.ix)
+    };
+    exp2_of_product(y, t1, t2, s)
+}
+
+/// When x < 0, whether y is an integer: 0 not one, 1 odd, 2 even (0 too when x ≥ 0).
+fn integer_kind(w: Words) -> i32 {
+    let Words { hx, ly, iy, .. } = w;
     let mut yisint = 0;
     if hx < 0 {
         if iy >= 0x4340_0000 {
@@ -128,142 +175,154 @@ pub fn pow(x: f64, y: f64) -> f64 {
             }
         }
     }
+    yisint
+}
 
-    // Special values of y.
-    if ly == 0 {
-        if iy == 0x7ff0_0000 {
-            // y is ±Infinity
-            return if (ix.wrapping_sub(0x3ff0_0000) as u32 | lx) == 0 {
-                f64::NAN // (±1) ** ±Infinity: fdlibm returns y − y
-            } else if ix >= 0x3ff0_0000 {
-                if hy >= 0 { y } else { 0.0 }
-            } else if hy < 0 {
-                -y
-            } else {
-                0.0
-            };
-        }
-        if iy == 0x3ff0_0000 {
-            return if hy < 0 { 1.0 / x } else { x };
-        }
-        if hy == 0x4000_0000 {
-            return x * x;
-        }
-        if hy == 0x3fe0_0000 && hx >= 0 {
-            return x.sqrt();
-        }
+/// Special values of y: ±Infinity, ±1, 2, 0.5.
+fn special_y(x: f64, y: f64, w: Words) -> Option<f64> {
+    let Words { hx, lx, hy, ly, ix, iy } = w;
+    if ly != 0 {
+        return None;
     }
-
-    let mut ax = x.abs();
-    // Special values of x: ±0, ±Infinity, ±1.
-    if lx == 0 && (ix == 0x7ff0_0000 || ix == 0 || ix == 0x3ff0_0000) {
-        let mut z = ax;
-        if hy < 0 {
-            z = 1.0 / z;
-        }
-        if hx < 0 {
-            if (ix.wrapping_sub(0x3ff0_0000) | yisint) == 0 {
-                z = f64::NAN; // (−1) ** non-integer
-            } else if yisint == 1 {
-                z = -z;
-            }
-        }
-        return z;
-    }
-
-    let mut n = (hx >> 31) + 1;
-    // (x < 0) ** non-integer is NaN
-    if (n | yisint) == 0 {
-        return f64::NAN;
-    }
-    // the sign of the result: −1 for (x < 0) ** odd
-    let s = if (n | (yisint - 1)) == 0 { -1.0 } else { 1.0 };
-
-    // log2(ax) = t1 + t2, t1 with 29 trailing zero bits
-    let (t1, t2);
-    if iy > 0x41e0_0000 {
-        // |y| > 2^31
-        if iy > 0x43f0_0000 {
-            // |y| > 2^64: overflow or underflow
-            if ix <= 0x3fef_ffff {
-                return if hy < 0 { HUGE * HUGE } else { TINY * TINY };
-            }
-            if ix >= 0x3ff0_0000 {
-                return if hy > 0 { HUGE * HUGE } else { TINY * TINY };
-            }
-        }
-        // over- or underflow unless x is close to one
-        if ix < 0x3fef_ffff {
-            return if hy < 0 { s * HUGE * HUGE } else { s * TINY * TINY };
-        }
-        if ix > 0x3ff0_0000 {
-            return if hy > 0 { s * HUGE * HUGE } else { s * TINY * TINY };
-        }
-        // |1 − x| ≤ 2^-20: log(x) by x − x²/2 + x³/3 − x⁴/4
-        let t = ax - 1.0;
-        let w = (t * t) * (0.5 - t * (THIRD - t * 0.25));
-        let u = IVLN2_H * t;
-        let v = t * IVLN2_L - w * IVLN2;
-        t1 = with_low(u + v, 0);
-        t2 = v - (t1 - u);
-    } else {
-        n = 0;
-        let mut ix = ix;
-        // subnormal x
-        if ix < 0x0010_0000 {
-            ax *= TWO53;
-            n -= 53;
-            ix = high(ax);
-        }
-        n += (ix >> 20) - 0x3ff;
-        let j = ix & 0x000f_ffff;
-        // normalise ix and pick the interval
-        ix = j | 0x3ff0_0000;
-        let k: usize = if j <= 0x3988E {
-            0 // |x| < sqrt(3/2)
-        } else if j < 0xBB67A {
-            1 // |x| < sqrt(3)
+    if iy == 0x7ff0_0000 {
+        // y is ±Infinity
+        return Some(if (ix.wrapping_sub(0x3ff0_0000) as u32 | lx) == 0 {
+            f64::NAN // (±1) ** ±Infinity: fdlibm returns y − y
+        } else if ix >= 0x3ff0_0000 {
+            if hy >= 0 { y } else { 0.0 }
+        } else if hy < 0 {
+            -y
         } else {
-            n += 1;
-            ix -= 0x0010_0000;
-            0
-        };
-        ax = with_high(ax, ix);
-
-        // ss = s_h + s_l = (x − 1)/(x + 1) or (x − 1.5)/(x + 1.5)
-        let u = ax - BP[k];
-        let v = 1.0 / (ax + BP[k]);
-        let ss = u * v;
-        let s_h = with_low(ss, 0);
-        // t_h = ax + bp[k], high part
-        let t_h = from_words(((ix >> 1) | 0x2000_0000) + 0x0008_0000 + ((k as i32) << 18), 0);
-        let t_l = ax - (t_h - BP[k]);
-        let s_l = v * ((u - s_h * t_h) - s_h * t_l);
-        // log(ax)
-        let mut s2 = ss * ss;
-        let mut r = s2 * s2 * (L1 + s2 * (L2 + s2 * (L3 + s2 * (L4 + s2 * (L5 + s2 * L6)))));
-        r += s_l * (s_h + ss);
-        s2 = s_h * s_h;
-        let t_h = with_low(3.0 + s2 + r, 0);
-        let t_l = r - ((t_h - 3.0) - s2);
-        // u + v = ss·(1 + …)
-        let u = s_h * t_h;
-        let v = s_l * t_h + t_l * ss;
-        // 2/(3 log 2)·(ss + …)
-        let p_h = with_low(u + v, 0);
-        let p_l = v - (p_h - u);
-        let z_h = CP_H * p_h;
-        let z_l = CP_L * p_h + p_l * CP + DP_L[k];
-        // log2(ax) = (ss + …)·2/(3 log 2) = n + dp_h + z_h + z_l
-        let t = f64::from(n);
-        t1 = with_low(((z_h + z_l) + DP_H[k]) + t, 0);
-        t2 = z_l - (((t1 - t) - DP_H[k]) - z_h);
+            0.0
+        });
     }
+    if iy == 0x3ff0_0000 {
+        return Some(if hy < 0 { 1.0 / x } else { x });
+    }
+    if hy == 0x4000_0000 {
+        return Some(x * x);
+    }
+    if hy == 0x3fe0_0000 && hx >= 0 {
+        return Some(x.sqrt());
+    }
+    None
+}
 
+/// Special values of x: ±0, ±Infinity, ±1.
+fn special_x(x: f64, w: Words, yisint: i32) -> Option<f64> {
+    let Words { hx, lx, hy, ix, .. } = w;
+    if !(lx == 0 && (ix == 0x7ff0_0000 || ix == 0 || ix == 0x3ff0_0000)) {
+        return None;
+    }
+    let mut z = x.abs();
+    if hy < 0 {
+        z = 1.0 / z;
+    }
+    if hx < 0 {
+        if (ix.wrapping_sub(0x3ff0_0000) | yisint) == 0 {
+            z = f64::NAN; // (−1) ** non-integer
+        } else if yisint == 1 {
+            z = -z;
+        }
+    }
+    Some(z)
+}
+
+/// `log2(ax)` as `(t1, t2)` for |y| > 2^31, where only an x close to one neither overflows nor
+/// underflows; `Err` is the overflowed or underflowed result.
+fn log2_near_one(ax: f64, w: Words, s: f64) -> Result<(f64, f64), f64> {
+    let Words { hy, ix, iy, .. } = w;
+    if iy > 0x43f0_0000 {
+        // |y| > 2^64: overflow or underflow
+        if ix <= 0x3fef_ffff {
+            return Err(if hy < 0 { HUGE * HUGE } else { TINY * TINY });
+        }
+        if ix >= 0x3ff0_0000 {
+            return Err(if hy > 0 { HUGE * HUGE } else { TINY * TINY });
+        }
+    }
+    // over- or underflow unless x is close to one
+    if ix < 0x3fef_ffff {
+        return Err(if hy < 0 { s * HUGE * HUGE } else { s * TINY * TINY });
+    }
+    if ix > 0x3ff0_0000 {
+        return Err(if hy > 0 { s * HUGE * HUGE } else { s * TINY * TINY });
+    }
+    // |1 − x| ≤ 2^-20: log(x) by x − x²/2 + x³/3 − x⁴/4
+    let t = ax - 1.0;
+    let w = (t * t) * (0.5 - t * (THIRD - t * 0.25));
+    let u = IVLN2_H * t;
+    let v = t * IVLN2_L - w * IVLN2;
+    let t1 = with_low(u + v, 0);
+    Ok((t1, v - (t1 - u)))
+}
+
+/// `ax` (high word `ix`) as `(mantissa, its high word, exponent n, interval k)`: the mantissa in
+/// `[1, 2)`, or in `[sqrt(3)/2, sqrt(3/2))` with `n` raised by one; `k` 0 for `|x| < sqrt(3/2)`,
+/// 1 for `|x| < sqrt(3)`.
+fn normalise(mut ax: f64, mut ix: i32) -> (f64, i32, i32, usize) {
+    let mut n = 0;
+    // subnormal x
+    if ix < 0x0010_0000 {
+        ax *= TWO53;
+        n -= 53;
+        ix = high(ax);
+    }
+    n += (ix >> 20) - 0x3ff;
+    let j = ix & 0x000f_ffff;
+    // normalise ix and pick the interval
+    ix = j | 0x3ff0_0000;
+    let k: usize = if j <= 0x3988E {
+        0 // |x| < sqrt(3/2)
+    } else if j < 0xBB67A {
+        1 // |x| < sqrt(3)
+    } else {
+        n += 1;
+        ix -= 0x0010_0000;
+        0
+    };
+    (with_high(ax, ix), ix, n, k)
+}
+
+/// `log2(ax)` as `(t1, t2)` for |y| ≤ 2^31.
+fn log2(ax: f64, ix: i32) -> (f64, f64) {
+    let (ax, ix, n, k) = normalise(ax, ix);
+    // ss = s_h + s_l = (x − 1)/(x + 1) or (x − 1.5)/(x + 1.5)
+    let u = ax - BP[k];
+    let v = 1.0 / (ax + BP[k]);
+    let ss = u * v;
+    let s_h = with_low(ss, 0);
+    // t_h = ax + bp[k], high part
+    let t_h = from_words(((ix >> 1) | 0x2000_0000) + 0x0008_0000 + ((k as i32) << 18), 0);
+    let t_l = ax - (t_h - BP[k]);
+    let s_l = v * ((u - s_h * t_h) - s_h * t_l);
+    // log(ax)
+    let mut s2 = ss * ss;
+    let mut r = s2 * s2 * (L1 + s2 * (L2 + s2 * (L3 + s2 * (L4 + s2 * (L5 + s2 * L6)))));
+    r += s_l * (s_h + ss);
+    s2 = s_h * s_h;
+    let t_h = with_low(3.0 + s2 + r, 0);
+    let t_l = r - ((t_h - 3.0) - s2);
+    // u + v = ss·(1 + …)
+    let u = s_h * t_h;
+    let v = s_l * t_h + t_l * ss;
+    // 2/(3 log 2)·(ss + …)
+    let p_h = with_low(u + v, 0);
+    let p_l = v - (p_h - u);
+    let z_h = CP_H * p_h;
+    let z_l = CP_L * p_h + p_l * CP + DP_L[k];
+    // log2(ax) = (ss + …)·2/(3 log 2) = n + dp_h + z_h + z_l
+    let t = f64::from(n);
+    let t1 = with_low(((z_h + z_l) + DP_H[k]) + t, 0);
+    (t1, z_l - (((t1 - t) - DP_H[k]) - z_h))
+}
+
+/// `s · 2^(y · (t1 + t2))`, overflowing and underflowing as fdlibm does.
+fn exp2_of_product(y: f64, t1: f64, t2: f64, s: f64) -> f64 {
     // (y1 + y2)·(t1 + t2), y split as y1 + y2
     let y1 = with_low(y, 0);
     let p_l = (y - y1) * t1 + y * t2;
-    let mut p_h = y1 * t1;
+    let p_h = y1 * t1;
     let z = p_l + p_h;
     let (j, i) = (high(z), low(z));
     if j >= 0x4090_0000 {
@@ -277,8 +336,11 @@ pub fn pow(x: f64, y: f64) -> f64 {
             return s * TINY * TINY;
         }
     }
+    s * exp2(p_h, p_l, j)
+}
 
-    // 2^(p_h + p_l)
+/// `2^(p_h + p_l)`, where `j` is the high word of `p_h + p_l` and the sum lies in (−1075, 1024).
+fn exp2(mut p_h: f64, p_l: f64, j: i32) -> f64 {
     let i = j & 0x7fff_ffff;
     let mut k = (i >> 20) - 0x3ff;
     let mut n = 0;
@@ -304,11 +366,10 @@ pub fn pow(x: f64, y: f64) -> f64 {
     z = 1.0 - (r - z);
     let scale = (n as u32).wrapping_shl(20) as i32;
     if high(z).wrapping_add(scale) >> 20 <= 0 {
-        z = scalbn(z, n); // subnormal result
+        scalbn(z, n) // subnormal result
     } else {
-        z = with_high(z, high(z).wrapping_add(scale));
+        with_high(z, high(z).wrapping_add(scale))
     }
-    s * z
 }
 
 #[cfg(test)]

@@ -6,18 +6,24 @@
 use std::io::Read;
 use std::process::ExitCode;
 
-pub fn run(args: &[String]) -> ExitCode {
-    let mode = args.first().map(String::as_str);
-    if !matches!(mode, Some("plan" | "trace")) || args.len() > 1 {
-        eprintln!("xtask: usage: cargo xtask budget plan|trace < input.json");
-        return ExitCode::FAILURE;
-    }
+/// What `cargo xtask budget` computes.
+#[derive(clap::Subcommand, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// reads {"nodes": [...], "policy": {...}} on stdin and prints {"plan": ..., "worstCase": ...}
+    #[command(override_usage = "cargo xtask budget plan < input.json")]
+    Plan,
+    /// reads {"breaker": {...}, "calls": [...]} on stdin and prints the breaker trace
+    #[command(override_usage = "cargo xtask budget trace < input.json")]
+    Trace,
+}
+
+pub fn run(mode: Mode) -> ExitCode {
     let mut text = String::new();
     if let Err(e) = std::io::stdin().read_to_string(&mut text) {
         eprintln!("retry-budget: input cannot be read: {e}");
         return ExitCode::from(2);
     }
-    match answer(mode == Some("plan"), &text) {
+    match answer(mode == Mode::Plan, &text) {
         Ok(json) => {
             println!("{json}");
             ExitCode::SUCCESS

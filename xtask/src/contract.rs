@@ -11,10 +11,7 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-pub fn run(args: &[String]) -> Result<(), String> {
-    if let Some(extra) = args.first() {
-        return Err(format!("contract takes no arguments, got {extra:?}"));
-    }
+pub fn run() -> Result<(), String> {
     let redis = Redis::find()?;
     println!("contract: redis at {} ({})", redis.url, redis.origin);
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());

@@ -10,10 +10,7 @@ const FORBIDDEN_IN_CORE: &[&str] = &["tokio", "fred", "redis", "reqwest", "hyper
 /// Crates allowed to depend on fred (directly or not).
 const FRED_OWNERS: &[&str] = &["gateway-redis"];
 
-pub fn run(args: &[String]) -> Result<(), String> {
-    if let Some(extra) = args.first() {
-        return Err(format!("deps takes no arguments, got {extra:?}"));
-    }
+pub fn run() -> Result<(), String> {
     println!("{}", check()?);
     Ok(())
 }

@@ -18,60 +18,25 @@ const MAX_REFUSAL: Duration = Duration::from_millis(50);
 const MAX_GROWTH_KIB: u64 = 20 << 10;
 const ROUNDS: usize = 20;
 
-pub fn run(args: &[String]) -> Result<(), String> {
-    if let Some(extra) = args.first() {
-        return Err(format!("edge takes no arguments, got {extra:?}"));
-    }
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let built = Command::new(&cargo)
-        .args(["build", "--release", "--quiet", "--package", "gateway-server", "--message-format", "short"])
-        .status()
-        .map_err(|e| format!("cannot run cargo build: {e}"))?;
-    if !built.success() {
-        return Err("cargo build --release -p gateway-server failed".into());
-    }
-    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".to_owned());
-    let binary = std::path::Path::new(&target).join("release/gateway-server");
+pub fn run() -> Result<(), String> {
+    let binary = build_proxy()?;
     let proxy = Proxy::start(&binary)?;
-    let nested = {
-        let mut schema = json!({"type": "string"});
-        for _ in 0..60 {
-            schema = json!({"type": "object", "properties": {"a": schema}});
-        }
-        schema
-    };
     // Warm up: the first compile initializes the validator's meta-schemas.
     proxy.post(&with_schema(json!({"type": "object"})))?;
     let before = proxy.memory()?;
-    let bombs = [
-        ("allOf of $ref # (in-place cycle)", json!({"allOf": [{"$ref": "#"}]}), 400),
-        ("$defs cycle", json!({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"allOf": [{"$ref": "#/$defs/a"}]}}, "$ref": "#/$defs/a"}), 400),
-        ("doubling $ref chain, n = 20", doubling_chain(20), 400),
-        ("60-level nested properties (accepted)", nested, 0),
-    ];
     println!("edge: {} at {}, {} rounds each", binary.display(), proxy.address, ROUNDS);
     println!("{:<40} {:>7} {:>10} {:>10}", "input", "status", "first ms", "worst ms");
     let mut failures = Vec::new();
-    for (name, schema, want) in &bombs {
-        let body = with_schema(schema.clone());
-        let (mut first, mut worst, mut status) = (Duration::ZERO, Duration::ZERO, 0);
-        for round in 0..ROUNDS {
-            let began = Instant::now();
-            status = proxy.post(&body)?;
-            let took = began.elapsed();
-            if round == 0 {
-                first = took;
-            }
-            worst = worst.max(took);
-        }
+    for (name, schema, want) in bombs() {
+        let (status, first, worst) = measure(&proxy, &with_schema(schema))?;
         println!("{name:<40} {status:>7} {:>10.2} {:>10.2}", ms(first), ms(worst));
-        if *want == 400 && status != 400 {
+        if want == 400 && status != 400 {
             failures.push(format!("{name}: status {status}, want 400"));
         }
-        if *want == 400 && worst >= MAX_REFUSAL {
+        if want == 400 && worst >= MAX_REFUSAL {
             failures.push(format!("{name}: a refusal took {:.1} ms (limit {} ms)", ms(worst), MAX_REFUSAL.as_millis()));
         }
-        if *want == 0 && status == 400 {
+        if want == 0 && status == 400 {
             failures.push(format!("{name}: refused, but it is a plain schema"));
         }
     }
@@ -87,6 +52,52 @@ pub fn run(args: &[String]) -> Result<(), String> {
     } else {
         Err(failures.join("\n"))
     }
+}
+
+/// Builds `gateway-server` (release) and returns the binary's path.
+fn build_proxy() -> Result<std::path::PathBuf, String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let built = Command::new(&cargo)
+        .args(["build", "--release", "--quiet", "--package", "gateway-server", "--message-format", "short"])
+        .status()
+        .map_err(|e| format!("cannot run cargo build: {e}"))?;
+    if !built.success() {
+        return Err("cargo build --release -p gateway-server failed".into());
+    }
+    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".to_owned());
+    Ok(std::path::Path::new(&target).join("release/gateway-server"))
+}
+
+/// The inputs, each with the status it must get (0: anything but 400).
+fn bombs() -> [(&'static str, Value, u16); 4] {
+    let nested = {
+        let mut schema = json!({"type": "string"});
+        for _ in 0..60 {
+            schema = json!({"type": "object", "properties": {"a": schema}});
+        }
+        schema
+    };
+    [
+        ("allOf of $ref # (in-place cycle)", json!({"allOf": [{"$ref": "#"}]}), 400),
+        ("$defs cycle", json!({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"allOf": [{"$ref": "#/$defs/a"}]}}, "$ref": "#/$defs/a"}), 400),
+        ("doubling $ref chain, n = 20", doubling_chain(20), 400),
+        ("60-level nested properties (accepted)", nested, 0),
+    ]
+}
+
+/// Posts `body` [`ROUNDS`] times: the last status, the first answer's time and the worst.
+fn measure(proxy: &Proxy, body: &Value) -> Result<(u16, Duration, Duration), String> {
+    let (mut first, mut worst, mut status) = (Duration::ZERO, Duration::ZERO, 0);
+    for round in 0..ROUNDS {
+        let began = Instant::now();
+        status = proxy.post(body)?;
+        let took = began.elapsed();
+        if round == 0 {
+            first = took;
+        }
+        worst = worst.max(took);
+    }
+    Ok((status, first, worst))
 }
 
 fn ms(d: Duration) -> f64 {

@@ -113,7 +113,7 @@ fn checked(response: Response, request: &Request, schemas: &Schemas) -> Result<R
     }
     if let Some(structured) = &request.structured {
         for text in response.text_answers() {
-            schemas.check(structured, text).map_err(|why| Outcome::new(OutcomeClass::ResultInvalid, why))?;
+            schemas.check(structured, text).map_err(|why| Outcome::new(OutcomeClass::ResultInvalid, why.to_string()))?;
         }
     }
     Ok(response)
@@ -402,7 +402,7 @@ impl ChunkSource for Checked {
                 let texts = std::mem::take(&mut self.answers).into_values().flatten();
                 for text in texts.filter(|t| !t.trim().is_empty()) {
                     if let Err(why) = self.schemas.check(&self.structured, &text) {
-                        return Some(Err(Outcome::new(OutcomeClass::ResultInvalid, why)));
+                        return Some(Err(Outcome::new(OutcomeClass::ResultInvalid, why.to_string())));
                     }
                 }
                 None

@@ -30,6 +30,44 @@ pub enum SchemaError {
     Invalid(String),
 }
 
+/// Why an answer does not satisfy its compiled schema.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ValidationError {
+    /// The answer is too large to validate within the work budget (values × subschemas).
+    #[error("too large to validate: more than {values} values × {per_value} subschemas per value")]
+    TooLarge {
+        /// The answer's values, counted up to where the budget ran out.
+        values: u64,
+        /// The schema's subschemas applied to each value.
+        per_value: u64,
+    },
+    /// The validator's first error, and where in the answer it is.
+    #[error("schema: {message} at {path}")]
+    Mismatch {
+        /// What the validator says is wrong.
+        message: String,
+        /// The JSON pointer of the value at fault (empty for the whole answer).
+        path: String,
+    },
+}
+
+/// Why content fails a request's structured check: the detail of its `ResultInvalid`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CheckError {
+    /// The request's parse function refused the content.
+    #[error("parse: {0}")]
+    Parse(String),
+    /// The request's schema cannot be used.
+    #[error("invalid schema: {0}")]
+    Schema(#[from] SchemaError),
+    /// The content (Markdown fences stripped) is not JSON.
+    #[error("not json: {0}")]
+    NotJson(String),
+    /// The JSON does not satisfy the schema.
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+}
+
 /// The size of one compiled pattern, and of its lazy DFA cache.
 const REGEX_SIZE_LIMIT: usize = 128 << 10;
 /// What a cache entry weighs beyond its JSON and its patterns (the compiled tree).
@@ -58,14 +96,14 @@ impl CompiledSchema {
 
     /// `Err(why)` when `instance` does not satisfy the schema (or is too large to validate
     /// within the work budget).
-    pub fn validate(&self, instance: &Value) -> Result<(), String> {
+    pub fn validate(&self, instance: &Value) -> Result<(), ValidationError> {
         let values = count_values(instance, MAX_VALIDATION_WORK / self.cost.per_value.max(1) + 1);
         if values.saturating_mul(self.cost.per_value) > MAX_VALIDATION_WORK {
-            return Err(format!("too large to validate: more than {values} values × {} subschemas per value", self.cost.per_value));
+            return Err(ValidationError::TooLarge { values, per_value: self.cost.per_value });
         }
         match self.validator.iter_errors(instance).next() {
             None => Ok(()),
-            Some(error) => Err(format!("schema: {error} at {}", error.instance_path())),
+            Some(error) => Err(ValidationError::Mismatch { message: error.to_string(), path: error.instance_path().to_string() }),
         }
     }
 }
@@ -221,13 +259,13 @@ impl Schemas {
     }
 
     /// `Err(detail)` when `content` does not satisfy `structured`.
-    pub fn check(&self, structured: &Structured, content: &str) -> Result<(), String> {
+    pub fn check(&self, structured: &Structured, content: &str) -> Result<(), CheckError> {
         match structured {
-            Structured::Parse(parse) => parse(content).map_err(|why| format!("parse: {why}")),
+            Structured::Parse(parse) => parse(content).map_err(CheckError::Parse),
             Structured::JsonSchema(schema) => {
-                let compiled = self.compile(schema).map_err(|e| format!("invalid schema: {e}"))?;
-                let value: Value = serde_json::from_str(strip_fences(content)).map_err(|e| format!("not json: {e}"))?;
-                compiled.validate(&value)
+                let compiled = self.compile(schema)?;
+                let value: Value = serde_json::from_str(strip_fences(content)).map_err(|e| CheckError::NotJson(e.to_string()))?;
+                Ok(compiled.validate(&value)?)
             }
         }
     }
@@ -252,15 +290,23 @@ mod tests {
         let schema = Structured::JsonSchema(json!({"type": "object", "required": ["a"], "properties": {"a": {"type": "integer"}}}));
         assert!(schemas.check(&schema, r#"{"a": 1}"#).is_ok());
         assert!(schemas.check(&schema, "```json\n{\"a\": 1}\n```").is_ok());
-        assert!(schemas.check(&schema, r#"{"a": "x"}"#).unwrap_err().starts_with("schema:"));
-        assert!(schemas.check(&schema, "not json").unwrap_err().starts_with("not json"));
+        let e = schemas.check(&schema, r#"{"a": "x"}"#).unwrap_err();
+        assert_eq!(e.to_string(), r#"schema: "x" is not of type "integer" at /a"#);
+        assert!(matches!(&e, CheckError::Invalid(ValidationError::Mismatch { path, .. }) if path == "/a"), "{e:?}");
+        let e = schemas.check(&schema, "not json").unwrap_err();
+        assert_eq!(e.to_string(), "not json: expected ident at line 1 column 2");
+        assert!(matches!(e, CheckError::NotJson(_)), "{e:?}");
         let parse = Structured::Parse(Arc::new(|c: &str| if c.contains("ok") { Ok(()) } else { Err("no ok".into()) }));
         assert!(schemas.check(&parse, "ok!").is_ok());
-        assert_eq!(schemas.check(&parse, "nope").unwrap_err(), "parse: no ok");
+        assert_eq!(schemas.check(&parse, "nope").unwrap_err(), CheckError::Parse("no ok".into()));
+        assert_eq!(schemas.check(&parse, "nope").unwrap_err().to_string(), "parse: no ok");
         let broken = Structured::JsonSchema(json!({"type": 12}));
-        assert!(schemas.check(&broken, "{}").unwrap_err().starts_with("invalid schema: not a usable JSON Schema"));
+        let e = schemas.check(&broken, "{}").unwrap_err();
+        assert!(matches!(e, CheckError::Schema(SchemaError::Invalid(_))), "{e:?}");
+        assert!(e.to_string().starts_with("invalid schema: not a usable JSON Schema"), "{e}");
         let bomb = Structured::JsonSchema(json!({"allOf": [{"$ref": "#"}]}));
-        assert!(schemas.check(&bomb, "{}").unwrap_err().contains("endless validation"));
+        let e = schemas.check(&bomb, "{}").unwrap_err();
+        assert!(matches!(e, CheckError::Schema(SchemaError::Refused(_))) && e.to_string().contains("endless validation"), "{e}");
     }
 
     #[test]
@@ -306,7 +352,7 @@ mod tests {
         assert_eq!(schemas.compile(&many).unwrap_err(), SchemaError::Refused(SchemaRefusal::TooManyPatterns { limit: 64 }));
         let fine = Structured::JsonSchema(json!({"type": "string", "pattern": "^(a+)+$"}));
         assert!(
-            schemas.check(&fine, &format!("\"{}b\"", "a".repeat(5000))).unwrap_err().starts_with("schema:"),
+            schemas.check(&fine, &format!("\"{}b\"", "a".repeat(5000))).unwrap_err().to_string().starts_with("schema:"),
             "no catastrophic backtracking"
         );
     }
@@ -320,7 +366,10 @@ mod tests {
         let small: Value = json!([1, 2, 3]);
         assert!(compiled.validate(&small).is_ok());
         let huge = Value::Array(vec![json!(1); 50_000]);
-        assert!(compiled.validate(&huge).unwrap_err().starts_with("too large to validate"));
+        let e = compiled.validate(&huge).unwrap_err();
+        let per_value = compiled.cost().per_value;
+        assert!(matches!(e, ValidationError::TooLarge { per_value: p, .. } if p == per_value), "{e:?}");
+        assert!(e.to_string().starts_with("too large to validate: more than "), "{e}");
     }
 
     #[test]

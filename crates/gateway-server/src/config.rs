@@ -101,15 +101,10 @@ impl BackendConfig {
     /// Checks what a type cannot, and takes `server.redis_url` (the older place) when set.
     fn merged(mut self, server: &ServerConfig) -> Result<Self, ConfigError> {
         if !(1..=60_000).contains(&self.command_timeout_ms) {
-            return Err(ConfigError(format!(
-                "backend.command_timeout_ms: value {} is out of range (expected 1 to 60000)",
-                self.command_timeout_ms
-            )));
+            return Err(ConfigError::CommandTimeout { value: self.command_timeout_ms });
         }
         match (&self.redis_url, &server.redis_url) {
-            (Some(_), Some(_)) => {
-                Err(ConfigError("backend.redis_url: also set as server.redis_url (its older place); keep one".to_owned()))
-            }
+            (Some(_), Some(_)) => Err(ConfigError::RedisUrlTwice),
             (None, Some(url)) => {
                 self.redis_url = Some(url.clone());
                 Ok(self)
@@ -193,8 +188,73 @@ impl Default for ServerConfig {
 
 /// A configuration the server cannot start with, naming the key.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct ConfigError(pub String);
+pub enum ConfigError {
+    /// The file or a scope's table does not load (`gateway_client::config::Loader`).
+    #[error(transparent)]
+    Scopes(config::ConfigError),
+    /// A `SERVER__*` or `BACKEND__*` variable that cannot be a key (an empty key part, or both
+    /// a value and a section under it).
+    #[error(transparent)]
+    Environment(config::ConfigError),
+    /// A `[server]` or `[backend]` value of the wrong type, or an unknown key (a secret's value
+    /// is never shown).
+    #[error(transparent)]
+    Table(config::ConfigError),
+    /// A duration of `[server]` outside (0, 86400] seconds.
+    #[error("server.{key}: value {value} is out of range (expected 0 < seconds <= 86400)")]
+    Seconds {
+        /// The key in `[server]`.
+        key: &'static str,
+        /// Its value.
+        value: f64,
+    },
+    /// A size or count of `[server]` that must be at least 1 is 0.
+    #[error("server.{key}: value 0 is out of range (expected at least 1)")]
+    Zero {
+        /// The key in `[server]`.
+        key: &'static str,
+    },
+    /// `server.metrics_key` is shorter than a key may be.
+    #[error("server.metrics_key: a metrics key has at least {MIN_KEY_CHARS} characters")]
+    ShortMetricsKey,
+    /// A gateway key is shorter than a key may be.
+    #[error("server.api_keys.{name}.key: a gateway key has at least {MIN_KEY_CHARS} characters")]
+    ShortApiKey {
+        /// The key's name in `[server.api_keys]`.
+        name: String,
+    },
+    /// A key's tenant cannot be a tenant name.
+    #[error("server.api_keys.{name}.tenant: value {shown:?} is invalid ({why})")]
+    InvalidTenant {
+        /// The key's name in `[server.api_keys]`.
+        name: String,
+        /// The tenant as it may be shown (`gateway_client::echoed`).
+        shown: String,
+        /// Why it is refused.
+        why: gateway_client::TenantRefusal,
+    },
+    /// A key's `max_tenants` is 0.
+    #[error("server.api_keys.{name}.max_tenants: value 0 is out of range (expected at least 1)")]
+    ZeroMaxTenants {
+        /// The key's name in `[server.api_keys]`.
+        name: String,
+    },
+    /// A key bound to a tenant has a `max_tenants`.
+    #[error("server.api_keys.{name}.max_tenants: a key bound to a tenant names no other; set it on unbound keys only")]
+    MaxTenantsOfBoundKey {
+        /// The key's name in `[server.api_keys]`.
+        name: String,
+    },
+    /// `backend.command_timeout_ms` outside 1 to 60000.
+    #[error("backend.command_timeout_ms: value {value} is out of range (expected 1 to 60000)")]
+    CommandTimeout {
+        /// Its value.
+        value: u64,
+    },
+    /// The Redis URL is set in both its places.
+    #[error("backend.redis_url: also set as server.redis_url (its older place); keep one")]
+    RedisUrlTwice,
+}
 
 /// The least a gateway or metrics key may have.
 const MIN_KEY_CHARS: usize = 16;
@@ -202,21 +262,15 @@ const MIN_KEY_CHARS: usize = 16;
 impl ServerConfig {
     /// Checks the values a type cannot: positive durations, limits, long enough keys.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let positive = |key: &str, v: f64| {
-            if v.is_finite() && v > 0.0 && v <= 86_400.0 {
-                Ok(())
-            } else {
-                Err(ConfigError(format!("server.{key}: value {v} is out of range (expected 0 < seconds <= 86400)")))
-            }
+        let positive = |key: &'static str, value: f64| {
+            if value.is_finite() && value > 0.0 && value <= 86_400.0 { Ok(()) } else { Err(ConfigError::Seconds { key, value }) }
         };
         positive("shutdown_grace_s", self.shutdown_grace_s)?;
         positive("keepalive_s", self.keepalive_s)?;
         positive("header_timeout_s", self.header_timeout_s)?;
         positive("body_timeout_s", self.body_timeout_s)?;
         positive("idle_timeout_s", self.idle_timeout_s)?;
-        let at_least_one = |key: &str, v: usize| {
-            if v == 0 { Err(ConfigError(format!("server.{key}: value 0 is out of range (expected at least 1)"))) } else { Ok(()) }
-        };
+        let at_least_one = |key: &'static str, v: usize| if v == 0 { Err(ConfigError::Zero { key }) } else { Ok(()) };
         at_least_one("max_body_bytes", self.max_body_bytes)?;
         at_least_one("max_schema_bytes", self.max_schema_bytes)?;
         at_least_one("metrics_max_tenants", self.metrics_max_tenants)?;
@@ -224,25 +278,19 @@ impl ServerConfig {
             at_least_one("max_connections", max)?;
         }
         if self.metrics_key.as_ref().is_some_and(|k| k.chars().count() < MIN_KEY_CHARS) {
-            return Err(ConfigError(format!("server.metrics_key: a metrics key has at least {MIN_KEY_CHARS} characters")));
+            return Err(ConfigError::ShortMetricsKey);
         }
         if let Some((name, _)) = self.api_keys.iter().find(|(_, k)| k.key.chars().count() < MIN_KEY_CHARS) {
-            return Err(ConfigError(format!("server.api_keys.{name}.key: a gateway key has at least {MIN_KEY_CHARS} characters")));
+            return Err(ConfigError::ShortApiKey { name: name.clone() });
         }
         for (name, key) in &self.api_keys {
             if let Some(Err(why)) = key.tenant.as_deref().map(gateway_client::tenant_name) {
                 let shown = gateway_client::echoed(key.tenant.as_deref().unwrap_or_default());
-                return Err(ConfigError(format!("server.api_keys.{name}.tenant: value {shown:?} is invalid ({why})")));
+                return Err(ConfigError::InvalidTenant { name: name.clone(), shown, why });
             }
             match (key.max_tenants, &key.tenant) {
-                (Some(0), _) => {
-                    return Err(ConfigError(format!("server.api_keys.{name}.max_tenants: value 0 is out of range (expected at least 1)")));
-                }
-                (Some(_), Some(_)) => {
-                    return Err(ConfigError(format!(
-                        "server.api_keys.{name}.max_tenants: a key bound to a tenant names no other; set it on unbound keys only"
-                    )));
-                }
+                (Some(0), _) => return Err(ConfigError::ZeroMaxTenants { name: name.clone() }),
+                (Some(_), Some(_)) => return Err(ConfigError::MaxTenantsOfBoundKey { name: name.clone() }),
                 _ => {}
             }
         }
@@ -290,18 +338,13 @@ pub fn load_with(path: &Path, vars: Vec<(String, String)>) -> Result<(ServerConf
 
 /// As [`load_all`], with these environment variables instead of the process's.
 pub fn load_all_with(path: &Path, vars: Vec<(String, String)>) -> Result<(ServerConfig, BackendConfig, Vec<ScopePolicy>), ConfigError> {
-    let scopes = Loader::new()
-        .file(path)
-        .reserve("server")
-        .reserve("backend")
-        .env_vars(vars.clone())
-        .load()
-        .map_err(|e| ConfigError(e.to_string()))?;
-    let env = EnvLayer::new(vars, &["server".to_owned(), "backend".to_owned()]).map_err(|e| ConfigError(e.to_string()))?;
+    let scopes =
+        Loader::new().file(path).reserve("server").reserve("backend").env_vars(vars.clone()).load().map_err(ConfigError::Scopes)?;
+    let env = EnvLayer::new(vars, &["server".to_owned(), "backend".to_owned()]).map_err(ConfigError::Environment)?;
     // Named as the scopes' errors are; a secret's value is never printed, whatever is wrong.
     let (_, tables) = env
         .extract::<Tables>(&Figment::new().merge(Toml::file(path)))
-        .map_err(|e| ConfigError(config::describe(*e, Some(path), |key| is_secret(&key.join("."))).to_string()))?;
+        .map_err(|e| ConfigError::Table(config::describe(*e, Some(path), |key| is_secret(&key.join(".")))))?;
     let server = tables.server.unwrap_or_default();
     server.validate()?;
     let backend = tables.backend.unwrap_or_default().merged(&server)?;
@@ -314,14 +357,19 @@ mod tests {
 
     const SCOPE: &str = "[chat.breaker]\nfail_threshold = 5\ncooldown_s = 60\n[chat.sources.s1]\n";
 
-    fn load_text(text: &str, vars: &[(&str, &str)]) -> Result<ServerConfig, ConfigError> {
+    /// Loads `text` and a scope from a file of its own (tests run in parallel).
+    fn load_file(text: &str, vars: &[(&str, &str)]) -> Result<(ServerConfig, BackendConfig, Vec<ScopePolicy>), ConfigError> {
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let path = std::env::temp_dir().join(format!("gateway-server-config-{}-{n}.toml", std::process::id()));
-        std::fs::write(&path, format!("{text}\n{SCOPE}")).map_err(|e| ConfigError(e.to_string()))?;
-        let loaded = load_with(&path, vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+        std::fs::write(&path, format!("{text}\n{SCOPE}")).unwrap();
+        let loaded = load_all_with(&path, vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
         let _ = std::fs::remove_file(&path);
-        loaded.map(|(server, _)| server)
+        loaded
+    }
+
+    fn load_text(text: &str, vars: &[(&str, &str)]) -> Result<ServerConfig, ConfigError> {
+        load_file(text, vars).map(|(server, _, _)| server)
     }
 
     #[test]
@@ -342,11 +390,7 @@ mod tests {
     }
 
     fn load_backend(text: &str, vars: &[(&str, &str)]) -> Result<BackendConfig, ConfigError> {
-        let path = std::env::temp_dir().join(format!("gateway-backend-config-{}-{}.toml", std::process::id(), text.len() + vars.len()));
-        std::fs::write(&path, format!("{text}\n{SCOPE}")).map_err(|e| ConfigError(e.to_string()))?;
-        let loaded = load_all_with(&path, vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
-        let _ = std::fs::remove_file(&path);
-        loaded.map(|(_, backend, _)| backend)
+        load_file(text, vars).map(|(_, backend, _)| backend)
     }
 
     #[test]
@@ -368,13 +412,59 @@ mod tests {
         assert!(e.contains("backend.on_unavailable") && e.contains("fail_closed") && e.contains("local"), "{e}");
         let e = load_backend("[backend]\ncommand_timeout_ms = 0", &[]).unwrap_err().to_string();
         assert_eq!(e, "backend.command_timeout_ms: value 0 is out of range (expected 1 to 60000)");
+        assert!(matches!(load_backend("[backend]\ncommand_timeout_ms = 60001", &[]), Err(ConfigError::CommandTimeout { value: 60_001 })));
         let e = load_backend("[server]\nredis_url = \"redis://a:6379\"\n[backend]\nredis_url = \"redis://b:6379\"", &[])
             .unwrap_err()
             .to_string();
         assert_eq!(e, "backend.redis_url: also set as server.redis_url (its older place); keep one");
         assert!(!e.contains("redis://"), "the URL is a secret");
+        assert!(matches!(
+            load_backend("[server]\nredis_url = \"redis://a:6379\"\n[backend]\nredis_url = \"redis://c:6379\"", &[]),
+            Err(ConfigError::RedisUrlTwice)
+        ));
         let e = load_backend("", &[("BACKEND__ON_UNAVAILBLE", "local")]).unwrap_err().to_string();
         assert_eq!(e, "BACKEND__ON_UNAVAILBLE (environment): unknown key \"on_unavailble\"");
+    }
+
+    #[test]
+    fn each_check_of_the_server_table_names_its_key() {
+        let key = "gw-secret-value-0123456789";
+        let cases: &[(&str, &str)] = &[
+            ("[server]\nmax_body_bytes = 0", "server.max_body_bytes: value 0 is out of range (expected at least 1)"),
+            ("[server]\nmax_connections = 0", "server.max_connections: value 0 is out of range (expected at least 1)"),
+            ("[server]\nidle_timeout_s = 90000.5", "server.idle_timeout_s: value 90000.5 is out of range (expected 0 < seconds <= 86400)"),
+            ("[server]\nmetrics_key = \"short\"", "server.metrics_key: a metrics key has at least 16 characters"),
+            (
+                &format!("[server.api_keys.ops]\nkey = \"{key}\"\nmax_tenants = 0"),
+                "server.api_keys.ops.max_tenants: value 0 is out of range (expected at least 1)",
+            ),
+            (
+                &format!("[server.api_keys.ops]\nkey = \"{key}\"\ntenant = \"acme\"\nmax_tenants = 2"),
+                "server.api_keys.ops.max_tenants: a key bound to a tenant names no other; set it on unbound keys only",
+            ),
+        ];
+        for (text, message) in cases {
+            assert_eq!(load_text(text, &[]).unwrap_err().to_string(), *message, "{text}");
+        }
+        let e = load_text("[server]\nmax_schema_bytes = 0", &[]).unwrap_err();
+        assert!(matches!(e, ConfigError::Zero { key: "max_schema_bytes" }), "{e:?}");
+        let e = load_text(&format!("[server.api_keys.ops]\nkey = \"{key}\"\ntenant = \"a b\""), &[]).unwrap_err();
+        assert!(matches!(&e, ConfigError::InvalidTenant { name, shown, .. } if name == "ops" && shown == "a b"), "{e:?}");
+        assert!(!e.to_string().contains(key), "the key is a secret: {e}");
+    }
+
+    #[test]
+    fn a_missing_file_or_a_bad_scope_is_named_as_the_scopes_loader_names_it() {
+        let missing = std::env::temp_dir().join(format!("gateway-server-no-such-file-{}.toml", std::process::id()));
+        let e = load_with(&missing, Vec::new()).unwrap_err();
+        assert!(matches!(e, ConfigError::Scopes(_)), "{e:?}");
+        assert_eq!(e.to_string(), format!("{} (TOML file): file not found", missing.display()));
+        let e = load_text("[chat.sources.s1.nope]\nx = 1", &[]).unwrap_err();
+        assert!(matches!(e, ConfigError::Scopes(_)) && e.to_string().starts_with("chat.sources.s1.nope (TOML file "), "{e:?}");
+        let e = load_text("", &[("SERVER____LISTEN", "x")]).unwrap_err();
+        assert!(matches!(e, ConfigError::Environment(_)), "{e:?}");
+        let e = load_text("", &[("SERVER__LISEN", "x")]).unwrap_err();
+        assert!(matches!(e, ConfigError::Table(_)), "{e:?}");
     }
 
     #[test]

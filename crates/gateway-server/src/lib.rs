@@ -27,7 +27,7 @@ pub mod openai;
 mod routes;
 mod serve;
 
-pub use serve::{Served, connection_cap, fd_limit, serve};
+pub use serve::{ConnectionCapError, Served, connection_cap, fd_limit, serve};
 
 use axum::Router;
 use axum::routing::{get, post};
@@ -138,8 +138,23 @@ pub fn metrics_router(state: Arc<AppState>) -> Router {
     Router::new().route("/metrics", get(routes::metrics_only)).fallback(routes::not_found).with_state(state)
 }
 
+/// Why the state cannot be built from a loaded configuration, naming the key at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// A source the HTTP upstream cannot call (`{scope}.sources.{source}.{field}`).
+    #[error(transparent)]
+    Upstream(#[from] gateway_http::HttpConfigError),
+    /// The Redis of `backend.redis_url` does not answer (with `on_unavailable = "fail_closed"`),
+    /// or its URL is not one.
+    #[error("backend.redis_url: {0}")]
+    Redis(gateway_core::ports::GateError),
+    /// The client refuses the scopes (a `fallback` naming no scope, no scope at all).
+    #[error(transparent)]
+    Client(#[from] gateway_client::BuildError),
+}
+
 /// [`build_with`] the `[backend]` of `server.redis_url` (the older place of the Redis URL).
-pub async fn build(config: ServerConfig, scopes: Vec<gateway_core::policy::ScopePolicy>) -> Result<Arc<AppState>, String> {
+pub async fn build(config: ServerConfig, scopes: Vec<gateway_core::policy::ScopePolicy>) -> Result<Arc<AppState>, BuildError> {
     let backend = BackendConfig { redis_url: config.redis_url.clone(), ..BackendConfig::default() };
     build_with(config, backend, scopes).await
 }
@@ -151,14 +166,14 @@ async fn shared_backend(
     backend: &BackendConfig,
     url: &str,
     clock: Arc<dyn gateway_core::time::Clock>,
-) -> Result<(Shared, Arc<Backstop>), String> {
+) -> Result<(Shared, Arc<Backstop>), BuildError> {
     let redis = gateway_redis::RedisConfig {
         url: url.to_owned(),
         command_timeout: Duration::from_millis(backend.command_timeout_ms),
         connect_lazily: backend.on_unavailable == OnUnavailable::Local,
         ..Default::default()
     };
-    let conn = gateway_redis::RedisConnection::connect(redis).await.map_err(|e| format!("backend.redis_url: {e}"))?;
+    let conn = gateway_redis::RedisConnection::connect(redis).await.map_err(BuildError::Redis)?;
     let backstop = Backstop::new(backend.on_unavailable, clock, gateway_memory::backstop::RETRY_EVERY);
     let shared: Shared = (
         Arc::new(BackstopGates::new(Arc::new(gateway_redis::RedisGates::new(conn.clone())), backstop.clone())),
@@ -178,9 +193,9 @@ pub async fn build_with(
     config: ServerConfig,
     backend: BackendConfig,
     scopes: Vec<gateway_core::policy::ScopePolicy>,
-) -> Result<Arc<AppState>, String> {
+) -> Result<Arc<AppState>, BuildError> {
     let schemas = schemas_for(&config);
-    let upstream = Arc::new(gateway_http::HttpUpstream::new(&scopes).map_err(|e| e.to_string())?.with_schemas(schemas.clone()));
+    let upstream = Arc::new(gateway_http::HttpUpstream::new(&scopes)?.with_schemas(schemas.clone()));
     let metrics = Arc::new(Metrics::new(config.metrics_max_tenants));
     let clock: Arc<dyn gateway_core::time::Clock> = Arc::new(gateway_client::TokioClock::new());
     let ((gates, quota, pacer), backstop): (Shared, _) = match &backend.redis_url {
@@ -206,9 +221,50 @@ pub async fn build_with(
         .upstream(upstream)
         .telemetry(Arc::new(ServerTelemetry { metrics: metrics.clone() }))
         .clock(clock)
-        .build()
-        .map_err(|e| e.to_string())?;
+        .build()?;
     let mut state = AppState::new(Arc::new(client), gates, metrics, config, schemas);
     state.backstop = backstop;
     Ok(Arc::new(state))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BuildError, build, build_with};
+    use crate::config::{BackendConfig, ServerConfig, load};
+
+    /// The scopes of `scope`, loaded as the server loads them.
+    fn scopes(scope: &str) -> Vec<gateway_core::policy::ScopePolicy> {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("gateway-server-build-{}-{n}.toml", std::process::id()));
+        std::fs::write(&path, scope).unwrap();
+        let loaded = load(&path);
+        let _ = std::fs::remove_file(&path);
+        loaded.unwrap().1
+    }
+
+    const BREAKER: &str = "[chat.breaker]\nfail_threshold = 5\ncooldown_s = 60\n";
+
+    #[tokio::test]
+    async fn a_source_the_upstream_cannot_call_is_named() {
+        let e = build(ServerConfig::default(), scopes(&format!("{BREAKER}[chat.sources.s1]\nmodel = \"m\"\n"))).await.err().unwrap();
+        assert!(matches!(e, BuildError::Upstream(_)), "{e:?}");
+        assert_eq!(e.to_string(), "chat.sources.s1.base_url: required key is missing");
+    }
+
+    #[tokio::test]
+    async fn a_client_without_scopes_is_refused() {
+        let e = build(ServerConfig::default(), Vec::new()).await.err().unwrap();
+        assert!(matches!(e, BuildError::Client(gateway_client::BuildError::NoScope)), "{e:?}");
+        assert_eq!(e.to_string(), gateway_client::BuildError::NoScope.to_string());
+    }
+
+    #[tokio::test]
+    async fn a_redis_that_does_not_answer_fails_the_start_naming_backend_redis_url() {
+        let scope = format!("{BREAKER}[chat.sources.s1]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n");
+        let backend = BackendConfig { redis_url: Some("redis://127.0.0.1:1".to_owned()), ..BackendConfig::default() };
+        let e = build_with(ServerConfig::default(), backend, scopes(&scope)).await.err().unwrap();
+        assert!(matches!(e, BuildError::Redis(_)), "{e:?}");
+        assert!(e.to_string().starts_with("backend.redis_url: "), "{e}");
+    }
 }

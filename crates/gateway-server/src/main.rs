@@ -40,8 +40,25 @@ async fn shutdown_signal() {
     }
 }
 
-async fn run(args: Args) -> Result<gateway_server::Served, String> {
-    let (mut server, backend, scopes) = gateway_server::config::load_all(&args.config).map_err(|e| e.to_string())?;
+/// Why the proxy did not start, or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+enum RunError {
+    /// The config file (its key named).
+    #[error(transparent)]
+    Config(#[from] gateway_server::config::ConfigError),
+    /// The state cannot be built from it (its key named).
+    #[error(transparent)]
+    Build(#[from] gateway_server::BuildError),
+    /// `server.listen` (or `--listen`) cannot be listened on.
+    #[error("server.listen: cannot listen on {address}: {source}")]
+    Listen { address: String, source: std::io::Error },
+    /// Serving failed (its message names the key when it is one).
+    #[error(transparent)]
+    Serve(std::io::Error),
+}
+
+async fn run(args: Args) -> Result<gateway_server::Served, RunError> {
+    let (mut server, backend, scopes) = gateway_server::config::load_all(&args.config)?;
     if let Some(listen) = args.listen {
         server.listen = listen;
     }
@@ -50,9 +67,12 @@ async fn run(args: Args) -> Result<gateway_server::Served, String> {
     }
     let listen = server.listen.clone();
     let state = gateway_server::build_with(server, backend, scopes).await?;
-    let listener = tokio::net::TcpListener::bind(&listen).await.map_err(|e| format!("server.listen: cannot listen on {listen}: {e}"))?;
+    let listener = match tokio::net::TcpListener::bind(&listen).await {
+        Ok(listener) => listener,
+        Err(source) => return Err(RunError::Listen { address: listen, source }),
+    };
     tracing::info!(listen = %listen, scopes = ?state.client.scope_names(), "gateway-server listening");
-    gateway_server::serve(listener, state, shutdown_signal()).await.map_err(|e| e.to_string())
+    gateway_server::serve(listener, state, shutdown_signal()).await.map_err(RunError::Serve)
 }
 
 fn main() -> ExitCode {
@@ -82,5 +102,37 @@ fn main() -> ExitCode {
             }
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Args, RunError, run};
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn each_start_up_error_names_its_key_or_file() {
+        let config = std::env::temp_dir().join(format!("gateway-server-main-{}.toml", std::process::id()));
+        let args = |listen: Option<String>| Args { config: config.clone(), listen };
+        let _ = std::fs::remove_file(&config);
+        let e = run(args(None)).await.err().unwrap();
+        assert!(matches!(e, RunError::Config(_)) && e.to_string().ends_with("(TOML file): file not found"), "{e:?}");
+        std::fs::write(&config, "[chat.breaker]\nfail_threshold = 5\ncooldown_s = 60\n[chat.sources.s1]\nmodel = \"m\"\n").unwrap();
+        let e = run(args(None)).await.err().unwrap();
+        assert!(matches!(e, RunError::Build(_)) && e.to_string() == "chat.sources.s1.base_url: required key is missing", "{e:?}");
+        std::fs::write(
+            &config,
+            "[chat.breaker]\nfail_threshold = 5\ncooldown_s = 60\n[chat.sources.s1]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n",
+        )
+        .unwrap();
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = taken.local_addr().unwrap().to_string();
+        let e = run(args(Some(address.clone()))).await.err().unwrap();
+        assert!(matches!(&e, RunError::Listen { address: a, .. } if *a == address), "{e:?}");
+        assert!(e.to_string().starts_with(&format!("server.listen: cannot listen on {address}: ")), "{e}");
+        std::fs::write(&config, format!("[server]\nmetrics_listen = \"{address}\"\n[chat.breaker]\nfail_threshold = 5\ncooldown_s = 60\n[chat.sources.s1]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n")).unwrap();
+        let e = run(args(Some("127.0.0.1:0".to_owned()))).await.err().unwrap();
+        assert!(matches!(e, RunError::Serve(_)), "{e:?}");
+        assert!(e.to_string().starts_with(&format!("server.metrics_listen: cannot listen on {address}: ")), "{e}");
+        let _ = std::fs::remove_file(&config);
     }
 }

@@ -160,61 +160,91 @@ async fn sse(
     include_usage: bool,
 ) -> Result<Response, ApiError> {
     let keepalive = Duration::from_secs_f64(state.config.keepalive_s);
-    let mut calling: Pin<Box<dyn Future<Output = Result<ChatStream, ApiError>> + Send>> = {
-        let (state, scope) = (state.clone(), scope.clone());
-        Box::pin(async move {
-            governed(&state, async {
-                match tenant.as_deref() {
-                    Some(tenant) => state.client.stream_as(&scope, tenant, &request).await,
-                    None => state.client.stream(&scope, &request).await,
-                }
-            })
-            .await
-        })
-    };
+    let mut calling = start_stream(state.clone(), scope.clone(), tenant, request);
     let (relay, served) = match tokio::time::timeout(keepalive, &mut calling).await {
         Ok(Ok(stream)) => {
-            let served = [
-                ("x-gateway-source", Some(stream.source().to_owned())),
-                ("x-gateway-attempts", Some(stream.attempts().to_string())),
-                ("x-request-id", stream.request_id().map(str::to_owned)),
-            ];
-            (Relay::Streaming(stream), served.into_iter().filter_map(|(name, value)| Some((name, value?))).collect())
+            let served = served_by(&stream);
+            (Relay::Streaming(stream), served)
         }
         Ok(Err(error)) => return Err(error),
         Err(_) => (Relay::Calling(calling), Vec::new()),
     };
     let body = futures_util::stream::unfold(relay, move |relay| {
         let state = state.clone();
-        async move {
-            let mut relay = relay;
-            loop {
-                relay = match relay {
-                    Relay::Done => return None,
-                    Relay::Calling(mut call) => tokio::select! {
-                        result = &mut call => match result {
-                            Ok(stream) => Relay::Streaming(stream),
-                            Err(error) => return Some((Ok::<_, Infallible>(openai::error_event(&error)), Relay::Done)),
-                        },
-                        () = tokio::time::sleep(keepalive) => return Some((Ok(": keep-alive\n\n".to_owned()), Relay::Calling(call))),
-                    },
-                    Relay::Streaming(mut stream) => tokio::select! {
-                        next = stream.next() => match next {
-                            Some(Ok(chunk)) if openai::is_usage_chunk(&chunk) && !include_usage => Relay::Streaming(stream),
-                            Some(Ok(chunk)) => return Some((Ok(openai::chunk_event(&chunk)), Relay::Streaming(stream))),
-                            Some(Err(broken)) => {
-                                let error = ApiError::new(StatusCode::BAD_GATEWAY, "upstream_error", "stream_broken", broken.to_string());
-                                return Some((Ok(openai::error_event(&error)), Relay::Done));
-                            }
-                            None => return Some((Ok("data: [DONE]\n\n".to_owned()), Relay::Done)),
-                        },
-                        () = state.cut.cancelled() => return Some((Ok(openai::error_event(&cut(&state))), Relay::Done)),
-                    },
-                };
-            }
-        }
+        async move { next_event(relay, &state, keepalive, include_usage).await }
     });
-    let mut response = Response::new(Body::from_stream(body));
+    Ok(event_stream(Body::from_stream(body), scope, served))
+}
+
+/// Starts the streamed call of `request` on `scope` (in `tenant`'s partition, if given), under
+/// the shutdown cut.
+fn start_stream(
+    state: Arc<AppState>,
+    scope: String,
+    tenant: Option<String>,
+    request: Request,
+) -> Pin<Box<dyn Future<Output = Result<ChatStream, ApiError>> + Send>> {
+    Box::pin(async move {
+        governed(&state, async {
+            match tenant.as_deref() {
+                Some(tenant) => state.client.stream_as(&scope, tenant, &request).await,
+                None => state.client.stream(&scope, &request).await,
+            }
+        })
+        .await
+    })
+}
+
+/// Who serves a committed stream: `x-gateway-source`, `x-gateway-attempts` and, when the
+/// provider sent one, its `x-request-id`.
+fn served_by(stream: &ChatStream) -> Vec<(&'static str, String)> {
+    let served = [
+        ("x-gateway-source", Some(stream.source().to_owned())),
+        ("x-gateway-attempts", Some(stream.attempts().to_string())),
+        ("x-request-id", stream.request_id().map(str::to_owned)),
+    ];
+    served.into_iter().filter_map(|(name, value)| Some((name, value?))).collect()
+}
+
+/// The next SSE event of a streamed answer and where the relay is after it (`None`: the body
+/// ends): keep-alive comments until the commit point, then each chunk, `[DONE]` or an `error`
+/// event.
+async fn next_event(
+    mut relay: Relay,
+    state: &AppState,
+    keepalive: Duration,
+    include_usage: bool,
+) -> Option<(Result<String, Infallible>, Relay)> {
+    loop {
+        relay = match relay {
+            Relay::Done => return None,
+            Relay::Calling(mut call) => tokio::select! {
+                result = &mut call => match result {
+                    Ok(stream) => Relay::Streaming(stream),
+                    Err(error) => return Some((Ok::<_, Infallible>(openai::error_event(&error)), Relay::Done)),
+                },
+                () = tokio::time::sleep(keepalive) => return Some((Ok(": keep-alive\n\n".to_owned()), Relay::Calling(call))),
+            },
+            Relay::Streaming(mut stream) => tokio::select! {
+                next = stream.next() => match next {
+                    Some(Ok(chunk)) if openai::is_usage_chunk(&chunk) && !include_usage => Relay::Streaming(stream),
+                    Some(Ok(chunk)) => return Some((Ok(openai::chunk_event(&chunk)), Relay::Streaming(stream))),
+                    Some(Err(broken)) => {
+                        let error = ApiError::new(StatusCode::BAD_GATEWAY, "upstream_error", "stream_broken", broken.to_string());
+                        return Some((Ok(openai::error_event(&error)), Relay::Done));
+                    }
+                    None => return Some((Ok("data: [DONE]\n\n".to_owned()), Relay::Done)),
+                },
+                () = state.cut.cancelled() => return Some((Ok(openai::error_event(&cut(state))), Relay::Done)),
+            },
+        };
+    }
+}
+
+/// The `text/event-stream` answer of `body`, with who serves it: `x-gateway-scope` and what
+/// `served` names.
+fn event_stream(body: Body, scope: String, served: Vec<(&'static str, String)>) -> Response {
+    let mut response = Response::new(body);
     let headers = response.headers_mut();
     headers.insert("content-type", HeaderValue::from_static("text/event-stream"));
     headers.insert("cache-control", HeaderValue::from_static("no-cache"));
@@ -223,7 +253,7 @@ async fn sse(
             headers.insert(name, value);
         }
     }
-    Ok(response)
+    response
 }
 
 pub(crate) async fn embeddings(State(state): State<Arc<AppState>>, request: HttpRequest) -> Response {

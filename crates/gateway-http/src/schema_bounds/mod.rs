@@ -25,6 +25,11 @@
 //! subschema per value) and grows only where one value really meets a subschema several times
 //! (`{"properties": {"a": {"allOf": [{"$ref": "#"}, {"$ref": "#"}]}}}` doubles per level).
 
+mod references;
+#[cfg(test)]
+mod tests;
+
+use references::Anchors;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 
@@ -178,15 +183,6 @@ struct Node<'a> {
     /// Its regular expressions.
     patterns: usize,
 }
-
-/// Where plain-name fragments and recursive anchors point, built from the nodes indexed so far.
-#[derive(Default)]
-struct Anchors {
-    built_for: usize,
-    names: HashMap<String, Vec<usize>>,
-    recursive: Vec<usize>,
-}
-
 struct Graph<'a> {
     root: &'a Value,
     id_keyword: &'static str,
@@ -268,98 +264,6 @@ impl<'a> Graph<'a> {
         }
         out
     }
-
-    /// Adds an in-place edge for every reference, indexing targets that are not yet subschemas
-    /// (a pointer may name any position of the document).
-    fn link_references(&mut self) -> Result<(), SchemaRefusal> {
-        let base = self.root.get(self.id_keyword).and_then(Value::as_str).map(|id| id.trim_end_matches('#').to_owned());
-        let mut id = 0;
-        while id < self.nodes.len() {
-            let (value, pointer) = (self.nodes[id].value, self.nodes[id].pointer.clone());
-            if let Value::Object(map) = value {
-                if let Some(Value::String(nested)) = map.get(self.id_keyword).filter(|_| !pointer.is_empty())
-                    && !nested.starts_with('#')
-                {
-                    return Err(SchemaRefusal::Reference {
-                        at: shown(&pointer),
-                        reference: nested.clone(),
-                        why: "a nested $id starts a resource of its own; move it under $defs without the $id",
-                    });
-                }
-                for keyword in ["$ref", "$dynamicRef", "$recursiveRef"] {
-                    let Some(reference) = map.get(keyword) else { continue };
-                    let refuse = |why| SchemaRefusal::Reference { at: shown(&pointer), reference: reference.to_string(), why };
-                    let reference = reference.as_str().ok_or_else(|| refuse("a reference is a string"))?;
-                    let local = match &base {
-                        Some(base) if !base.is_empty() => reference.strip_prefix(base.as_str()).unwrap_or(reference),
-                        _ => reference,
-                    };
-                    let Some(fragment) = local.strip_prefix('#') else {
-                        return Err(refuse(
-                            "only local references (#, #/pointer, #anchor) are resolved; the gateway never fetches a schema",
-                        ));
-                    };
-                    for target in self.targets(keyword, fragment).map_err(refuse)? {
-                        self.edges[id].push((Edge::InPlace, target));
-                    }
-                }
-            }
-            id += 1;
-        }
-        Ok(())
-    }
-
-    /// The subschemas a reference's `fragment` names.
-    fn targets(&mut self, keyword: &str, fragment: &str) -> Result<Vec<usize>, &'static str> {
-        if fragment.is_empty() || fragment.starts_with('/') {
-            let mut value = self.root;
-            for token in fragment.split('/').skip(1) {
-                let token = percent_encoding::percent_decode_str(token).decode_utf8_lossy().replace("~1", "/").replace("~0", "~");
-                value = match value {
-                    Value::Object(map) => map.get(&token),
-                    Value::Array(list) => token.parse::<usize>().ok().and_then(|i| list.get(i)),
-                    _ => None,
-                }
-                .ok_or("the pointer names nothing in the schema")?;
-            }
-            let mut targets = vec![self.index(value, fragment.to_owned())];
-            if keyword == "$recursiveRef" {
-                // Resolves at run time to the outermost `$recursiveAnchor`: any of them.
-                targets.extend(self.anchors().recursive.iter().copied());
-            }
-            return Ok(targets);
-        }
-        // A plain-name fragment: an `$anchor` (or, for `$dynamicRef`, any `$dynamicAnchor`),
-        // or a draft-7 (draft-4) fragment `$id` (`id`).
-        match self.anchors().names.get(fragment) {
-            Some(targets) if !targets.is_empty() => Ok(targets.clone()),
-            _ => Err("no subschema has this anchor"),
-        }
-    }
-
-    /// The anchors of the nodes indexed so far (rebuilt when more were indexed).
-    fn anchors(&mut self) -> &Anchors {
-        if self.anchors.built_for != self.nodes.len() {
-            let mut anchors = Anchors { built_for: self.nodes.len(), ..Anchors::default() };
-            for (i, node) in self.nodes.iter().enumerate() {
-                let Value::Object(map) = node.value else { continue };
-                for keyword in ["$anchor", "$dynamicAnchor"] {
-                    if let Some(name) = map.get(keyword).and_then(Value::as_str) {
-                        anchors.names.entry(name.to_owned()).or_default().push(i);
-                    }
-                }
-                if let Some(name) = map.get(self.id_keyword).and_then(Value::as_str).and_then(|id| id.strip_prefix('#')) {
-                    anchors.names.entry(name.to_owned()).or_default().push(i);
-                }
-                if map.get("$recursiveAnchor") == Some(&Value::Bool(true)) {
-                    anchors.recursive.push(i);
-                }
-            }
-            self.anchors = anchors;
-        }
-        &self.anchors
-    }
-
     /// The subschemas in an order where every in-place edge goes forward, or the cycle.
     fn in_place_order(&self) -> Result<Vec<usize>, SchemaRefusal> {
         let n = self.nodes.len();
@@ -449,139 +353,5 @@ impl<'a> Graph<'a> {
         }
         let one_element = indexed.values().copied().max().unwrap_or(0);
         any_member.saturating_add(one_member).max(any_element.saturating_add(one_element)).max(names)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn refused(schema: Value) -> SchemaRefusal {
-        check(&schema, &SchemaLimits::default()).unwrap_err()
-    }
-
-    fn accepted(schema: Value) -> SchemaCost {
-        check(&schema, &SchemaLimits::default()).unwrap_or_else(|e| panic!("{schema} refused: {e}"))
-    }
-
-    /// `$defs` d0..dn, each applying the next twice by `form`.
-    fn chain(n: usize, form: impl Fn(Value) -> Value) -> Value {
-        let mut defs = Map::new();
-        for i in 0..n {
-            defs.insert(format!("d{i}"), form(json!({"$ref": format!("#/$defs/d{}", i + 1)})));
-        }
-        defs.insert(format!("d{n}"), json!({"type": "string"}));
-        json!({"$defs": defs, "$ref": "#/$defs/d0"})
-    }
-
-    #[test]
-    fn in_place_cycles_are_refused_with_where_they_are() {
-        assert_eq!(refused(json!({"allOf": [{"$ref": "#"}]})), SchemaRefusal::Cycle { at: "#".into() });
-        let defs = json!({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"anyOf": [{"$ref": "#/$defs/a"}]}}, "$ref": "#/$defs/a"});
-        assert!(matches!(refused(defs), SchemaRefusal::Cycle { .. }));
-        assert!(matches!(refused(json!({"$ref": "#"})), SchemaRefusal::Cycle { .. }));
-        let anchored = json!({"$defs": {"x": {"$anchor": "x", "not": {"$ref": "#x"}}}, "$ref": "#x"});
-        assert!(matches!(refused(anchored), SchemaRefusal::Cycle { .. }));
-    }
-
-    #[test]
-    fn exponential_chains_are_refused_in_place_and_through_members() {
-        assert!(matches!(refused(chain(20, |r| json!({"allOf": [r, r]}))), SchemaRefusal::Expansion { .. }));
-        // Under one member name twice over: each depth doubles on the same instance path.
-        let same_member = chain(20, |r| json!({"properties": {"a": {"allOf": [r, r]}}}));
-        assert!(matches!(refused(same_member), SchemaRefusal::Expansion { .. }));
-        accepted(chain(7, |r| json!({"allOf": [r, r]})));
-    }
-
-    #[test]
-    fn unevaluated_keywords_count_the_second_pass_over_their_siblings() {
-        // Each level's `unevaluatedProperties` re-applies the `anyOf` beside it: ×2 a level.
-        let mut nested = json!({"type": "string"});
-        for _ in 0..32 {
-            nested = json!({"anyOf": [{"properties": {"a": nested}}], "unevaluatedProperties": false});
-        }
-        assert!(matches!(refused(nested), SchemaRefusal::Expansion { .. }));
-        accepted(json!({"anyOf": [{"properties": {"a": {"type": "string"}}}], "unevaluatedProperties": false}));
-    }
-
-    #[test]
-    fn draft_4_ids_start_resources_too() {
-        let draft4 = json!({"$schema": "http://json-schema.org/draft-04/schema#", "definitions": {"d0": {"type": "string"}},
-            "properties": {"p": {"id": "http://x/y", "allOf": [{"$ref": "#/definitions/d0"}]}}});
-        assert!(refused(draft4).to_string().contains("nested $id"));
-        // In later drafts `id` is no keyword: a property may be called that.
-        accepted(json!({"properties": {"p": {"id": "http://x/y", "type": "object"}}}));
-    }
-
-    #[test]
-    fn recursive_and_branching_schemas_are_accepted() {
-        // OpenAI's recursive UI example, and a binary tree: one subschema per instance value.
-        accepted(
-            json!({"type": "object", "properties": {"label": {"type": "string"}, "children": {"type": "array", "items": {"$ref": "#"}}}}),
-        );
-        accepted(
-            json!({"$defs": {"node": {"type": "object", "properties": {"left": {"$ref": "#/$defs/node"}, "right": {"$ref": "#/$defs/node"}}}}, "$ref": "#/$defs/node"}),
-        );
-        // Two different members each referring on: a tree of distinct paths, not a blow-up.
-        accepted(chain(40, |r| json!({"type": "object", "properties": {"a": r, "b": r}})));
-        let mut nested = json!({"type": "string"});
-        for _ in 0..60 {
-            nested = json!({"type": "object", "properties": {"a": nested}});
-        }
-        accepted(nested);
-    }
-
-    #[test]
-    fn references_the_gateway_cannot_resolve_are_refused() {
-        let cases = [
-            (json!({"$ref": "https://example.com/schema.json"}), "only local references"),
-            (json!({"$ref": "other.json#/x"}), "only local references"),
-            (json!({"$ref": "#/$defs/missing"}), "names nothing"),
-            (json!({"$ref": "#nowhere"}), "no subschema has this anchor"),
-            (json!({"$ref": 12}), "a reference is a string"),
-            (json!({"properties": {"a": {"$id": "https://example.com/a", "type": "string"}}}), "nested $id"),
-        ];
-        for (schema, why) in cases {
-            let e = refused(schema.clone()).to_string();
-            assert!(e.contains(why), "{schema}: {e}");
-        }
-        // The root's own $id is a base the local form may repeat; escapes and anchors resolve.
-        accepted(
-            json!({"$id": "https://example.com/s", "$defs": {"a/b": {"type": "string"}}, "properties": {"x": {"$ref": "https://example.com/s#/$defs/a~1b"}}}),
-        );
-        accepted(
-            json!({"$defs": {"a b": {"$anchor": "ab", "type": "string"}}, "properties": {"x": {"$ref": "#/$defs/a%20b"}, "y": {"$ref": "#ab"}}}),
-        );
-        // A pointer into a position that is not a subschema keyword is still followed.
-        assert!(matches!(refused(json!({"x-data": {"allOf": [{"$ref": "#/x-data"}]}, "$ref": "#/x-data"})), SchemaRefusal::Cycle { .. }));
-    }
-
-    #[test]
-    fn data_is_not_taken_for_subschemas() {
-        accepted(json!({"enum": [{"$ref": "#"}], "const": {"allOf": [{"$ref": "#"}]}, "default": {"$ref": "#"}}));
-        accepted(json!({"properties": {"$ref": {"type": "string"}, "allOf": {"type": "string"}}}));
-    }
-
-    #[test]
-    fn the_budgets_are_the_limits_given() {
-        let wide = json!({"allOf": (0..50).map(|_| json!({"type": "string"})).collect::<Vec<_>>()});
-        let tight = SchemaLimits { max_per_value: 50, ..SchemaLimits::default() };
-        assert_eq!(check(&wide, &tight), Err(SchemaRefusal::Expansion { limit: 50, per: "for one instance value" }));
-        assert_eq!(check(&wide, &SchemaLimits { max_per_value: 51, ..tight }).map(|c| c.per_value), Ok(51));
-        let recursive = json!({"properties": {"a": {"$ref": "#"}}});
-        let small_total = SchemaLimits { max_expanded: 100, ..SchemaLimits::default() };
-        assert_eq!(check(&recursive, &small_total), Err(SchemaRefusal::Expansion { limit: 100, per: "in all" }));
-    }
-
-    #[test]
-    fn depth_is_measured_without_recursion() {
-        let mut deep = json!(1);
-        for _ in 0..10_000 {
-            deep = Value::Array(vec![deep]);
-        }
-        assert!(depth(&deep) > MAX_DEPTH);
-        assert_eq!(depth(&json!({"a": [1]})), 3);
-        std::mem::forget(deep); // dropping a 10 000-deep Value recurses; the test's stack is small
     }
 }

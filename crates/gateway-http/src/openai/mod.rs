@@ -7,19 +7,19 @@
 //! (the wait for headers included) to the first chunk with something to show, whatever else
 //! arrives meanwhile (role-only chunks, SSE comments); after it, every gap between chunks.
 
+mod chunks;
+
 use crate::classify::{NotFound, classify_code, classify_status, classify_transport, retry_after};
 use crate::structured::Schemas;
 use crate::{HttpLimits, Source, header_wait};
-use async_trait::async_trait;
+use chunks::{Checked, Replayed, Sse};
 use gateway_core::outcome::OutcomeClass;
-use gateway_core::ports::{ChunkSource, Streamed};
-use gateway_core::request::{Attempt, Kind, Object, Outcome, ProviderError, Request, Response, Structured};
-use gateway_core::stream::{Chunk, assemble, commits, opening_failure, streamed_upstream};
+use gateway_core::ports::Streamed;
+use gateway_core::request::{Attempt, Kind, Object, Outcome, ProviderError, Request, Response};
+use gateway_core::stream::{assemble, opening_failure, streamed_upstream};
 use gateway_core::time::WallClock;
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::time::Instant;
 
 fn transient(detail: &str) -> Outcome {
@@ -159,12 +159,7 @@ pub(crate) async fn open_checked(
     schemas: &Arc<Schemas>,
 ) -> Streamed {
     match (open(src, request, limits, wall).await, &request.structured) {
-        (Streamed::Chunks(inner), Some(structured)) => Streamed::Chunks(Box::new(Checked {
-            inner,
-            schemas: schemas.clone(),
-            structured: structured.clone(),
-            answers: BTreeMap::new(),
-        })),
+        (Streamed::Chunks(inner), Some(structured)) => Streamed::Chunks(Box::new(Checked::new(inner, schemas.clone(), structured.clone()))),
         (streamed, _) => streamed,
     }
 }
@@ -193,229 +188,14 @@ pub(crate) async fn open(src: &Source, request: &Request, limits: &HttpLimits, w
             }
             Ok(Value::Object(body)) => {
                 let chunks = gateway_core::stream::chunks_of(&Response::new(Kind::Chat, body));
-                Streamed::Chunks(Box::new(Replayed { chunks: chunks.into(), request_id: request_id(&response) }))
+                Streamed::Chunks(Box::new(Replayed::new(chunks.into(), request_id(&response))))
             }
             _ => Streamed::Ended(Attempt::ended(transient("malformed_json"))),
         };
     }
     let request_id = request_id(&response);
-    Streamed::Chunks(Box::new(Sse {
-        response,
-        buffer: Vec::new(),
-        scanned: 0,
-        cap: limits.max_response_bytes,
-        watchdog: src.watchdog,
-        deadline,
-        watch_from: started,
-        committed: false,
-        choices: BTreeMap::new(),
-        not_found: src.not_found,
-        request_id,
-        eof: false,
-        done: false,
-    }))
+    Streamed::Chunks(Box::new(Sse::new(response, src, limits, started, deadline, request_id)))
 }
-
-/// A whole answer's chunks.
-struct Replayed {
-    chunks: std::collections::VecDeque<Chunk>,
-    request_id: Option<String>,
-}
-
-#[async_trait]
-impl ChunkSource for Replayed {
-    async fn next_chunk(&mut self) -> Option<Result<Chunk, Outcome>> {
-        self.chunks.pop_front().map(Ok)
-    }
-
-    fn request_id(&self) -> Option<&str> {
-        self.request_id.as_deref()
-    }
-}
-
-/// `data:` events of an SSE response, one chunk at a time.
-struct Sse {
-    response: reqwest::Response,
-    buffer: Vec<u8>,
-    /// Bytes of `buffer` known to hold no line end.
-    scanned: usize,
-    /// Longest event (a line).
-    cap: usize,
-    watchdog: Option<Duration>,
-    deadline: Instant,
-    /// Where the watchdog's wait began: the attempt's start until the commit point, then the
-    /// last chunk.
-    watch_from: Instant,
-    committed: bool,
-    /// Per choice index, whether it has its finish reason.
-    choices: BTreeMap<u64, bool>,
-    not_found: NotFound,
-    request_id: Option<String>,
-    /// The connection has closed (what is left in the buffer is the last of it).
-    eof: bool,
-    done: bool,
-}
-
-impl Sse {
-    /// The next complete `data:` payload in the buffer, if one is there.
-    fn buffered_event(&mut self) -> Option<Result<String, Outcome>> {
-        while let Some(end) = self.buffer[self.scanned..].iter().position(|&b| b == b'\n').map(|at| self.scanned + at) {
-            let line: Vec<u8> = self.buffer.drain(..=end).collect();
-            self.scanned = 0;
-            let Ok(line) = std::str::from_utf8(&line) else { return Some(Err(transient("malformed_sse"))) };
-            if let Some(data) = line.trim_end_matches(['\r', '\n']).strip_prefix("data:") {
-                return Some(Ok(data.trim().to_owned()));
-            }
-            // Comments, `event:` and `id:` lines, blank separators: nothing to relay.
-        }
-        self.scanned = self.buffer.len();
-        None
-    }
-
-    /// Whether every choice seen has its finish reason (a stream that closes then is whole,
-    /// even without `[DONE]`).
-    fn finished(&self) -> bool {
-        !self.choices.is_empty() && self.choices.values().all(|finished| *finished)
-    }
-
-    /// Reads more bytes within the watchdog and the deadline.
-    async fn fill(&mut self) -> Result<(), Outcome> {
-        let (until, cause) = match self.watchdog {
-            Some(limit) if self.watch_from + limit < self.deadline => (self.watch_from + limit, "watchdog"),
-            _ => (self.deadline, "timeout"),
-        };
-        match tokio::time::timeout_at(until, self.response.chunk()).await {
-            Err(_) => Err(transient(cause)),
-            Ok(Ok(Some(bytes))) => {
-                self.buffer.extend_from_slice(&bytes);
-                if self.buffer.len() > self.cap {
-                    return Err(transient("event_too_large"));
-                }
-                Ok(())
-            }
-            Ok(Ok(None)) if !self.eof => {
-                self.eof = true;
-                if !self.buffer.is_empty() {
-                    // The last line may lack its line end.
-                    self.buffer.push(b'\n');
-                }
-                Ok(())
-            }
-            Ok(Ok(None) | Err(_)) => Err(transient("truncated_stream")),
-        }
-    }
-
-    /// Notes what `event` says of the stream: the commit point, the watchdog's restart, the
-    /// choices and their finish.
-    fn note(&mut self, event: &Chunk) {
-        if self.committed || commits(event) {
-            self.committed = true;
-            self.watch_from = Instant::now();
-        }
-        for choice in event.get("choices").and_then(Value::as_array).into_iter().flatten() {
-            let index = choice.get("index").and_then(Value::as_u64).unwrap_or(0);
-            let finished = choice.get("finish_reason").is_some_and(|r| !r.is_null());
-            *self.choices.entry(index).or_default() |= finished;
-        }
-    }
-}
-
-#[async_trait]
-impl ChunkSource for Sse {
-    async fn next_chunk(&mut self) -> Option<Result<Chunk, Outcome>> {
-        if self.done {
-            return None;
-        }
-        loop {
-            let data = match self.buffered_event() {
-                Some(Ok(data)) => data,
-                Some(Err(outcome)) => return Some(Err(outcome)),
-                None if self.eof && self.finished() => {
-                    self.done = true;
-                    return None;
-                }
-                None => match self.fill().await {
-                    Ok(()) => continue,
-                    Err(outcome) => return Some(Err(outcome)),
-                },
-            };
-            if data == "[DONE]" {
-                self.done = true;
-                return None;
-            }
-            return Some(match serde_json::from_str::<Value>(&data) {
-                Ok(Value::Object(event)) => match event.get("error") {
-                    Some(error) => Err(error_in_answer(self.not_found, error, "error_in_stream")),
-                    None => {
-                        self.note(&event);
-                        Ok(event)
-                    }
-                },
-                _ => Err(transient("malformed_sse")),
-            });
-        }
-    }
-
-    fn request_id(&self) -> Option<&str> {
-        self.request_id.as_deref()
-    }
-}
-
-/// A stream whose text answers are checked against the request's structure when it ends: one
-/// that fails ends it `ResultInvalid` instead of cleanly. (One that must be JSON and opens unlike
-/// it is ended at its commit point by the call loop, before the caller sees it.)
-struct Checked {
-    inner: Box<dyn ChunkSource>,
-    schemas: Arc<Schemas>,
-    structured: Structured,
-    /// Per choice index, its text so far, or `None` once it carries a tool call or a refusal
-    /// (not a text answer: not checked, as in a whole answer).
-    answers: BTreeMap<u64, Option<String>>,
-}
-
-impl Checked {
-    fn note(&mut self, chunk: &Chunk) {
-        for choice in chunk.get("choices").and_then(Value::as_array).into_iter().flatten() {
-            let index = choice.get("index").and_then(Value::as_u64).unwrap_or(0);
-            let Some(delta) = choice.get("delta").and_then(Value::as_object) else { continue };
-            let answer = self.answers.entry(index).or_insert_with(|| Some(String::new()));
-            let other = delta.get("tool_calls").and_then(Value::as_array).is_some_and(|calls| !calls.is_empty())
-                || delta.get("refusal").and_then(Value::as_str).is_some_and(|r| !r.is_empty());
-            match (other, answer.as_mut(), delta.get("content").and_then(Value::as_str)) {
-                (true, _, _) => *answer = None,
-                (false, Some(text), Some(piece)) => text.push_str(piece),
-                _ => {}
-            }
-        }
-    }
-}
-
-#[async_trait]
-impl ChunkSource for Checked {
-    async fn next_chunk(&mut self) -> Option<Result<Chunk, Outcome>> {
-        match self.inner.next_chunk().await {
-            Some(Ok(chunk)) => {
-                self.note(&chunk);
-                Some(Ok(chunk))
-            }
-            None => {
-                let texts = std::mem::take(&mut self.answers).into_values().flatten();
-                for text in texts.filter(|t| !t.trim().is_empty()) {
-                    if let Err(why) = self.schemas.check(&self.structured, &text) {
-                        return Some(Err(Outcome::new(OutcomeClass::ResultInvalid, why.to_string())));
-                    }
-                }
-                None
-            }
-            broken => broken,
-        }
-    }
-
-    fn request_id(&self) -> Option<&str> {
-        self.inner.request_id()
-    }
-}
-
 /// The body, up to `cap` bytes.
 async fn read_body(response: &mut reqwest::Response, cap: usize) -> Result<Vec<u8>, Outcome> {
     let mut body = Vec::new();

@@ -1,0 +1,82 @@
+//! How one attempt ended: its outcome (class, detail, Retry-After, the provider's error) and,
+//! for a success, its response.
+
+use super::Response;
+use crate::outcome::OutcomeClass;
+use serde_json::Value;
+use std::time::Duration;
+
+/// A provider's own error answer to a request it refused, passed on to the caller as it came.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProviderError {
+    /// The provider's status.
+    pub status: u16,
+    /// The provider's body (OpenAI's `{"error": {"message", "type", "param", "code"}}`).
+    pub body: Value,
+}
+
+/// How one attempt ended: its class, a detail for telemetry (`http_503`, `watchdog`,
+/// `connect_refused`…), the provider's Retry-After, if it gave one, and, for a refused request,
+/// the provider's own error answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// The outcome class.
+    pub class: OutcomeClass,
+    /// A short, key-free description.
+    pub detail: String,
+    /// Provider Retry-After (429), as a delay.
+    pub retry_after: Option<Duration>,
+    /// The provider's error answer, for a `RequestRejected`.
+    pub provider_error: Option<Box<ProviderError>>,
+}
+
+impl Outcome {
+    /// An outcome of `class` with `detail`, without Retry-After or provider error.
+    pub fn new(class: OutcomeClass, detail: impl Into<String>) -> Self {
+        Outcome { class, detail: detail.into(), retry_after: None, provider_error: None }
+    }
+}
+
+/// The result of one attempt. A success always carries its response; nothing else does.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Attempt {
+    outcome: Outcome,
+    response: Option<Response>,
+}
+
+impl Attempt {
+    /// A usable answer.
+    pub fn success(response: Response, detail: impl Into<String>) -> Self {
+        Attempt { outcome: Outcome::new(OutcomeClass::Success, detail), response: Some(response) }
+    }
+
+    /// A failed attempt. A `class` of `Success` without a response is reported as
+    /// `Transient("success_without_response")` rather than trusted.
+    pub fn failure(class: OutcomeClass, detail: impl Into<String>, retry_after: Option<Duration>) -> Self {
+        Attempt::ended(Outcome { retry_after, ..Outcome::new(class, detail) })
+    }
+
+    /// A failed attempt with this outcome (see [`Attempt::failure`]).
+    pub fn ended(outcome: Outcome) -> Self {
+        let outcome = match outcome.class {
+            OutcomeClass::Success => Outcome::new(OutcomeClass::Transient, "success_without_response"),
+            _ => outcome,
+        };
+        Attempt { outcome, response: None }
+    }
+
+    /// How the attempt ended.
+    pub fn outcome(&self) -> &Outcome {
+        &self.outcome
+    }
+
+    /// The answer, for a success.
+    pub fn response(&self) -> Option<&Response> {
+        self.response.as_ref()
+    }
+
+    /// Splits into outcome and answer.
+    pub fn into_parts(self) -> (Outcome, Option<Response>) {
+        (self.outcome, self.response)
+    }
+}

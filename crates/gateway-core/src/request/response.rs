@@ -1,0 +1,209 @@
+//! What a provider answers: its whole body with typed accessors, the token counts it reports,
+//! and when an answer is usable.
+
+use super::{Kind, Object};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+/// Token counts reported by a provider.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub prompt_tokens: u32,
+    /// Completion tokens.
+    pub completion_tokens: u32,
+}
+
+impl Usage {
+    /// Prompt plus completion tokens.
+    pub fn total(&self) -> u32 {
+        self.prompt_tokens.saturating_add(self.completion_tokens)
+    }
+
+    /// The `usage` object of a response or a chunk, if it has one.
+    pub fn of(body: &Object) -> Option<Usage> {
+        let usage = body.get("usage")?.as_object()?;
+        let count = |field: &str| usage.get(field).and_then(Value::as_u64).map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX));
+        Some(Usage { prompt_tokens: count("prompt_tokens"), completion_tokens: count("completion_tokens") })
+    }
+}
+/// A usable answer: the provider's whole body, and who served it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Response {
+    kind: Kind,
+    body: Object,
+    request_id: Option<String>,
+    source: Option<String>,
+    attempts: u32,
+}
+
+impl Response {
+    /// A provider's answer of `kind`, as it sent it.
+    pub fn new(kind: Kind, body: Object) -> Self {
+        Response { kind, body, request_id: None, source: None, attempts: 0 }
+    }
+
+    /// A chat completion of one text choice (for simulated and scripted upstreams).
+    pub fn chat_text(content: &str, usage: Option<Usage>) -> Self {
+        let mut body = json!({
+            "object": "chat.completion",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        });
+        if let Some(u) = usage {
+            body["usage"] = json!({"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens, "total_tokens": u.total()});
+        }
+        Response::new(Kind::Chat, into_object(body))
+    }
+
+    /// An embeddings answer of these vectors (for simulated and scripted upstreams).
+    pub fn embedding_vectors(vectors: &[Vec<f32>], usage: Option<Usage>) -> Self {
+        let data: Vec<Value> =
+            vectors.iter().enumerate().map(|(i, v)| json!({"object": "embedding", "index": i, "embedding": v})).collect();
+        let mut body = json!({"object": "list", "data": data});
+        if let Some(u) = usage {
+            body["usage"] = json!({"prompt_tokens": u.prompt_tokens, "total_tokens": u.total()});
+        }
+        Response::new(Kind::Embeddings, into_object(body))
+    }
+
+    /// The same answer, with the provider's request id (its `x-request-id` header).
+    pub fn with_request_id(mut self, id: Option<String>) -> Self {
+        self.request_id = id;
+        self
+    }
+
+    /// The same answer, noting the source that served it and the attempts the call made.
+    pub fn served_by(mut self, source: &str, attempts: u32) -> Self {
+        self.source = Some(source.to_owned());
+        self.attempts = attempts;
+        self
+    }
+
+    /// The kind of call answered.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// The provider's body.
+    pub fn body(&self) -> &Object {
+        &self.body
+    }
+
+    /// The provider's body, owned.
+    pub fn into_body(self) -> Object {
+        self.body
+    }
+
+    /// The provider's request id, when it sent one.
+    pub fn request_id(&self) -> Option<&str> {
+        self.request_id.as_deref()
+    }
+
+    /// The source that served the call (set by the gateway when the call returns).
+    pub fn source(&self) -> Option<&str> {
+        self.source.as_deref()
+    }
+
+    /// The attempts the call made (set by the gateway when the call returns).
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// The choices of a chat answer.
+    pub fn choices(&self) -> &[Value] {
+        self.body.get("choices").and_then(Value::as_array).map_or(&[], Vec::as_slice)
+    }
+
+    fn message(&self) -> Option<&Object> {
+        self.choices().first()?.get("message")?.as_object()
+    }
+
+    /// The first choice's text, if it has text.
+    pub fn content(&self) -> Option<&str> {
+        self.message()?.get("content")?.as_str()
+    }
+
+    /// The first choice's tool calls (empty when it has none).
+    pub fn tool_calls(&self) -> &[Value] {
+        self.message().and_then(|m| m.get("tool_calls")).and_then(Value::as_array).map_or(&[], Vec::as_slice)
+    }
+
+    /// The first choice's refusal, if the model refused.
+    pub fn refusal(&self) -> Option<&str> {
+        self.message()?.get("refusal")?.as_str()
+    }
+
+    /// The first choice's finish reason.
+    pub fn finish_reason(&self) -> Option<&str> {
+        self.choices().first()?.get("finish_reason")?.as_str()
+    }
+
+    /// Token counts, when reported.
+    pub fn usage(&self) -> Option<Usage> {
+        Usage::of(&self.body)
+    }
+
+    /// The embeddings' `data` entries.
+    pub fn embeddings(&self) -> &[Value] {
+        self.body.get("data").and_then(Value::as_array).map_or(&[], Vec::as_slice)
+    }
+
+    /// The `i`-th embedding as numbers (`None` for base64 or a missing entry).
+    pub fn vector(&self, i: usize) -> Option<Vec<f64>> {
+        self.embeddings().get(i)?.get("embedding")?.as_array()?.iter().map(Value::as_f64).collect()
+    }
+
+    /// Whether the answer can be used (SPEC §2): a chat choice with text, tool calls, a refusal
+    /// or audio; embeddings, each with a vector. Anything else is `Transient("empty")`.
+    pub fn is_usable(&self) -> bool {
+        match self.kind {
+            Kind::Chat => self.choices().iter().any(|c| c.get("message").and_then(Value::as_object).is_some_and(message_is_usable)),
+            Kind::Embeddings => {
+                let data = self.embeddings();
+                !data.is_empty()
+                    && data.iter().all(|d| match d.get("embedding") {
+                        Some(Value::Array(v)) => !v.is_empty(),
+                        Some(Value::String(b64)) => !b64.is_empty(),
+                        _ => false,
+                    })
+            }
+        }
+    }
+
+    /// The text answers a structured check applies to: every choice's text, unless that choice
+    /// answered with tool calls or a refusal instead.
+    pub fn text_answers(&self) -> impl Iterator<Item = &str> {
+        self.choices().iter().filter_map(|c| {
+            let message = c.get("message")?.as_object()?;
+            let other = nonempty_array(message.get("tool_calls")) || nonempty_string(message.get("refusal"));
+            if other { None } else { message.get("content")?.as_str() }
+        })
+    }
+}
+/// The object a `json!({…})` literal built, without copying it.
+fn into_object(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
+}
+fn nonempty_string(value: Option<&Value>) -> bool {
+    value.and_then(Value::as_str).is_some_and(|s| !s.trim().is_empty())
+}
+
+fn nonempty_array(value: Option<&Value>) -> bool {
+    value.and_then(Value::as_array).is_some_and(|a| !a.is_empty())
+}
+
+/// A message (or a stream delta) that carries something: text, tool calls, a refusal, audio,
+/// or a call of the legacy `functions` API (`function_call`).
+pub fn message_is_usable(message: &Object) -> bool {
+    nonempty_string(message.get("content"))
+        || nonempty_array(message.get("tool_calls"))
+        || nonempty_string(message.get("refusal"))
+        || message.get("audio").is_some_and(|a| a.is_object())
+        || message
+            .get("function_call")
+            .and_then(Value::as_object)
+            .is_some_and(|call| nonempty_string(call.get("name")) || nonempty_string(call.get("arguments")))
+}

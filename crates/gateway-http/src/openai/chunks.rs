@@ -1,0 +1,256 @@
+//! The chunk sources of a streamed attempt: a whole answer replayed as chunks, the SSE reader
+//! under the watchdog and the deadline, and the structured check at a stream's end.
+
+use super::{error_in_answer, transient};
+use crate::classify::NotFound;
+use crate::structured::Schemas;
+use crate::{HttpLimits, Source};
+use async_trait::async_trait;
+use gateway_core::outcome::OutcomeClass;
+use gateway_core::ports::ChunkSource;
+use gateway_core::request::{Outcome, Structured};
+use gateway_core::stream::{Chunk, commits};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// A whole answer's chunks.
+pub(super) struct Replayed {
+    chunks: std::collections::VecDeque<Chunk>,
+    request_id: Option<String>,
+}
+
+impl Replayed {
+    /// Replays `chunks`, the chunks of a whole answer.
+    pub(super) fn new(chunks: std::collections::VecDeque<Chunk>, request_id: Option<String>) -> Self {
+        Replayed { chunks, request_id }
+    }
+}
+
+#[async_trait]
+impl ChunkSource for Replayed {
+    async fn next_chunk(&mut self) -> Option<Result<Chunk, Outcome>> {
+        self.chunks.pop_front().map(Ok)
+    }
+
+    fn request_id(&self) -> Option<&str> {
+        self.request_id.as_deref()
+    }
+}
+
+/// `data:` events of an SSE response, one chunk at a time.
+pub(super) struct Sse {
+    response: reqwest::Response,
+    buffer: Vec<u8>,
+    /// Bytes of `buffer` known to hold no line end.
+    scanned: usize,
+    /// Longest event (a line).
+    cap: usize,
+    watchdog: Option<Duration>,
+    deadline: Instant,
+    /// Where the watchdog's wait began: the attempt's start until the commit point, then the
+    /// last chunk.
+    watch_from: Instant,
+    committed: bool,
+    /// Per choice index, whether it has its finish reason.
+    choices: BTreeMap<u64, bool>,
+    not_found: NotFound,
+    request_id: Option<String>,
+    /// The connection has closed (what is left in the buffer is the last of it).
+    eof: bool,
+    done: bool,
+}
+
+impl Sse {
+    /// Reads the events of `response`, an attempt at `src` that started at `started` and must
+    /// end by `deadline`.
+    pub(super) fn new(
+        response: reqwest::Response,
+        src: &Source,
+        limits: &HttpLimits,
+        started: Instant,
+        deadline: Instant,
+        request_id: Option<String>,
+    ) -> Self {
+        Sse {
+            response,
+            buffer: Vec::new(),
+            scanned: 0,
+            cap: limits.max_response_bytes,
+            watchdog: src.watchdog,
+            deadline,
+            watch_from: started,
+            committed: false,
+            choices: BTreeMap::new(),
+            not_found: src.not_found,
+            request_id,
+            eof: false,
+            done: false,
+        }
+    }
+
+    /// The next complete `data:` payload in the buffer, if one is there.
+    fn buffered_event(&mut self) -> Option<Result<String, Outcome>> {
+        while let Some(end) = self.buffer[self.scanned..].iter().position(|&b| b == b'\n').map(|at| self.scanned + at) {
+            let line: Vec<u8> = self.buffer.drain(..=end).collect();
+            self.scanned = 0;
+            let Ok(line) = std::str::from_utf8(&line) else { return Some(Err(transient("malformed_sse"))) };
+            if let Some(data) = line.trim_end_matches(['\r', '\n']).strip_prefix("data:") {
+                return Some(Ok(data.trim().to_owned()));
+            }
+            // Comments, `event:` and `id:` lines, blank separators: nothing to relay.
+        }
+        self.scanned = self.buffer.len();
+        None
+    }
+
+    /// Whether every choice seen has its finish reason (a stream that closes then is whole,
+    /// even without `[DONE]`).
+    fn finished(&self) -> bool {
+        !self.choices.is_empty() && self.choices.values().all(|finished| *finished)
+    }
+
+    /// Reads more bytes within the watchdog and the deadline.
+    async fn fill(&mut self) -> Result<(), Outcome> {
+        let (until, cause) = match self.watchdog {
+            Some(limit) if self.watch_from + limit < self.deadline => (self.watch_from + limit, "watchdog"),
+            _ => (self.deadline, "timeout"),
+        };
+        match tokio::time::timeout_at(until, self.response.chunk()).await {
+            Err(_) => Err(transient(cause)),
+            Ok(Ok(Some(bytes))) => {
+                self.buffer.extend_from_slice(&bytes);
+                if self.buffer.len() > self.cap {
+                    return Err(transient("event_too_large"));
+                }
+                Ok(())
+            }
+            Ok(Ok(None)) if !self.eof => {
+                self.eof = true;
+                if !self.buffer.is_empty() {
+                    // The last line may lack its line end.
+                    self.buffer.push(b'\n');
+                }
+                Ok(())
+            }
+            Ok(Ok(None) | Err(_)) => Err(transient("truncated_stream")),
+        }
+    }
+
+    /// Notes what `event` says of the stream: the commit point, the watchdog's restart, the
+    /// choices and their finish.
+    fn note(&mut self, event: &Chunk) {
+        if self.committed || commits(event) {
+            self.committed = true;
+            self.watch_from = Instant::now();
+        }
+        for choice in event.get("choices").and_then(Value::as_array).into_iter().flatten() {
+            let index = choice.get("index").and_then(Value::as_u64).unwrap_or(0);
+            let finished = choice.get("finish_reason").is_some_and(|r| !r.is_null());
+            *self.choices.entry(index).or_default() |= finished;
+        }
+    }
+}
+
+#[async_trait]
+impl ChunkSource for Sse {
+    async fn next_chunk(&mut self) -> Option<Result<Chunk, Outcome>> {
+        if self.done {
+            return None;
+        }
+        loop {
+            let data = match self.buffered_event() {
+                Some(Ok(data)) => data,
+                Some(Err(outcome)) => return Some(Err(outcome)),
+                None if self.eof && self.finished() => {
+                    self.done = true;
+                    return None;
+                }
+                None => match self.fill().await {
+                    Ok(()) => continue,
+                    Err(outcome) => return Some(Err(outcome)),
+                },
+            };
+            if data == "[DONE]" {
+                self.done = true;
+                return None;
+            }
+            return Some(match serde_json::from_str::<Value>(&data) {
+                Ok(Value::Object(event)) => match event.get("error") {
+                    Some(error) => Err(error_in_answer(self.not_found, error, "error_in_stream")),
+                    None => {
+                        self.note(&event);
+                        Ok(event)
+                    }
+                },
+                _ => Err(transient("malformed_sse")),
+            });
+        }
+    }
+
+    fn request_id(&self) -> Option<&str> {
+        self.request_id.as_deref()
+    }
+}
+
+/// A stream whose text answers are checked against the request's structure when it ends: one
+/// that fails ends it `ResultInvalid` instead of cleanly. (One that must be JSON and opens unlike
+/// it is ended at its commit point by the call loop, before the caller sees it.)
+pub(super) struct Checked {
+    inner: Box<dyn ChunkSource>,
+    schemas: Arc<Schemas>,
+    structured: Structured,
+    /// Per choice index, its text so far, or `None` once it carries a tool call or a refusal
+    /// (not a text answer: not checked, as in a whole answer).
+    answers: BTreeMap<u64, Option<String>>,
+}
+
+impl Checked {
+    /// Checks the text answers of `inner` against `structured` when it ends.
+    pub(super) fn new(inner: Box<dyn ChunkSource>, schemas: Arc<Schemas>, structured: Structured) -> Self {
+        Checked { inner, schemas, structured, answers: BTreeMap::new() }
+    }
+
+    fn note(&mut self, chunk: &Chunk) {
+        for choice in chunk.get("choices").and_then(Value::as_array).into_iter().flatten() {
+            let index = choice.get("index").and_then(Value::as_u64).unwrap_or(0);
+            let Some(delta) = choice.get("delta").and_then(Value::as_object) else { continue };
+            let answer = self.answers.entry(index).or_insert_with(|| Some(String::new()));
+            let other = delta.get("tool_calls").and_then(Value::as_array).is_some_and(|calls| !calls.is_empty())
+                || delta.get("refusal").and_then(Value::as_str).is_some_and(|r| !r.is_empty());
+            match (other, answer.as_mut(), delta.get("content").and_then(Value::as_str)) {
+                (true, _, _) => *answer = None,
+                (false, Some(text), Some(piece)) => text.push_str(piece),
+                _ => {}
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl ChunkSource for Checked {
+    async fn next_chunk(&mut self) -> Option<Result<Chunk, Outcome>> {
+        match self.inner.next_chunk().await {
+            Some(Ok(chunk)) => {
+                self.note(&chunk);
+                Some(Ok(chunk))
+            }
+            None => {
+                let texts = std::mem::take(&mut self.answers).into_values().flatten();
+                for text in texts.filter(|t| !t.trim().is_empty()) {
+                    if let Err(why) = self.schemas.check(&self.structured, &text) {
+                        return Some(Err(Outcome::new(OutcomeClass::ResultInvalid, why.to_string())));
+                    }
+                }
+                None
+            }
+            broken => broken,
+        }
+    }
+
+    fn request_id(&self) -> Option<&str> {
+        self.inner.request_id()
+    }
+}

@@ -144,7 +144,9 @@ fn run_one(
     let bounds = Bounds::of(&as_run);
     let (result, bounds) = match real {
         Some(scope) => (run_upstreams(scenario, scope.clone(), &config, progress).map_err(|e| e.to_string())?, None),
-        None if o.processes > 1 => (run_processes(&o.scenario, scenario, &config, o.processes, &launch_worker, progress).map_err(|e| e.to_string())?, Some(bounds)),
+        None if o.processes > 1 => {
+            (run_processes(&o.scenario, scenario, &config, o.processes, &launch_worker, progress).map_err(|e| e.to_string())?, Some(bounds))
+        }
         None => (run(scenario, &config, progress).map_err(|e| e.to_string())?, Some(bounds)),
     };
     bar.finish_and_clear();
@@ -152,7 +154,8 @@ fn run_one(
     let summary = Summary::of(&result, name, seed, bounds, verdicts);
     if seed == o.seeds[0] {
         let file = label.replace('/', "-");
-        chart(&result, &format!("{} {label} seed {seed}", scenario.name), &o.report.join(format!("{file}.svg"))).map_err(|e| e.to_string())?;
+        chart(&result, &format!("{} {label} seed {seed}", scenario.name), &o.report.join(format!("{file}.svg")))
+            .map_err(|e| e.to_string())?;
     }
     print_summary(label, seed, &summary);
     Ok(summary)

@@ -6,7 +6,7 @@
 //! AIMD as no pacer: neither the breaker nor the call machine has a knob of its own for it.
 
 use gateway_core::aimd::PacerParams;
-use gateway_core::outcome::{BudgetEffect, OutcomeClass, OutcomeTable};
+use gateway_core::outcome::OutcomeTable;
 use gateway_core::policy::ScopePolicy;
 use gateway_core::select::SelectorKind;
 use serde::{Deserialize, Serialize};
@@ -24,8 +24,7 @@ pub enum Preset {
 
 /// The baseline's outcome table: a 429 spends a retry, and no outcome counts toward in-call
 /// demotion (the old library had none).
-const BASELINE_OUTCOMES: OutcomeTable =
-    OutcomeTable::SPEC.with_budget(OutcomeClass::RateLimited, BudgetEffect::Retry).without_call_failures();
+const BASELINE_OUTCOMES: OutcomeTable = OutcomeTable::SPEC.pushback_spends_retries().without_call_failures();
 
 impl Preset {
     /// Applies the preset's policy values to `policy` and returns the outcome table its calls

@@ -104,8 +104,8 @@ pub enum BudgetEffect {
     Retry,
     /// One of the `structured_max_retries` re-asks of the structured ladder (§8).
     StructuredReask,
-    /// No budget: a 429 is the provider's pushback (the `baseline` preset, like the old
-    /// library, spends a retry on it).
+    /// No budget: a 429 is the provider's pushback (the `baseline` preset's table, like the
+    /// old library, spends a retry on it: [`OutcomeTable::pushback_spends_retries`]).
     Pushback,
     /// No budget at all (success ends the call, a rejected payload ends it too).
     Nothing,
@@ -271,10 +271,17 @@ impl OutcomeTable {
         &self.0[class as usize]
     }
 
-    /// The table with `class`'s budget effect replaced.
+    /// The table in which the provider's pushback (a 429) spends a retry, as the old library's
+    /// loop did, instead of being free.
     #[must_use]
-    pub const fn with_budget(mut self, class: OutcomeClass, budget: BudgetEffect) -> Self {
-        self.0[class as usize].budget = budget;
+    pub const fn pushback_spends_retries(mut self) -> Self {
+        let mut i = 0;
+        while i < self.0.len() {
+            if matches!(self.0[i].budget, BudgetEffect::Pushback) {
+                self.0[i].budget = BudgetEffect::Retry;
+            }
+            i += 1;
+        }
         self
     }
 

@@ -4,7 +4,7 @@
 
 use crate::script::{rules, rules_with, trace, trace_structured};
 use gateway_core::call::CallMachine;
-use gateway_core::outcome::{BudgetEffect, OutcomeClass, OutcomeTable};
+use gateway_core::outcome::{OutcomeClass, OutcomeTable};
 use gateway_core::time::Timestamp;
 use insta::assert_snapshot;
 use serde_json::json;
@@ -97,7 +97,7 @@ fn a_429_storm_never_spends_the_budget_and_honours_retry_after() {
 #[test]
 fn an_outcome_table_in_which_a_429_spends_a_retry_ends_a_429_storm() {
     // The baseline preset's table: what the old library did.
-    let old = OutcomeTable::SPEC.with_budget(OutcomeClass::RateLimited, BudgetEffect::Retry);
+    let old = OutcomeTable::SPEC.pushback_spends_retries();
     let script = "
         pick s1
         s1 rate_limited after 50ms

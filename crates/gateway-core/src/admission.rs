@@ -48,7 +48,7 @@ impl fmt::Display for SkipReason {
 
 /// What a call does when no candidate was runnable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Blocked {
+pub(crate) enum Blocked {
     /// End with `CircuitOpen`, carrying `retry_after(all sources)`.
     FailCircuitOpen,
     /// End with `RateLimited`: every source the breaker did not refuse asked the call, by a
@@ -71,7 +71,7 @@ pub enum Blocked {
 /// this call to wait past its stall budget: waiting for them cannot end in time, so when they
 /// and the breaker's refusals are all there is, the call ends now (unless the breaker side
 /// may be waited for: `circuit_open = wait`).
-pub fn when_blocked(
+pub(crate) fn when_blocked(
     gate_rejections: usize,
     pushed_back: usize,
     sources: usize,
@@ -98,7 +98,7 @@ pub fn when_blocked(
 
 /// The nap of a waiting call: `hint + poll·(0.5 + 0.5·u)` (just the jittered poll when the hint
 /// is 0), never longer than `remaining_stall + poll`.
-pub fn nap<R: Rng + ?Sized>(hint: Duration, poll: Duration, remaining_stall: Duration, rng: &mut R) -> Duration {
+pub(crate) fn nap<R: Rng + ?Sized>(hint: Duration, poll: Duration, remaining_stall: Duration, rng: &mut R) -> Duration {
     let jittered_poll = poll.mul_f64(0.5 + 0.5 * unit(rng));
     (hint + jittered_poll).min(remaining_stall + poll)
 }

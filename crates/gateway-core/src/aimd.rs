@@ -18,9 +18,9 @@ use crate::time::Timestamp;
 use std::time::Duration;
 
 /// Limit a pacer starts at (capped by the ceiling).
-pub const INITIAL_LIMIT: f64 = 8.0;
+pub(crate) const INITIAL_LIMIT: f64 = 8.0;
 /// The limit never falls below one attempt in flight.
-pub const FLOOR: f64 = 1.0;
+pub(crate) const FLOOR: f64 = 1.0;
 /// Multiplicative decrease on 429.
 pub const CUT: f64 = 0.5;
 

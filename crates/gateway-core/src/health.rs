@@ -5,7 +5,7 @@
 use crate::outcome::{HealthEffect, OutcomeClass};
 
 /// Weight of the newest observation.
-pub const ALPHA: f64 = 0.2;
+pub(crate) const ALPHA: f64 = 0.2;
 
 /// Exponentially weighted success rate in `[0, 1]`, starting optimistic at 1.0.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -19,7 +19,7 @@ impl Memo {
     }
 
     /// Skip `source` until `t`; only ever moves the time forward. Unknown indices are ignored.
-    pub fn set_until(&mut self, source: usize, t: Timestamp) {
+    pub(crate) fn set_until(&mut self, source: usize, t: Timestamp) {
         if let Some(until) = self.until.get_mut(source) {
             *until = (*until).max(t);
         }

@@ -197,7 +197,7 @@ pub enum WindowEffect {
 }
 
 /// SPEC §2, one row per [`OutcomeClass`] in declaration order.
-pub const OUTCOME_TABLE: [Effects; 6] = [
+pub(crate) const OUTCOME_TABLE: [Effects; 6] = [
     Effects {
         class: OutcomeClass::Success,
         breaker: BreakerEffect::Success(SuccessKind::Real),

@@ -23,7 +23,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 /// The rolling window of rpm and tpm.
-pub const RATE_WINDOW: Duration = Duration::from_secs(60);
+pub(crate) const RATE_WINDOW: Duration = Duration::from_secs(60);
 
 /// Which limit refused a permit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -181,12 +181,13 @@ impl QuotaAccount {
     }
 
     /// Starts in the rate window at `now`.
-    pub fn starts_in_window(&self, now: Timestamp) -> usize {
+    #[cfg(test)]
+    fn starts_in_window(&self, now: Timestamp) -> usize {
         self.starts.iter().filter(|s| in_window(s.at, now)).count()
     }
 
     /// Tokens charged in the window (as of the last prune).
-    pub fn tokens_in_window(&self) -> u64 {
+    pub(crate) fn tokens_in_window(&self) -> u64 {
         self.tokens
     }
 

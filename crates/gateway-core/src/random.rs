@@ -11,7 +11,7 @@ pub fn unit<R: Rng + ?Sized>(rng: &mut R) -> f64 {
 
 /// A uniform index in `0..n` (Lemire's multiply-shift; the bias is below 2^-64 · n).
 /// Returns 0 when `n` is 0 so that callers never divide by zero.
-pub fn below<R: Rng + ?Sized>(rng: &mut R, n: usize) -> usize {
+pub(crate) fn below<R: Rng + ?Sized>(rng: &mut R, n: usize) -> usize {
     let wide = u128::from(rng.next_u64()) * n as u128;
     // The high half of a 64×64 product is < n, so it fits back into usize.
     usize::try_from(wide >> 64).unwrap_or(0)

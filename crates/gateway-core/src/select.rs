@@ -11,7 +11,7 @@ use std::cmp::Ordering;
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 
 /// Health floor in the score: a little exploration so a recovered source earns its way back.
-pub const EXPLORATION_FLOOR: f64 = 0.05;
+pub(crate) const EXPLORATION_FLOOR: f64 = 0.05;
 
 /// The selectors of SPEC §5.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -126,7 +126,7 @@ impl AttemptFails {
 }
 
 /// Failures in a call after which a source yields to a trusted alternative.
-pub const DEMOTE_AFTER: u32 = 2;
+pub(crate) const DEMOTE_AFTER: u32 = 2;
 
 /// In-call demotion (SPEC §5): a source that failed ≥ 2 times in this call moves to the tail,
 /// keeping relative order. With `health` (health-aware selectors) it moves only if a trusted

@@ -7,43 +7,43 @@ use std::time::Duration;
 
 /// Per call: time spent not attempting (waiting, backing off, napping).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CallStall {
+pub(crate) struct CallStall {
     idle_since: Option<Timestamp>,
     idle: Duration,
 }
 
 impl CallStall {
     /// A call that starts (idle) at `now`.
-    pub fn start(now: Timestamp) -> Self {
+    pub(crate) fn start(now: Timestamp) -> Self {
         CallStall { idle_since: Some(now), idle: Duration::ZERO }
     }
 
     /// An attempt starts at `now`: idle time stops accruing.
-    pub fn attempt_started(&mut self, now: Timestamp) {
+    pub(crate) fn attempt_started(&mut self, now: Timestamp) {
         if let Some(since) = self.idle_since.take() {
             self.idle += now.saturating_since(since);
         }
     }
 
     /// The attempt ended at `now`: idle time accrues again.
-    pub fn attempt_ended(&mut self, now: Timestamp) {
+    pub(crate) fn attempt_ended(&mut self, now: Timestamp) {
         if self.idle_since.is_none() {
             self.idle_since = Some(now);
         }
     }
 
     /// Time spent not attempting, up to `now`.
-    pub fn idle(&self, now: Timestamp) -> Duration {
+    pub(crate) fn idle(&self, now: Timestamp) -> Duration {
         self.idle + self.idle_since.map_or(Duration::ZERO, |since| now.saturating_since(since))
     }
 
     /// How much idle time is left before the call may be declared stalled.
-    pub fn remaining(&self, window: Duration, now: Timestamp) -> Duration {
+    pub(crate) fn remaining(&self, window: Duration, now: Timestamp) -> Duration {
         window.saturating_sub(self.idle(now))
     }
 
     /// SPEC §4: idle beyond `window` and no scope progress within `window`.
-    pub fn stalled(&self, scope: &ScopeProgress, window: Duration, now: Timestamp) -> bool {
+    pub(crate) fn stalled(&self, scope: &ScopeProgress, window: Duration, now: Timestamp) -> bool {
         self.idle(now) > window && !scope.progressed_within(window, now)
     }
 }
@@ -71,7 +71,7 @@ impl ScopeProgress {
     }
 
     /// Whether there was progress in the last `window` before `now`.
-    pub fn progressed_within(&self, window: Duration, now: Timestamp) -> bool {
+    pub(crate) fn progressed_within(&self, window: Duration, now: Timestamp) -> bool {
         self.last.is_some_and(|last| now.saturating_since(last) <= window)
     }
 }

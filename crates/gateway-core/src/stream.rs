@@ -30,7 +30,7 @@ pub fn commits(chunk: &Chunk) -> bool {
 /// commit point, before anything reaches the caller, so the upstream adapters end it there
 /// `ResultInvalid` and it is re-asked like a whole answer (SPEC §8, §13); one that opens like
 /// JSON is checked whole at its end.
-pub fn opens_unlike_json(text: &str) -> bool {
+pub(crate) fn opens_unlike_json(text: &str) -> bool {
     text.chars().find(|c| !c.is_whitespace()).is_some_and(|c| !matches!(c, '{' | '[' | '"' | '-' | '0'..='9' | 't' | 'f' | 'n' | '`'))
 }
 
@@ -44,7 +44,7 @@ pub fn streamed_upstream(kind: Kind, watchdog: Option<std::time::Duration>) -> b
 /// Whether a text answer to a request asking for `structured` is known to fail it from its
 /// opening alone: a JSON Schema check and a text that [`opens_unlike_json`]. (A parse function
 /// can only judge the whole text.)
-pub fn fails_from_its_opening(structured: Option<&Structured>, text: &str) -> bool {
+pub(crate) fn fails_from_its_opening(structured: Option<&Structured>, text: &str) -> bool {
     matches!(structured, Some(Structured::JsonSchema(_))) && opens_unlike_json(text)
 }
 

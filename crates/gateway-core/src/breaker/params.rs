@@ -92,7 +92,7 @@ impl GateParams {
 
     /// `min(cooldown × 2^(streak−1), max_cooldown)` for `streak ≥ 1` (the plain cooldown for
     /// streak 0), in milliseconds. With `max_cooldown = cooldown` nothing escalates.
-    pub fn cooldown_eff_ms(&self, streak: u32) -> u64 {
+    pub(crate) fn cooldown_eff_ms(&self, streak: u32) -> u64 {
         if streak <= 1 {
             return self.cooldown_ms.min(self.max_cooldown_ms);
         }

@@ -75,7 +75,7 @@ impl BreakerPolicy {
 
 impl BreakerConfig {
     /// `over`'s keys where it sets them, this section's elsewhere (a tier's overlay).
-    pub fn overlaid(&self, over: &BreakerConfig) -> BreakerConfig {
+    pub(crate) fn overlaid(&self, over: &BreakerConfig) -> BreakerConfig {
         BreakerConfig {
             fail_threshold: over.fail_threshold.or(self.fail_threshold),
             cooldown_s: over.cooldown_s.or(self.cooldown_s),

@@ -20,7 +20,8 @@ use std::fmt;
 
 pub use attempt::{Attempt, Outcome, ProviderError};
 pub use body::{BodyError, Message, Request, Role};
-pub use response::{Response, Usage, message_is_usable};
+pub(crate) use response::message_is_usable;
+pub use response::{Response, Usage};
 pub use structured::{ParseCheck, Structured};
 
 /// A JSON object: a request body, a response body, a stream chunk.

@@ -197,7 +197,7 @@ fn nonempty_array(value: Option<&Value>) -> bool {
 
 /// A message (or a stream delta) that carries something: text, tool calls, a refusal, audio,
 /// or a call of the legacy `functions` API (`function_call`).
-pub fn message_is_usable(message: &Object) -> bool {
+pub(crate) fn message_is_usable(message: &Object) -> bool {
     nonempty_string(message.get("content"))
         || nonempty_array(message.get("tool_calls"))
         || nonempty_string(message.get("refusal"))

@@ -6,19 +6,56 @@
 // Real loopback I/O: the timeout and watchdog bounds are checked against the wall clock.
 #![allow(clippy::disallowed_methods)]
 
-mod support;
-
 use gateway_core::outcome::OutcomeClass::{self, *};
+use gateway_core::policy::{ScopeConfig, ScopePolicy};
 use gateway_core::ports::Streamed;
 use gateway_core::ports::Upstream;
 use gateway_core::request::{Attempt, Message, Outcome, Request, Structured};
 use gateway_core::stream::Chunk;
 use gateway_core::time::WallClock;
 use gateway_http::{HttpLimits, HttpUpstream};
+use gateway_mock::openai::{chunk, completion};
+use gateway_mock::{Answer, Blackhole, Frame, MockServer};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{Mock, Reply, blackhole, chunk, completion, ok_json, scope, status};
+
+/// A scope `chat` with one source `s1` at `url`, plus `extra` source keys.
+fn scope(url: &str, extra: serde_json::Value) -> ScopePolicy {
+    let mut source = json!({"base_url": url, "api_key": "sk-test-secret", "model": "m1", "timeout_s": 5});
+    if let Some(extra) = extra.as_object() {
+        for (k, v) in extra {
+            source[k] = v.clone();
+        }
+    }
+    let config: ScopeConfig = serde_json::from_value(json!({
+        "breaker": {"fail_threshold": 5, "cooldown_s": 60},
+        "sources": {"s1": source}
+    }))
+    .unwrap();
+    config.resolve("chat").unwrap()
+}
+
+fn ok_json(body: serde_json::Value) -> Answer {
+    Answer::json(200, &body)
+}
+
+fn status(status: u16, body: serde_json::Value) -> Answer {
+    Answer::json(status, &body)
+}
+
+/// A stream of `chunks`, each sent after its delay, with the request id `req-mock`.
+fn timed(chunks: Vec<(Duration, String)>) -> Answer {
+    let frames: Vec<Frame> = chunks.into_iter().flat_map(|(delay, text)| [Frame::Pause(delay), Frame::Data(text)]).collect();
+    Answer::sse(frames).header("x-request-id", "req-mock")
+}
+
+/// A stream of `chunks`, then (a pause letting the head and the chunks reach the client) a
+/// broken connection.
+fn broken(chunks: Vec<String>) -> Answer {
+    let frames: Vec<Frame> = chunks.into_iter().map(Frame::Data).chain([Frame::Pause(Duration::from_millis(50)), Frame::Cut]).collect();
+    Answer::sse(frames)
+}
 
 /// A chat request (`_streamed` says what the test reads it as; a source with a watchdog is
 /// streamed upstream either way).
@@ -27,9 +64,9 @@ fn chat(_streamed: bool) -> Request {
 }
 
 /// The attempt read as a stream to its end: every chunk, or how it ended.
-async fn through_stream(reply: impl Fn() -> Reply + Send + Sync + 'static, extra: serde_json::Value) -> Result<Vec<Chunk>, Outcome> {
-    let mock = Mock::start(move |_| reply()).await;
-    let upstream = HttpUpstream::new(&[scope(&mock.url, extra)]).unwrap();
+async fn through_stream(reply: impl Fn() -> Answer + Send + Sync + 'static, extra: serde_json::Value) -> Result<Vec<Chunk>, Outcome> {
+    let mock = MockServer::answering(move |_| reply()).await.unwrap();
+    let upstream = HttpUpstream::new(&[scope(&mock.base_url(), extra)]).unwrap();
     let mut chunks = match upstream.stream("s1", &chat(true)).await {
         Streamed::Ended(attempt) => return Err(attempt.into_parts().0),
         Streamed::Chunks(chunks) => chunks,
@@ -41,13 +78,13 @@ async fn through_stream(reply: impl Fn() -> Reply + Send + Sync + 'static, extra
     Ok(all)
 }
 
-async fn answer(reply: impl Fn() -> Reply + Send + Sync + 'static, extra: serde_json::Value, request: Request) -> Attempt {
-    let mock = Mock::start(move |_| reply()).await;
-    let upstream = HttpUpstream::new(&[scope(&mock.url, extra)]).unwrap();
+async fn answer(reply: impl Fn() -> Answer + Send + Sync + 'static, extra: serde_json::Value, request: Request) -> Attempt {
+    let mock = MockServer::answering(move |_| reply()).await.unwrap();
+    let upstream = HttpUpstream::new(&[scope(&mock.base_url(), extra)]).unwrap();
     upstream.send("s1", &request).await
 }
 
-async fn class_of(reply: impl Fn() -> Reply + Send + Sync + 'static) -> (OutcomeClass, String) {
+async fn class_of(reply: impl Fn() -> Answer + Send + Sync + 'static) -> (OutcomeClass, String) {
     let attempt = answer(reply, json!({}), chat(false)).await;
     (attempt.outcome().class, attempt.outcome().detail.clone())
 }
@@ -76,10 +113,7 @@ async fn row_2xx_without_choices_is_transient_empty() {
 
 #[tokio::test]
 async fn row_2xx_with_malformed_json_is_transient() {
-    assert_eq!(
-        class_of(|| Reply::Json { status: 200, headers: vec![], body: "{\"choices\": [".into() }).await,
-        (Transient, "malformed_json".into())
-    );
+    assert_eq!(class_of(|| Answer::json_text(200, "{\"choices\": [")).await, (Transient, "malformed_json".into()));
 }
 
 #[tokio::test]
@@ -90,16 +124,13 @@ async fn row_2xx_carrying_an_error_is_transient_or_dead_by_its_code() {
 
 #[tokio::test]
 async fn row_429_is_rate_limited_with_retry_after_in_seconds() {
-    let attempt =
-        answer(|| Reply::Json { status: 429, headers: vec![("retry-after", "7".into())], body: "{}".into() }, json!({}), chat(false)).await;
+    let attempt = answer(|| Answer::json_text(429, "{}").header("retry-after", "7"), json!({}), chat(false)).await;
     assert_eq!((attempt.outcome().class, attempt.outcome().retry_after), (RateLimited, Some(Duration::from_secs(7))));
 }
 
 #[tokio::test]
 async fn row_429_with_retry_after_ms() {
-    let attempt =
-        answer(|| Reply::Json { status: 429, headers: vec![("retry-after-ms", "1500".into())], body: "{}".into() }, json!({}), chat(false))
-            .await;
+    let attempt = answer(|| Answer::json_text(429, "{}").header("retry-after-ms", "1500"), json!({}), chat(false)).await;
     assert_eq!(attempt.outcome().retry_after, Some(Duration::from_millis(1500)));
 }
 
@@ -114,15 +145,12 @@ impl WallClock for Fixed {
 
 #[tokio::test]
 async fn row_429_with_retry_after_as_an_http_date() {
-    let mock = Mock::start(|_| Reply::Json {
-        status: 429,
-        headers: vec![("retry-after", "Wed, 21 Oct 2015 07:28:30 GMT".into())],
-        body: "{}".into(),
-    })
-    .await;
+    let mock =
+        MockServer::answering(|_| Answer::json_text(429, "{}").header("retry-after", "Wed, 21 Oct 2015 07:28:30 GMT")).await.unwrap();
     // 2015-10-21T07:28:00Z
-    let upstream =
-        HttpUpstream::new(&[scope(&mock.url, json!({}))]).unwrap().with_wall_clock(Arc::new(Fixed(Duration::from_secs(1_445_412_480))));
+    let upstream = HttpUpstream::new(&[scope(&mock.base_url(), json!({}))])
+        .unwrap()
+        .with_wall_clock(Arc::new(Fixed(Duration::from_secs(1_445_412_480))));
     let attempt = upstream.send("s1", &chat(false)).await;
     assert_eq!((attempt.outcome().class, attempt.outcome().retry_after), (RateLimited, Some(Duration::from_secs(30))));
 }
@@ -149,8 +177,8 @@ async fn row_404_at_a_source_of_several_kinds_is_the_request_s() {
 
 #[tokio::test]
 async fn row_404_at_a_source_of_one_kind_is_its_model_gone() {
-    let mock = Mock::start(|_| status(404, error_body("model_not_found"))).await;
-    let mut chat_only = scope(&mock.url, json!({}));
+    let mock = MockServer::answering(|_| status(404, error_body("model_not_found"))).await.unwrap();
+    let mut chat_only = scope(&mock.base_url(), json!({}));
     chat_only.kinds = vec![gateway_core::request::Kind::Chat];
     let upstream = HttpUpstream::new(&[chat_only]).unwrap();
     let attempt = upstream.send("s1", &chat(false)).await;
@@ -192,7 +220,8 @@ async fn row_connection_refused_is_transient_connect() {
 
 #[tokio::test]
 async fn row_a_blackhole_times_out_within_the_timeout() {
-    let upstream = HttpUpstream::new(&[scope(&blackhole().await, json!({"timeout_s": 0.5}))]).unwrap();
+    let hole = Blackhole::start().await.unwrap();
+    let upstream = HttpUpstream::new(&[scope(&hole.base_url(), json!({"timeout_s": 0.5}))]).unwrap();
     let started = Instant::now();
     let attempt = upstream.send("s1", &chat(false)).await;
     let took = started.elapsed();
@@ -203,7 +232,8 @@ async fn row_a_blackhole_times_out_within_the_timeout() {
 
 #[tokio::test]
 async fn row_a_header_timeout_shorter_than_the_total_is_its_own_detail() {
-    let upstream = HttpUpstream::new(&[scope(&blackhole().await, json!({"timeout_s": 5}))])
+    let hole = Blackhole::start().await.unwrap();
+    let upstream = HttpUpstream::new(&[scope(&hole.base_url(), json!({"timeout_s": 5}))])
         .unwrap()
         .with_limits(HttpLimits { header_timeout: Some(Duration::from_millis(200)), ..HttpLimits::default() });
     let attempt = upstream.send("s1", &chat(false)).await;
@@ -213,8 +243,8 @@ async fn row_a_header_timeout_shorter_than_the_total_is_its_own_detail() {
 #[tokio::test]
 async fn row_an_oversized_body_is_transient() {
     let big = completion(&"x".repeat(4096));
-    let mock = Mock::start(move |_| ok_json(big.clone())).await;
-    let upstream = HttpUpstream::new(&[scope(&mock.url, json!({}))])
+    let mock = MockServer::answering(move |_| ok_json(big.clone())).await.unwrap();
+    let upstream = HttpUpstream::new(&[scope(&mock.base_url(), json!({}))])
         .unwrap()
         .with_limits(HttpLimits { max_response_bytes: 1024, ..HttpLimits::default() });
     let attempt = upstream.send("s1", &chat(false)).await;
@@ -223,13 +253,13 @@ async fn row_an_oversized_body_is_transient() {
 
 #[tokio::test]
 async fn row_a_stream_concatenates_its_deltas_until_done() {
-    let reply = || Reply::Sse {
-        chunks: vec![
+    let reply = || {
+        timed(vec![
             (Duration::ZERO, chunk("hel")),
             (Duration::from_millis(10), chunk("lo")),
             (Duration::ZERO, "data: {\"choices\": [], \"usage\": {\"prompt_tokens\": 4, \"completion_tokens\": 2}}\n\n".into()),
             (Duration::ZERO, "data: [DONE]\n\n".into()),
-        ],
+        ])
     };
     // A source with a watchdog is streamed upstream and the answer assembled.
     let attempt = answer(reply, json!({"watchdog_s": 1}), chat(false)).await;
@@ -239,7 +269,7 @@ async fn row_a_stream_concatenates_its_deltas_until_done() {
 
 #[tokio::test]
 async fn row_a_slow_first_token_trips_the_watchdog() {
-    let reply = || Reply::Sse { chunks: vec![(Duration::from_millis(600), chunk("late")), (Duration::ZERO, "data: [DONE]\n\n".into())] };
+    let reply = || timed(vec![(Duration::from_millis(600), chunk("late")), (Duration::ZERO, "data: [DONE]\n\n".into())]);
     let started = Instant::now();
     let attempt = answer(reply, json!({"watchdog_s": 0.2}), chat(true)).await;
     assert_eq!((attempt.outcome().class, attempt.outcome().detail.as_str()), (Transient, "watchdog"));
@@ -248,29 +278,27 @@ async fn row_a_slow_first_token_trips_the_watchdog() {
 
 #[tokio::test]
 async fn row_a_slow_drip_stream_trips_the_watchdog_between_chunks() {
-    let reply = || Reply::Sse {
-        chunks: vec![(Duration::ZERO, chunk("a")), (Duration::from_millis(50), chunk("b")), (Duration::from_millis(600), chunk("c"))],
-    };
+    let reply =
+        || timed(vec![(Duration::ZERO, chunk("a")), (Duration::from_millis(50), chunk("b")), (Duration::from_millis(600), chunk("c"))]);
     let attempt = answer(reply, json!({"watchdog_s": 0.2}), chat(true)).await;
     assert_eq!((attempt.outcome().class, attempt.outcome().detail.as_str()), (Transient, "watchdog"));
 }
 
 #[tokio::test]
 async fn row_a_stream_closed_mid_way_is_truncated() {
-    let outcome = through_stream(|| Reply::Broken { chunks: vec![chunk("half")] }, json!({})).await.unwrap_err();
+    let outcome = through_stream(|| broken(vec![chunk("half")]), json!({})).await.unwrap_err();
     assert_eq!((outcome.class, outcome.detail.as_str()), (Transient, "truncated_stream"));
 }
 
 #[tokio::test]
 async fn row_a_stream_ending_without_done_is_truncated() {
-    let outcome = through_stream(|| Reply::Sse { chunks: vec![(Duration::ZERO, chunk("no end"))] }, json!({})).await.unwrap_err();
+    let outcome = through_stream(|| timed(vec![(Duration::ZERO, chunk("no end"))]), json!({})).await.unwrap_err();
     assert_eq!((outcome.class, outcome.detail.as_str()), (Transient, "truncated_stream"));
 }
 
 #[tokio::test]
 async fn row_malformed_sse_is_transient() {
-    let outcome =
-        through_stream(|| Reply::Sse { chunks: vec![(Duration::ZERO, "data: {not json\n\n".into())] }, json!({})).await.unwrap_err();
+    let outcome = through_stream(|| timed(vec![(Duration::ZERO, "data: {not json\n\n".into())]), json!({})).await.unwrap_err();
     assert_eq!((outcome.class, outcome.detail.as_str()), (Transient, "malformed_sse"));
 }
 
@@ -301,10 +329,10 @@ async fn embeddings_return_one_vector_per_input_and_empty_data_is_transient() {
 
 #[tokio::test]
 async fn the_provider_gets_the_model_the_key_and_the_extra_headers() {
-    let mock = Mock::start(|_| ok_json(completion("ok"))).await;
-    let upstream = HttpUpstream::new(&[scope(&mock.url, json!({"headers": {"x-tenant": "t1"}}))]).unwrap();
+    let mock = MockServer::answering(|_| ok_json(completion("ok"))).await.unwrap();
+    let upstream = HttpUpstream::new(&[scope(&mock.base_url(), json!({"headers": {"x-tenant": "t1"}}))]).unwrap();
     upstream.send("s1", &chat(false)).await;
-    let seen = &mock.seen()[0];
+    let seen = &mock.received()[0];
     assert_eq!(seen.path, "/v1/chat/completions");
     assert_eq!(seen.headers["authorization"], "Bearer sk-test-secret");
     assert_eq!(seen.headers["x-tenant"], "t1");
@@ -314,8 +342,8 @@ async fn the_provider_gets_the_model_the_key_and_the_extra_headers() {
 
 #[tokio::test]
 async fn the_api_key_never_reaches_debug_or_telemetry_details() {
-    let mock = Mock::start(|_| status(401, error_body("invalid_api_key"))).await;
-    let upstream = HttpUpstream::new(&[scope(&mock.url, json!({}))]).unwrap();
+    let mock = MockServer::answering(|_| status(401, error_body("invalid_api_key"))).await.unwrap();
+    let upstream = HttpUpstream::new(&[scope(&mock.base_url(), json!({}))]).unwrap();
     let shown = format!("{upstream:?}");
     assert!(!shown.contains("sk-test-secret") && shown.contains("redacted"), "{shown}");
     let attempt = upstream.send("s1", &chat(false)).await;
@@ -345,8 +373,8 @@ fn sources_the_adapter_cannot_use_are_named() {
     assert!(HttpUpstream::new(&[scope("http://x/v1", json!({})), other]).unwrap_err().problem.contains("configured differently"));
 }
 
-fn sse<S: AsRef<str>>(events: &[(u64, S)]) -> Reply {
-    Reply::Sse { chunks: events.iter().map(|(ms, text)| (Duration::from_millis(*ms), text.as_ref().to_owned())).collect() }
+fn sse<S: AsRef<str>>(events: &[(u64, S)]) -> Answer {
+    timed(events.iter().map(|(ms, text)| (Duration::from_millis(*ms), text.as_ref().to_owned())).collect())
 }
 
 const ROLE_ONLY: &str = "data: {\"choices\": [{\"index\": 0, \"delta\": {\"role\": \"assistant\", \"content\": \"\"}}]}\n\n";
@@ -370,7 +398,8 @@ async fn before_the_commit_point_comments_and_empty_chunks_do_not_feed_the_watch
 
 #[tokio::test]
 async fn a_streamed_attempt_waits_for_headers_no_longer_than_the_watchdog() {
-    let upstream = HttpUpstream::new(&[scope(&blackhole().await, json!({"timeout_s": 5, "watchdog_s": 0.2}))]).unwrap();
+    let hole = Blackhole::start().await.unwrap();
+    let upstream = HttpUpstream::new(&[scope(&hole.base_url(), json!({"timeout_s": 5, "watchdog_s": 0.2}))]).unwrap();
     let started = Instant::now();
     let Streamed::Ended(attempt) = upstream.stream("s1", &chat(true)).await else { panic!("a blackhole sends no headers") };
     assert_eq!((attempt.outcome().class, attempt.outcome().detail.as_str()), (Transient, "watchdog"));
@@ -404,23 +433,24 @@ async fn an_error_event_in_a_stream_keeps_the_provider_s_error() {
 
 #[tokio::test]
 async fn the_caller_s_stream_options_reach_the_provider_with_the_usage_asked_for() {
-    let mock = Mock::start(|_| sse(&[(0, FINISHED), (0, "data: [DONE]\n\n")])).await;
-    let upstream = HttpUpstream::new(&[scope(&mock.url, json!({}))]).unwrap();
+    let mock = MockServer::answering(|_| sse(&[(0, FINISHED), (0, "data: [DONE]\n\n")])).await.unwrap();
+    let upstream = HttpUpstream::new(&[scope(&mock.base_url(), json!({}))]).unwrap();
     let request = chat(true).with("stream_options", json!({"include_obfuscation": false, "include_usage": false}));
     let Streamed::Chunks(mut chunks) = upstream.stream("s1", &request).await else { panic!("chunks") };
     while chunks.next_chunk().await.is_some() {}
-    assert_eq!(mock.seen()[0].body["stream_options"], json!({"include_obfuscation": false, "include_usage": true}));
+    assert_eq!(mock.received()[0].body["stream_options"], json!({"include_obfuscation": false, "include_usage": true}));
 }
 
 #[tokio::test]
 async fn a_streamed_answer_is_checked_against_its_structure_when_it_ends() {
-    let mock = Mock::start(|seen| {
+    let mock = MockServer::answering(|seen| {
         let answer = if seen.body["messages"][0]["content"] == "good" { "{\"answer\": 1}" } else { "{\"other\": 1}" };
         let event = format!("data: {}\n\n", json!({"choices": [{"index": 0, "delta": {"content": answer}, "finish_reason": "stop"}]}));
-        Reply::Sse { chunks: vec![(Duration::ZERO, event), (Duration::ZERO, "data: [DONE]\n\n".into())] }
+        timed(vec![(Duration::ZERO, event), (Duration::ZERO, "data: [DONE]\n\n".into())])
     })
-    .await;
-    let upstream = HttpUpstream::new(&[scope(&mock.url, json!({}))]).unwrap();
+    .await
+    .unwrap();
+    let upstream = HttpUpstream::new(&[scope(&mock.base_url(), json!({}))]).unwrap();
     for (prompt, ends) in [("good", None), ("bad", Some(ResultInvalid))] {
         let mut request = Request::chat(vec![Message::user(prompt)]);
         request.structured = Some(Structured::JsonSchema(json!({"type": "object", "required": ["answer"]})));
@@ -434,7 +464,7 @@ async fn a_streamed_answer_is_checked_against_its_structure_when_it_ends() {
 async fn a_streamed_answer_that_must_be_json_and_opens_with_prose_is_passed_on_and_a_whole_one_fails_not_json() {
     // At a stream's commit point the call loop judges the opening, whatever the transport: the
     // adapter passes the chunks on. A whole answer it judges itself, with the same rule first.
-    let mock = Mock::start(|seen| {
+    let mock = MockServer::answering(|seen| {
         let prose = seen.body["messages"][0]["content"] == "prose";
         if seen.body["stream"] == true {
             let pieces: &[&str] = if prose { &["  ", "Sure! Here is the JSON: {"] } else { &["  ", "{\"answer\": 1}"] };
@@ -443,14 +473,15 @@ async fn a_streamed_answer_that_must_be_json_and_opens_with_prose_is_passed_on_a
                 .map(|p| (Duration::ZERO, format!("data: {}\n\n", json!({"choices": [{"index": 0, "delta": {"content": p}}]}))))
                 .collect();
             chunks.push((Duration::ZERO, "data: [DONE]\n\n".into()));
-            Reply::Sse { chunks }
+            timed(chunks)
         } else {
             let content = if prose { "Sure! Here is the JSON: {" } else { "{\"answer\": 1}" };
             ok_json(json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}]}))
         }
     })
-    .await;
-    let upstream = HttpUpstream::new(&[scope(&mock.url, json!({}))]).unwrap();
+    .await
+    .unwrap();
+    let upstream = HttpUpstream::new(&[scope(&mock.base_url(), json!({}))]).unwrap();
     for prompt in ["prose", "json"] {
         let mut request = Request::chat(vec![Message::user(prompt)]);
         request.structured = Some(Structured::JsonSchema(json!({"type": "object"})));
@@ -467,15 +498,15 @@ async fn a_streamed_answer_that_must_be_json_and_opens_with_prose_is_passed_on_a
 async fn one_event_over_the_cap_breaks_the_stream_but_a_long_stream_does_not() {
     let limits = HttpLimits { max_response_bytes: 1024, ..HttpLimits::default() };
     let big = chunk(&"x".repeat(2048));
-    let mock = Mock::start(move |_| sse(&[(0, big.as_str()), (0, "data: [DONE]\n\n")])).await;
-    let upstream = HttpUpstream::new(&[scope(&mock.url, json!({}))]).unwrap().with_limits(limits);
+    let mock = MockServer::answering(move |_| sse(&[(0, big.as_str()), (0, "data: [DONE]\n\n")])).await.unwrap();
+    let upstream = HttpUpstream::new(&[scope(&mock.base_url(), json!({}))]).unwrap().with_limits(limits);
     let Streamed::Chunks(mut chunks) = upstream.stream("s1", &chat(true)).await else { panic!("chunks") };
     assert_eq!(chunks.next_chunk().await.unwrap().unwrap_err().detail, "event_too_large");
 
     let many: Vec<(Duration, String)> =
         (0..100).map(|_| (Duration::ZERO, chunk(&"y".repeat(100)))).chain([(Duration::ZERO, FINISHED.to_owned())]).collect();
-    let mock = Mock::start(move |_| Reply::Sse { chunks: many.clone() }).await;
-    let upstream = HttpUpstream::new(&[scope(&mock.url, json!({}))]).unwrap().with_limits(limits);
+    let mock = MockServer::answering(move |_| timed(many.clone())).await.unwrap();
+    let upstream = HttpUpstream::new(&[scope(&mock.base_url(), json!({}))]).unwrap().with_limits(limits);
     let Streamed::Chunks(mut chunks) = upstream.stream("s1", &chat(true)).await else { panic!("chunks") };
     let mut count = 0;
     while let Some(chunk) = chunks.next_chunk().await {
@@ -487,8 +518,8 @@ async fn one_event_over_the_cap_breaks_the_stream_but_a_long_stream_does_not() {
 
 #[tokio::test]
 async fn the_provider_s_request_id_comes_with_streams_and_assembled_answers() {
-    let mock = Mock::start(|_| sse(&[(0, FINISHED), (0, "data: [DONE]\n\n")])).await;
-    let upstream = HttpUpstream::new(&[scope(&mock.url, json!({"watchdog_s": 1}))]).unwrap();
+    let mock = MockServer::answering(|_| sse(&[(0, FINISHED), (0, "data: [DONE]\n\n")])).await.unwrap();
+    let upstream = HttpUpstream::new(&[scope(&mock.base_url(), json!({"watchdog_s": 1}))]).unwrap();
     let Streamed::Chunks(chunks) = upstream.stream("s1", &chat(true)).await else { panic!("chunks") };
     assert_eq!(chunks.request_id(), Some("req-mock"));
     let attempt = upstream.send("s1", &chat(false)).await;

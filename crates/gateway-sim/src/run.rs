@@ -6,7 +6,6 @@
 
 use crate::fault::{Fault, OwnRedis};
 use crate::scenario::{Scenario, Tenant};
-use crate::serve::ProviderServer;
 use crate::upstream::{LONG, POISON, Providers, SimUpstream};
 use gateway_client::{Collector, GatewayClient, Preset, TokioClock};
 use gateway_core::breaker::CircuitState;
@@ -19,6 +18,7 @@ use gateway_core::time::{Clock, Timestamp};
 use gateway_http::HttpUpstream;
 use gateway_memory::backstop::{Backstop, BackstopGates, BackstopPacer, BackstopQuota, BackstopStats, OnUnavailable, RETRY_EVERY};
 use gateway_memory::{MemoryGates, MemoryPacer, MemoryQuota};
+use gateway_mock::source_url;
 use gateway_redis::{RedisConfig, RedisConnection, RedisGates, RedisPacer, RedisQuota};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
@@ -381,7 +381,7 @@ pub fn loads(scenario: &Scenario, calls: u32, workers: u32, part: u32, parts: u3
 /// Points every source of `policy` at the provider server whose root URL is `root`.
 fn point_at(policy: &mut ScopePolicy, root: &str) {
     for source in &mut policy.sources {
-        source.base_url = Some(ProviderServer::base_url_at(root, &source.name));
+        source.base_url = Some(source_url(root, &source.name));
         source.model = Some(source.name.clone());
     }
 }
@@ -573,7 +573,7 @@ async fn run_target(
         (Target::Scenario, Transport::Http) => {
             let mut policy = scope_policy(scenario, &scope, config)?;
             let providers = Arc::new(Providers::new(scenario, clock.clone(), config.seed));
-            let server = ProviderServer::start(providers).await.map_err(|e| format!("cannot serve the simulated providers: {e}"))?;
+            let server = providers.serve().await.map_err(|e| format!("cannot serve the simulated providers: {e}"))?;
             point_at(&mut policy, &server.root());
             (policy.clone(), http(&policy)?, Some(server))
         }
@@ -876,7 +876,7 @@ fn run_processes_on(
         let clock = SharedClock::starting_now();
         started();
         let providers = Arc::new(Providers::new(&scaled, Arc::new(clock), config.seed));
-        let server = ProviderServer::start(providers).await.map_err(|e| format!("cannot serve the simulated providers: {e}"))?;
+        let server = providers.serve().await.map_err(|e| format!("cannot serve the simulated providers: {e}"))?;
         point_at(&mut policy, &server.root());
         let done: Arc<Vec<AtomicU32>> = Arc::new((0..processes).map(|_| AtomicU32::new(0)).collect());
         let mut children = Vec::new();

@@ -13,9 +13,10 @@ use gateway_core::breaker::{GateOp, SuccessKind};
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::ports::{QuotaDecision, QuotaGate};
 use gateway_core::telemetry::SourceReason;
+use gateway_mock::Step;
 use serde_json::json;
 use std::time::Duration;
-use support::{Harness, Step, sources};
+use support::{Harness, sources};
 
 const POLL: f64 = 0.05;
 

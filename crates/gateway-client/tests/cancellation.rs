@@ -12,12 +12,13 @@ use gateway_core::outcome::OutcomeClass;
 use gateway_core::random::unit;
 use gateway_core::telemetry::CallResult;
 use gateway_core::time::Clock;
+use gateway_mock::{ScriptedUpstream, Step};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
 use serde_json::json;
 use std::collections::HashSet;
 use std::time::Duration;
-use support::{Harness, Step, sources};
+use support::{Harness, sources};
 
 const CALLS: usize = 10_000;
 const AT_ONCE: usize = 40;
@@ -129,7 +130,7 @@ fn slow_release_client(
     let policy = sources(1, json!({"sources": {"s1": {"timeout_s": 30}}}));
     let clock = std::sync::Arc::new(gateway_client::TokioClock::new());
     let pacer = std::sync::Arc::new(SlowRelease(gateway_memory::MemoryPacer::new(clock.clone())));
-    let upstream = support::FakeUpstream::new();
+    let upstream = ScriptedUpstream::new();
     upstream.plan("s1", |_| (Step::Ok, Duration::from_millis(100)));
     let mut builder =
         gateway_client::GatewayClient::builder().scope(policy.clone()).upstream(upstream).pacer(pacer.clone()).clock(clock).seed(3);

@@ -15,14 +15,15 @@ use gateway_core::ports::{BreakerGate, GateKey};
 use gateway_core::telemetry::{CallEvent, CallResult};
 use gateway_core::time::Clock;
 use gateway_memory::MemoryGates;
+use gateway_mock::{ScriptedUpstream, Step};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
-use support::{FakeUpstream, Step, chat};
+use support::chat;
 
 struct Setup {
     client: GatewayClient,
-    upstream: Arc<FakeUpstream>,
+    upstream: Arc<ScriptedUpstream>,
     gates: Arc<MemoryGates>,
     telemetry: Arc<Collector>,
     clock: Arc<TokioClock>,
@@ -44,7 +45,7 @@ fn setup(backup_falls_back: bool) -> Setup {
 fn setup_scopes(chat_fallback: Option<&str>, backup_fallback: Option<&str>) -> Setup {
     let clock = Arc::new(TokioClock::new());
     let gates = Arc::new(MemoryGates::new(clock.clone()));
-    let upstream = FakeUpstream::new();
+    let upstream = ScriptedUpstream::new();
     let telemetry = Arc::new(Collector::new());
     let client = GatewayClient::builder()
         .scope(scope("chat", "s1", chat_fallback))
@@ -111,7 +112,8 @@ async fn a_spent_retry_budget_or_a_rejected_payload_never_falls_back() {
 
 #[test]
 fn a_fallback_must_name_a_configured_scope_other_than_itself() {
-    let error = GatewayClient::builder().scope(scope("chat", "s1", Some("backup"))).upstream(FakeUpstream::new()).build().err().unwrap();
+    let error =
+        GatewayClient::builder().scope(scope("chat", "s1", Some("backup"))).upstream(ScriptedUpstream::new()).build().err().unwrap();
     assert_eq!(error, BuildError::UnknownFallback { scope: "chat".into(), fallback: "backup".into(), known: "chat".into() });
     assert_eq!(error.to_string(), "chat.fallback: no scope \"backup\" (configured: chat)");
     let config: ScopeConfig =
@@ -202,7 +204,7 @@ async fn a_fallback_that_refuses_the_call_before_it_starts_leaves_the_primary_it
         .scope(scope("chat", "s1", Some("backup")))
         .scope(backup)
         .gates(gates.clone())
-        .upstream(FakeUpstream::new())
+        .upstream(ScriptedUpstream::new())
         .telemetry(telemetry.clone())
         .clock(clock)
         .build()

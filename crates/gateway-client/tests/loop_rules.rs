@@ -15,10 +15,11 @@ use gateway_core::outcome::OutcomeClass::*;
 use gateway_core::ports::{BreakerGate, GateError, GateKey, QuotaDecision, QuotaGate};
 use gateway_core::request::{Kind, Request};
 use gateway_core::telemetry::CallResult;
+use gateway_mock::{ScriptedUpstream, Step};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
-use support::{Harness, Step, chat, sources};
+use support::{Harness, chat, sources};
 
 #[tokio::test(start_paused = true)]
 async fn transient_failures_spend_the_budget_one_plus_max_retries() {
@@ -250,7 +251,7 @@ impl BreakerGate for DownGates {
 
 #[tokio::test(start_paused = true)]
 async fn an_unavailable_gate_backend_fails_the_call_closed() {
-    let upstream = support::FakeUpstream::new();
+    let upstream = ScriptedUpstream::new();
     let client = GatewayClient::builder()
         .scope(sources(2, json!({})))
         .gates(Arc::new(DownGates))
@@ -270,7 +271,7 @@ fn a_client_needs_an_upstream_and_a_scope() {
         GatewayClient::builder().scope(sources(1, json!({}))).build().err().unwrap().to_string(),
         "no upstream: call GatewayClientBuilder::upstream"
     );
-    let upstream = support::FakeUpstream::new();
+    let upstream = ScriptedUpstream::new();
     assert!(GatewayClient::builder().upstream(upstream).build().is_err());
 }
 

@@ -228,7 +228,7 @@ async fn the_stream_holds_its_slot_until_it_ends_or_is_dropped() {
 
 #[tokio::test(start_paused = true)]
 async fn an_upstream_that_cannot_stream_is_replayed_and_embeddings_cannot_be_streamed() {
-    let fake = support::FakeUpstream::new();
+    let fake = gateway_mock::ScriptedUpstream::new();
     let s = setup(1, fake, json!({}));
     let stream = s.client.stream("chat", &ask()).await.unwrap();
     let whole = stream.completion().await.unwrap();

@@ -9,19 +9,16 @@ use gateway_core::policy::ScopeConfig;
 use gateway_core::ports::Upstream;
 use gateway_core::request::{Message, Request};
 use gateway_http::HttpUpstream;
+use gateway_mock::{Answer, MockServer};
 use std::hint::black_box;
 
 const ANSWER: &str = r#"{"id":"c1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hello there"},"finish_reason":"stop"}],"usage":{"prompt_tokens":7,"completion_tokens":3}}"#;
 
 fn http(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let url = rt.block_on(async {
-        let app = axum::Router::new().fallback(|| async { ([("content-type", "application/json")], ANSWER) });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/v1", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        url
-    });
+    // Unrecorded: both calls pay for no record.
+    let mock = rt.block_on(MockServer::builder().unrecorded().answering(|_| Answer::json_text(200, ANSWER))).unwrap();
+    let url = mock.base_url();
     let scope: ScopeConfig = serde_json::from_value(serde_json::json!({
         "breaker": {"fail_threshold": 5, "cooldown_s": 60},
         "sources": {"s1": {"base_url": url, "api_key": "sk-bench", "model": "m1", "timeout_s": 10}}

@@ -13,17 +13,15 @@
 
 mod support;
 
+use gateway_mock::{Answer, MockServer};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-async fn mock_provider() -> String {
+/// A provider answering every request at once; unrecorded, so the direct path pays for no record.
+async fn mock_provider() -> MockServer {
     let answer = json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}], "usage": {"prompt_tokens": 5, "completion_tokens": 1}}).to_string();
-    let app = axum::Router::new().fallback(move || {
-        let answer = answer.clone();
-        async move { ([("content-type", "application/json")], answer) }
-    });
-    support::serve(app).await
+    MockServer::builder().unrecorded().answering(move |_| Answer::json_text(200, answer.clone())).await.unwrap()
 }
 
 struct Figures {
@@ -89,7 +87,8 @@ fn main() {
     let quick = std::env::args().any(|a| a == "--test");
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
-        let provider = mock_provider().await;
+        let mock = mock_provider().await;
+        let provider = mock.root();
         let gateway = support::proxy(&provider, "").await;
         println!("| clients | load | path | requests/s | median ms | p99 ms |");
         println!("|---|---|---|---|---|---|");

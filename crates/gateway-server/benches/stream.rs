@@ -11,7 +11,7 @@
 
 mod support;
 
-use axum::body::Body;
+use gateway_mock::{Answer, Frame, MockServer};
 use serde_json::json;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,35 +22,33 @@ const GAP: Duration = Duration::from_millis(100);
 /// The mock's send instants of the stream it is serving.
 type Sent = Arc<Mutex<Vec<Instant>>>;
 
-async fn mock_provider(sent: Sent) -> String {
-    let app = axum::Router::new().fallback(move || {
+async fn mock_provider(sent: Sent) -> MockServer {
+    let answer = move |_: &gateway_mock::Received| {
+        sent.lock().unwrap().clear();
         let sent = sent.clone();
-        async move {
-            sent.lock().unwrap().clear();
-            let body = futures_util::stream::unfold(0usize, move |i| {
-                let sent = sent.clone();
-                async move {
-                    if i > CHUNKS {
-                        return None;
-                    }
-                    if i > 0 {
-                        tokio::time::sleep(GAP).await;
-                    }
-                    let event = if i == CHUNKS {
-                        "data: [DONE]\n\n".to_owned()
-                    } else {
-                        sent.lock().unwrap().push(Instant::now());
-                        let chunk =
-                            json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": format!("t{i} ")}}]});
-                        format!("data: {chunk}\n\n")
-                    };
-                    Some((Ok::<_, std::convert::Infallible>(event), i + 1))
+        let frames = futures_util::stream::unfold(0usize, move |i| {
+            let sent = sent.clone();
+            async move {
+                if i > CHUNKS {
+                    return None;
                 }
-            });
-            axum::http::Response::builder().header("content-type", "text/event-stream").body(Body::from_stream(body)).unwrap()
-        }
-    });
-    support::serve(app).await
+                if i > 0 {
+                    tokio::time::sleep(GAP).await;
+                }
+                let event = if i == CHUNKS {
+                    "data: [DONE]\n\n".to_owned()
+                } else {
+                    sent.lock().unwrap().push(Instant::now());
+                    let chunk =
+                        json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": format!("t{i} ")}}]});
+                    format!("data: {chunk}\n\n")
+                };
+                Some((Frame::Data(event), i + 1))
+            }
+        });
+        Answer::sse_stream(frames)
+    };
+    MockServer::builder().unrecorded().answering(answer).await.unwrap()
 }
 
 /// One streamed call through `url`: when each content chunk arrived.
@@ -80,8 +78,8 @@ fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
         let sent: Sent = Arc::default();
-        let provider = mock_provider(sent.clone()).await;
-        let gateway = support::proxy(&provider, "watchdog_s = 1\n").await;
+        let mock = mock_provider(sent.clone()).await;
+        let gateway = support::proxy(&mock.root(), "watchdog_s = 1\n").await;
         let http = reqwest::Client::new();
         let (mut first, mut last) = (Vec::new(), Vec::new());
         for _ in 0..runs {

@@ -102,7 +102,7 @@ async fn embeddings_pass_dimensions_base64_and_token_arrays() {
     assert_eq!(b64["data"][0]["embedding"], "AAAAPwAAgL8AAABA", "vectors are not decoded and re-encoded");
     let (status, tokens) = post(&r, "/v1/embeddings", &json!({"model": "chat", "input": [[1, 2, 3], [4]]})).await;
     assert_eq!((status, tokens["data"].as_array().map(Vec::len)), (200, Some(2)));
-    let seen: Vec<_> = r.provider.seen().into_iter().filter(|s| s.path.ends_with("/embeddings")).map(|s| s.body).collect();
+    let seen: Vec<_> = r.provider.received().into_iter().filter(|s| s.path.ends_with("/embeddings")).map(|s| s.body).collect();
     assert_eq!(seen[0]["dimensions"], 6);
     assert_eq!(seen[1]["encoding_format"], "base64");
     assert_eq!(seen[2]["input"], json!([[1, 2, 3], [4]]));

@@ -32,7 +32,8 @@ fn multi_thread(worker_threads: usize) -> tokio::runtime::Runtime {
 async fn a_shutdown_cut_leaves_no_lease_in_redis(url: String) {
     let conn = gateway_redis::RedisConnection::connect(gateway_redis::RedisConfig { url, ..Default::default() }).await.unwrap();
     let scope = format!("cut{}", std::process::id());
-    let (root, _recorder) = support::provider::start().await;
+    let (provider, _gate) = support::start_provider().await;
+    let root = provider.root();
     let scopes = format!(
         "[{scope}.breaker]\nfail_threshold = 5\ncooldown_s = 0.05\n[{scope}.sources.cutmock]\nbase_url = \"{root}/mock/v1\"\nmodel = \"m\"\ntimeout_s = 30\nmax_concurrency = 4\n"
     );

@@ -74,7 +74,7 @@ fn what_reached_the_provider(r: &support::Running) {
         (tools.body["tools"][0]["function"]["name"].as_str(), tools.body["parallel_tool_calls"].as_bool()),
         (Some("get_weather"), Some(false))
     );
-    let round_trip = r.provider.seen().into_iter().find(|s| s.body["messages"].as_array().is_some_and(|m| m.len() == 3)).unwrap();
+    let round_trip = r.provider.received().into_iter().find(|s| s.body["messages"].as_array().is_some_and(|m| m.len() == 3)).unwrap();
     assert_eq!(round_trip.body["messages"][1]["tool_calls"][0]["id"], "call_1");
     assert_eq!(round_trip.body["messages"][2], json!({"role": "tool", "tool_call_id": "call_1", "content": "sunny"}));
     let streamed_tools = one("TOOLS streamed");
@@ -84,7 +84,7 @@ fn what_reached_the_provider(r: &support::Running) {
     assert_eq!(parts[2], json!({"type": "input_audio", "input_audio": {"data": "UklGRiQAAABXQVZF", "format": "wav"}}));
     assert_eq!(one("JSON please").body["response_format"], json!({"type": "json_object"}));
     assert_eq!(one("SCHEMA please").body["response_format"]["json_schema"]["strict"], true);
-    let embeddings: Vec<_> = r.provider.seen().into_iter().filter(|s| s.path.ends_with("/embeddings")).collect();
+    let embeddings: Vec<_> = r.provider.received().into_iter().filter(|s| s.path.ends_with("/embeddings")).collect();
     assert!(embeddings.iter().any(|s| s.body["dimensions"] == 5), "dimensions passed on");
     assert!(embeddings.iter().any(|s| s.body["encoding_format"] == "base64"), "encoding_format passed on");
     assert!(embeddings.iter().any(|s| s.body["input"] == json!([[1, 2, 3], [4, 5]])), "token arrays passed on");

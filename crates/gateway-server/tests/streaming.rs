@@ -58,7 +58,7 @@ async fn each_chunk_is_relayed_as_it_arrives() {
     assert_eq!(contents(&seen), "echo: ", "the first chunk came alone: {seen}");
     // Held for many keep-alive periods (keepalive_s = 0.05): none is sent after the commit point.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    r.provider.open_gate();
+    r.gate.release_one();
     read_until(&mut response, &mut seen, |s| s.contains("[DONE]")).await;
     assert_eq!(contents(&seen), "echo: GATED");
     assert!(!seen.contains(": keep-alive"), "no keep-alive comment after the commit point");
@@ -110,7 +110,7 @@ timeout_s = 30
         assert_eq!(contents(&seen), format!("echo: call {i}"), "one clean stream: {seen}");
         assert!(!seen.contains("event: error"), "{seen}");
     }
-    assert!(r.provider.seen().iter().any(|s| s.path.starts_with("/prefail/")), "the failing source was tried");
+    assert!(r.provider.received().iter().any(|s| s.path.starts_with("/prefail/")), "the failing source was tried");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

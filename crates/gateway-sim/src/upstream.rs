@@ -2,7 +2,7 @@
 //! what one request gets (latency, empty answers, 5xx, invalid JSON, bad keys, blackholes,
 //! outages, the account's in-flight and rpm limits, other tenants' 429s and load peaks).
 //! [`SimUpstream`] plays those replies in (virtual) time as an `Upstream`, applying the source's
-//! watchdog and timeout the way the HTTP adapter does; `serve` plays them over loopback HTTP.
+//! watchdog and timeout the way the HTTP adapter does; `http` serves them over loopback HTTP.
 
 use crate::scenario::{Account, Kind, Provider, Scenario};
 use async_trait::async_trait;

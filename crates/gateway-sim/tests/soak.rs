@@ -14,7 +14,6 @@ use gateway_sim::invariants;
 use gateway_sim::report::{Bounds, Summary};
 use gateway_sim::run::{Backend, RunConfig, Transport, run, run_processes, run_upstreams, upstreams_scope};
 use gateway_sim::scenario::Scenario;
-use gateway_sim::serve::ProviderServer;
 use gateway_sim::upstream::Providers;
 use std::sync::Arc;
 use support::{launch, real_time, virtual_time};
@@ -186,11 +185,11 @@ fn upstreams_runs_the_workload_against_the_endpoints_of_a_config_file() {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     let server = runtime.block_on(async {
         let clock = Arc::new(gateway_client::TokioClock::new());
-        ProviderServer::start(Arc::new(Providers::new(&scenario, clock, 5))).await.unwrap()
+        Arc::new(Providers::new(&scenario, clock, 5)).serve().await.unwrap()
     });
     let file = std::env::temp_dir().join(format!("soak-upstreams-{}.toml", std::process::id()));
     let source = |name: &str| {
-        format!("[soak.sources.{name}]\nbase_url = \"{}\"\nmodel = \"m\"\napi_key = \"sk-test\"\ntimeout_s = 2\n", server.base_url(name))
+        format!("[soak.sources.{name}]\nbase_url = \"{}\"\nmodel = \"m\"\napi_key = \"sk-test\"\ntimeout_s = 2\n", server.source_url(name))
     };
     let text = format!("[soak.breaker]\nfail_threshold = 3\ncooldown_s = 60\n{}{}", source("good"), source("bad"));
     std::fs::write(&file, text).unwrap();

@@ -1,91 +1,17 @@
-//! Test support: a scripted fake `Upstream` (per-source plans over virtual time), scope
-//! policies from JSON, and a client on the memory gates, tokio's paused clock and a collector.
+//! Test support: scope policies from JSON, and a client on gateway-mock's `ScriptedUpstream`
+//! (per-source plans over virtual time), the memory gates, tokio's paused clock and a collector.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use async_trait::async_trait;
 use gateway_client::{Collector, GatewayClient, Preset, TokioClock};
 use gateway_core::breaker::{GateOp, GateParams};
-use gateway_core::outcome::OutcomeClass;
 use gateway_core::policy::{ScopeConfig, ScopePolicy};
-use gateway_core::ports::{BreakerGate, GateKey, QuotaGate, Upstream};
-use gateway_core::request::{Attempt, Kind, Message, Request, Response, Usage};
+use gateway_core::ports::{BreakerGate, GateKey, QuotaGate};
+use gateway_core::request::{Message, Request, Response};
 use gateway_core::time::Clock;
 use gateway_memory::{MemoryGates, MemoryQuota};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-/// What a source answers to its n-th attempt (0-based), and after how long.
-pub type Plan = Box<dyn FnMut(u32) -> (Step, Duration) + Send>;
-
-#[derive(Clone, Debug)]
-pub enum Step {
-    Ok,
-    Fail(OutcomeClass),
-    RateLimited(Option<Duration>),
-}
-
-/// A fake provider per source name, answering by plan, recording every attempt.
-#[derive(Default)]
-pub struct FakeUpstream {
-    plans: Mutex<HashMap<String, (Plan, u32)>>,
-    pub sent: Mutex<Vec<String>>,
-}
-
-impl FakeUpstream {
-    pub fn new() -> Arc<Self> {
-        Arc::new(FakeUpstream::default())
-    }
-
-    pub fn plan(&self, source: &str, plan: impl FnMut(u32) -> (Step, Duration) + Send + 'static) {
-        self.plans.lock().unwrap().insert(source.to_owned(), (Box::new(plan), 0));
-    }
-
-    /// Every attempt answers `step` after 50 ms.
-    pub fn always(&self, source: &str, step: Step) {
-        self.plan(source, move |_| (step.clone(), Duration::from_millis(50)));
-    }
-
-    /// Answers the steps in order after 50 ms each, then `Ok`.
-    pub fn script(&self, source: &str, steps: Vec<Step>) {
-        self.plan(source, move |n| (steps.get(n as usize).cloned().unwrap_or(Step::Ok), Duration::from_millis(50)));
-    }
-
-    pub fn sent(&self) -> Vec<String> {
-        self.sent.lock().unwrap().clone()
-    }
-}
-
-#[async_trait]
-impl Upstream for FakeUpstream {
-    async fn send(&self, source: &str, request: &Request) -> Attempt {
-        let (step, latency) = {
-            let mut plans = self.plans.lock().unwrap();
-            self.sent.lock().unwrap().push(source.to_owned());
-            match plans.get_mut(source) {
-                Some((plan, n)) => {
-                    let answer = plan(*n);
-                    *n += 1;
-                    answer
-                }
-                None => (Step::Ok, Duration::from_millis(50)),
-            }
-        };
-        tokio::time::sleep(latency).await;
-        let usage = Some(Usage { prompt_tokens: 10, completion_tokens: 5 });
-        match step {
-            Step::Ok => match request.kind() {
-                Kind::Embeddings => {
-                    Attempt::success(Response::embedding_vectors(&vec![vec![0.5; 4]; request.texts().count()], usage), "http_200")
-                }
-                Kind::Chat => Attempt::success(Response::chat_text(&format!("ok from {source}"), usage), "http_200"),
-            },
-            Step::Fail(class) => Attempt::failure(class, format!("scripted_{class}"), None),
-            Step::RateLimited(retry_after) => Attempt::failure(OutcomeClass::RateLimited, "http_429", retry_after),
-        }
-    }
-}
+use gateway_mock::ScriptedUpstream;
+use std::sync::Arc;
 
 /// A scope named `chat` from JSON (the `[chat]` table of a config file).
 pub fn scope(json: serde_json::Value) -> ScopePolicy {
@@ -124,7 +50,7 @@ pub fn chat() -> Request {
 /// A client with its shared parts exposed to the test.
 pub struct Harness {
     pub client: GatewayClient,
-    pub upstream: Arc<FakeUpstream>,
+    pub upstream: Arc<ScriptedUpstream>,
     pub gates: Arc<MemoryGates>,
     pub quota: Arc<MemoryQuota>,
     pub telemetry: Arc<Collector>,
@@ -137,7 +63,7 @@ impl Harness {
         let clock = Arc::new(TokioClock::new());
         let gates = Arc::new(MemoryGates::new(clock.clone()));
         let quota = Arc::new(MemoryQuota::new(clock.clone()));
-        let upstream = FakeUpstream::new();
+        let upstream = ScriptedUpstream::new();
         let telemetry = Arc::new(Collector::new());
         let client = GatewayClient::builder()
             .preset(preset)

@@ -1,13 +1,5 @@
-//! What the proxy benchmarks share: serving a mock provider and the proxy in front of it on
-//! loopback.
-
-/// Serves `app` on a free loopback port; its root URL.
-pub async fn serve(app: axum::Router) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let root = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    root
-}
+//! What the proxy benchmarks share: the proxy on loopback in front of a mock provider (each
+//! bench serves its own with gateway-mock).
 
 /// A gateway-server with one scope `chat` whose one source `mock` is `provider` (plus the
 /// source keys of `extra`, TOML lines); its root URL.

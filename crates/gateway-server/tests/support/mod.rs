@@ -1,15 +1,14 @@
-//! Test support: a mock OpenAI provider on loopback and the proxy started in process in front
-//! of it (in-process gates and quota the test can inspect), with the default test config or
-//! extra `[server]` keys and scopes; and a proxy state on an in-process upstream that answers
-//! everything, for tests that drive the router without sockets.
+//! Test support: the proxy started in process in front of gateway-mock's `Echo` provider on
+//! loopback (in-process gates and quota the test can inspect), with the default test config or
+//! extra `[server]` keys and scopes; and a proxy state on gateway-mock's `EchoUpstream`, which
+//! answers everything, for tests that drive the router without sockets.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
-
-pub mod provider;
 
 use gateway_client::GatewayClient;
 use gateway_memory::{MemoryGates, MemoryQuota};
 use gateway_metrics::Metrics;
+use gateway_mock::{Echo, EchoUpstream, Gate, MockServer};
 use gateway_server::config::load;
 use gateway_server::{AppState, ServerTelemetry};
 use std::sync::Arc;
@@ -69,8 +68,10 @@ timeout_s = 30
 
 pub struct Running {
     pub url: String,
-    /// What the mock provider received.
-    pub provider: provider::Recorder,
+    /// The mock provider: what it received.
+    pub provider: MockServer,
+    /// The gate its `GATED` streams wait at.
+    pub gate: Gate,
     pub state: Arc<AppState>,
     pub quota: Arc<MemoryQuota>,
     pub gates: Arc<MemoryGates>,
@@ -105,13 +106,22 @@ pub async fn start_custom(
     scopes: &str,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> (Running, tokio::task::JoinHandle<std::io::Result<gateway_server::Served>>) {
-    let (root, recorder) = provider::start().await;
-    start_serving(&custom_config(&root, server, &scopes.replace("{root}", &root)), recorder, shutdown).await
+    let (provider, gate) = start_provider().await;
+    let root = provider.root();
+    start_serving(&custom_config(&root, server, &scopes.replace("{root}", &root)), provider, gate, shutdown).await
+}
+
+/// The `Echo` provider on loopback, and the gate of its `GATED` streams.
+pub async fn start_provider() -> (MockServer, Gate) {
+    let echo = Echo::new();
+    let gate = echo.gate();
+    (MockServer::start(echo).await.unwrap(), gate)
 }
 
 async fn start_serving(
     text: &str,
-    provider: provider::Recorder,
+    provider: MockServer,
+    gate: Gate,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> (Running, tokio::task::JoinHandle<std::io::Result<gateway_server::Served>>) {
     let (server, scopes) = load_text(text);
@@ -123,7 +133,7 @@ async fn start_serving(
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let served = tokio::spawn(gateway_server::serve(listener, state.clone(), shutdown));
-    (Running { url, provider, state, quota, gates }, served)
+    (Running { url, provider, gate, state, quota, gates }, served)
 }
 
 /// The proxy's state as `gateway_server::build` makes it, on the given adapters.
@@ -150,33 +160,12 @@ pub fn state_on(
     Arc::new(AppState::new(Arc::new(client), gates, metrics, server, schemas))
 }
 
-/// An upstream that answers every attempt at once: an echo of the last message for chat (as a
-/// JSON object when the request asks for structured output), three numbers per input for
-/// embeddings.
-pub struct Answers;
-
-#[async_trait::async_trait]
-impl gateway_core::ports::Upstream for Answers {
-    async fn send(&self, _source: &str, request: &gateway_core::request::Request) -> gateway_core::request::Attempt {
-        use gateway_core::request::{Attempt, Kind, Response};
-        let response = match request.kind() {
-            // A request for structured output gets JSON (a prose echo would fail it and be re-asked).
-            Kind::Chat if request.structured.is_some() => {
-                Response::chat_text(&serde_json::json!({"echo": request.texts().last().unwrap_or("")}).to_string(), None)
-            }
-            Kind::Chat => Response::chat_text(&format!("echo: {}", request.texts().last().unwrap_or("")), None),
-            Kind::Embeddings => Response::embedding_vectors(&vec![vec![0.5, -1.0, 2.0]; request.texts().count().max(1)], None),
-        };
-        Attempt::success(response, "http_200")
-    }
-}
-
 /// The proxy's router state for the test config (plus `server` lines and `scopes`) on
-/// [`Answers`] and in-process gates: for driving the router without sockets.
+/// [`EchoUpstream`] and in-process gates: for driving the router without sockets.
 pub fn answering_state(server: &str, scopes: &str) -> Arc<AppState> {
     let (server, scopes) = load_text(&custom_config("http://127.0.0.1:9", server, scopes));
     let clock = Arc::new(gateway_client::TokioClock::new());
     let gates = Arc::new(MemoryGates::new(clock.clone()));
     let quota = Arc::new(MemoryQuota::new(clock.clone()));
-    state_on(server, scopes, gates, quota, Arc::new(Answers), clock)
+    state_on(server, scopes, gates, quota, Arc::new(EchoUpstream), clock)
 }

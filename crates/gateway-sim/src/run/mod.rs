@@ -17,7 +17,6 @@ pub use workload::{Load, loads};
 
 use crate::fault::{Fault, FaultError, OwnRedis};
 use crate::scenario::{Scenario, ScenarioError};
-use crate::serve::ProviderServer;
 use crate::upstream::{Providers, SimUpstream};
 use backend::Gates;
 use gateway_client::{BuildError, Preset, TokioClock};
@@ -315,7 +314,7 @@ fn gate_keys(policy: &ScopePolicy, scenario: &Scenario) -> Vec<GateKey> {
 /// Points every source of `policy` at the provider server whose root URL is `root`.
 fn point_at(policy: &mut ScopePolicy, root: &str) {
     for source in &mut policy.sources {
-        source.base_url = Some(ProviderServer::base_url_at(root, &source.name));
+        source.base_url = Some(gateway_mock::source_url(root, &source.name));
         source.model = Some(source.name.clone());
     }
 }
@@ -330,7 +329,7 @@ enum Target {
 
 /// The scope a single-process run uses and its transport (with the server of the simulated
 /// providers, which must live until the run ends).
-type Targeted = (ScopePolicy, Arc<dyn Upstream>, Option<ProviderServer>);
+type Targeted = (ScopePolicy, Arc<dyn Upstream>, Option<gateway_mock::MockServer>);
 
 impl Target {
     async fn upstream(self, scenario: &Scenario, config: &RunConfig, scope: &str, clock: Arc<dyn Clock>) -> Result<Targeted, RunError> {
@@ -346,7 +345,7 @@ impl Target {
             (Target::Scenario, Transport::Http) => {
                 let mut policy = scope_policy(scenario, scope, config)?;
                 let providers = Arc::new(Providers::new(scenario, clock, config.seed));
-                let server = ProviderServer::start(providers).await.map_err(RunError::Serve)?;
+                let server = providers.serve().await.map_err(RunError::Serve)?;
                 point_at(&mut policy, &server.root());
                 let upstream = http(&policy)?;
                 Ok((policy, upstream, Some(server)))

@@ -8,7 +8,6 @@ use super::{
     Backend, BackendRun, Progress, RunConfig, RunError, RunResult, Transport, check, point_at, scope_name, scope_policy, with_fault,
 };
 use crate::scenario::Scenario;
-use crate::serve::ProviderServer;
 use crate::upstream::Providers;
 use gateway_client::Preset;
 use gateway_core::policy::{Isolation, ScopePolicy, WaitMode};
@@ -169,7 +168,7 @@ fn run_processes_on(
         let clock = SharedClock::starting_now();
         started();
         let providers = Arc::new(Providers::new(&scaled, Arc::new(clock), config.seed));
-        let server = ProviderServer::start(providers).await.map_err(RunError::Serve)?;
+        let server = providers.serve().await.map_err(RunError::Serve)?;
         point_at(&mut policy, &server.root());
         let total_workers = config.workers.unwrap_or(scenario.workers).max(workers.processes);
         let results = workers.run(config, &policy, (calls, total_workers), scale, &server.root(), clock).await?;

@@ -1,0 +1,53 @@
+//! `gateway-mock`: the workspace's one mock OpenAI provider, for tests, benchmarks and the soak's
+//! HTTP transport.
+//!
+//! Over HTTP, a [`MockServer`] serves a [`Responder`] on a free port of 127.0.0.1 and records
+//! every request it receives ([`Received`]: method, path, headers, the raw and the JSON body)
+//! in a [`Recording`] the test asserts on. A responder decides each request's [`Answer`] at
+//! once; the server then plays it:
+//!
+//! - status, headers and a whole body ([`Answer::json`], [`Answer::json_text`], [`Answer::new`]
+//!   with [`Answer::body`], [`Answer::header`]);
+//! - a delay before the head ([`Answer::after`]) and a [`Gate`] it waits at until the test
+//!   releases it ([`Answer::gated`], [`Gate::release_one`], [`Gate::release_all`]);
+//! - an SSE stream of [`Frame`]s: data, pauses, holds at a gate, a cut that breaks the
+//!   connection mid-way ([`Answer::sse`], or [`Answer::sse_stream`] for frames made as they go);
+//! - silence: the request is read and never answered ([`Answer::hang`]);
+//! - a value kept alive while the answer is served ([`Answer::holding`]: an account's slot).
+//!
+//! [`answering`] (or [`MockServer::answering`]) makes a closure a responder. [`Script`] answers
+//! from queues per route (path prefix), in order, with a fallback; [`Echo`] answers as OpenAI
+//! does, echoing the last message, with markers for errors, tools, refusals, cut, slow and gated
+//! streams. [`source_url`] and [`MockServer::source_url`] name a source served under its own path
+//! (`/{source}/v1`), as the soak serves its simulated providers (gateway-sim implements
+//! `Responder` for them). [`Blackhole`] is lower still: it accepts TCP connections and never
+//! reads them. [`openai`] has the bodies a hand-written answer needs.
+//!
+//! In process, [`ScriptedUpstream`] is a `gateway_core::ports::Upstream` answering each source by
+//! its plan ([`Step`]s after delays, on tokio's clock) and recording the source of every attempt;
+//! [`EchoUpstream`] answers every attempt at once.
+//!
+//! **Architecture Invariant:** gateway-mock depends on gateway-core's ports and on no other
+//! gateway crate; the crates it stands in for are tested with it, never the other way round.
+
+mod answer;
+mod blackhole;
+mod echo;
+mod gate;
+pub mod openai;
+mod recording;
+mod responder;
+mod server;
+mod upstream;
+
+pub use answer::{Answer, Frame};
+pub use blackhole::Blackhole;
+pub use echo::Echo;
+pub use gate::Gate;
+pub use recording::{Received, Recording};
+pub use responder::{Responder, Script, answering};
+pub use server::{Builder, MockServer, source_url};
+pub use upstream::{EchoUpstream, Plan, ScriptedUpstream, Step};
+
+/// `HeaderMap` of [`Received::headers`].
+pub use axum::http::HeaderMap;

@@ -1,0 +1,76 @@
+//! The simulated providers over loopback HTTP, speaking the OpenAI chat-completions dialect:
+//! [`Providers`] is a gateway-mock `Responder`, so that a soak can run through the real HTTP
+//! adapter (`--transport http`) and several processes can share one set of providers and
+//! accounts (`--workers N`). Source `s` is served under `http://<addr>/s/v1`
+//! (`gateway_mock::source_url`). A refused connection is answered the way a relay's front proxy
+//! answers when its backend refuses: 502 at once. A streamed request gets its headers at once
+//! and its content after the provider's latency, so the adapter's watchdog sees the time to
+//! first token. Every answer holds the reply (and the account slot it holds) until it is sent.
+
+use crate::upstream::{Answer, Prompt, Providers};
+use gateway_mock::{Frame, MockServer, Received, Responder, openai};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+impl Providers {
+    /// Serves the providers on a free port of 127.0.0.1 (keeping no record of the requests).
+    pub async fn serve(self: Arc<Self>) -> std::io::Result<MockServer> {
+        MockServer::builder().unrecorded().start(self).await
+    }
+}
+
+fn error(status: u16, code: &str, message: &str) -> gateway_mock::Answer {
+    gateway_mock::Answer::json(status, &openai::error(code, message, code))
+}
+
+fn usage() -> Value {
+    json!({"prompt_tokens": 200, "completion_tokens": 250, "total_tokens": 450})
+}
+
+/// The source of a chat-completions path, `/{source}/v1/chat/completions`.
+fn chat_source(path: &str) -> Option<&str> {
+    path.strip_prefix('/')?.strip_suffix("/v1/chat/completions").filter(|s| !s.is_empty() && !s.contains('/'))
+}
+
+impl Responder for Providers {
+    fn answer(&self, request: &Received) -> gateway_mock::Answer {
+        let Some(source) = chat_source(&request.path) else { return gateway_mock::Answer::new(404) };
+        if request.method != "POST" {
+            return gateway_mock::Answer::new(405);
+        }
+        if request.body.is_null() {
+            return error(400, "invalid_request_error", "the body is not JSON");
+        }
+        let messages = request.body["messages"].as_array().map(Vec::as_slice).unwrap_or_default();
+        let prompt = Prompt::of(messages.iter().filter_map(|m| m["content"].as_str()));
+        let Some(reply) = self.reply(source, prompt) else {
+            return error(404, "model_not_found", &format!("no provider {source:?}"));
+        };
+        let after = reply.after;
+        let answer = match reply.answer {
+            Answer::Refused => {
+                error(502, "bad_gateway", "connect() failed (111: Connection refused) while connecting to upstream").after(after)
+            }
+            Answer::Hang => gateway_mock::Answer::hang(),
+            Answer::Status(status, code) => error(status, code, "simulated provider error").after(after),
+            Answer::Content(content) if request.wants_stream() => sse(content, after),
+            Answer::Content(content) => {
+                let message = json!({"role": "assistant", "content": content});
+                let completion = json!({"object": "chat.completion", "choices": [{"index": 0, "message": message, "finish_reason": "stop"}], "usage": usage()});
+                gateway_mock::Answer::json(200, &completion).after(after)
+            }
+        };
+        answer.holding(reply)
+    }
+}
+
+/// Headers now; the content after the provider's latency; then the usage and `[DONE]`.
+fn sse(content: &str, latency: std::time::Duration) -> gateway_mock::Answer {
+    let chunk = json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": content}}]});
+    let tail = json!({"object": "chat.completion.chunk", "choices": [], "usage": usage()});
+    gateway_mock::Answer::sse([
+        Frame::Pause(latency),
+        Frame::Data(format!("data: {chunk}\n\n")),
+        Frame::Data(format!("data: {tail}\n\ndata: [DONE]\n\n")),
+    ])
+}

@@ -13,7 +13,7 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use fred::prelude::*;
 use gateway_core::breaker::{Fence, GateOp, GateParams, SuccessKind};
 use gateway_core::policy::BreakerConfig;
-use gateway_core::ports::{BreakerGate, GateKey};
+use gateway_core::ports::{BreakerGate, SourceKey};
 use gateway_core::time::{Clock, Timestamp};
 use gateway_memory::MemoryGates;
 use gateway_redis::{RedisConfig, RedisConnection, RedisGates};
@@ -83,7 +83,7 @@ impl Op {
 
     /// One operation on `key`, whose records carry `fence` (the gate's admission fence: the
     /// gate stays CLOSED at epoch 0, so every record counts).
-    async fn run(self, gates: &dyn BreakerGate, (key, fence): &(GateKey, Fence), p: &GateParams, i: u64) {
+    async fn run(self, gates: &dyn BreakerGate, (key, fence): &(SourceKey, Fence), p: &GateParams, i: u64) {
         let fence = *fence;
         match self {
             Op::TryEnter => gates.apply(key, p, GateOp::TryEnter).await.map(|_| ()).unwrap(),
@@ -97,7 +97,7 @@ impl Op {
 
 fn gate_ops(c: &mut Criterion, group_name: &str, rt: &Runtime, gates: Arc<dyn BreakerGate>, scope: &str) {
     let p = Arc::new(params());
-    let keys: Vec<GateKey> = (0..8).map(|i| GateKey::new(scope, format!("s{i}"))).collect();
+    let keys: Vec<SourceKey> = (0..8).map(|i| SourceKey::new(scope, format!("s{i}"))).collect();
     // Each gate is created by an admission, whose fence its records carry.
     let fenced = rt.block_on(async {
         let mut fenced = Vec::new();

@@ -15,7 +15,7 @@
 use fred::prelude::ClientLike;
 use gateway_core::breaker::{GateOp, GateParams, SuccessKind, Verdict};
 use gateway_core::policy::BreakerConfig;
-use gateway_core::ports::{BreakerGate, GateError, GateKey, QuotaGate};
+use gateway_core::ports::{BackendError, BreakerGate, QuotaGate, SourceKey};
 use gateway_memory::backstop::{Backstop, BackstopGates, BackstopPacer, BackstopQuota, OnUnavailable};
 use gateway_redis::{RedisConfig, RedisConnection, RedisGates};
 use gateway_sim::fault::OwnRedis;
@@ -95,8 +95,8 @@ fn params() -> GateParams {
     GateParams::new(&policy, 1, Duration::from_secs(30), Duration::from_secs(30))
 }
 
-fn unavailable(result: &Result<impl std::fmt::Debug, GateError>) -> bool {
-    matches!(result, Err(GateError::BackendUnavailable { backend: "redis", .. }))
+fn unavailable(result: &Result<impl std::fmt::Debug, BackendError>) -> bool {
+    matches!(result, Err(BackendError::BackendUnavailable { backend: "redis", .. }))
 }
 
 /// Runs `op` and asserts it ends within `bound` (real time: this is about not hanging).
@@ -107,7 +107,7 @@ async fn within<T>(bound: Duration, op: impl Future<Output = T>) -> T {
 async fn stopped_redis_fails_admission_at_once_degrades_records_and_recovers() {
     let mut server = own_server();
     let gates = RedisGates::new(connect(server.url()).await);
-    let (key, p) = (GateKey::new("faults", "s1"), params());
+    let (key, p) = (SourceKey::new("faults", "s1"), params());
     let entry = gates.apply(&key, &p, GateOp::TryEnter).await.unwrap();
     assert_eq!(entry.verdict, Some(Verdict::Allowed));
 
@@ -144,7 +144,7 @@ async fn script_flush_between_calls_recovers() {
     let server = own_server();
     let conn = connect(server.url()).await;
     let gates = RedisGates::new(conn.clone());
-    let (key, p) = (GateKey::new("faults", "flush"), params());
+    let (key, p) = (SourceKey::new("faults", "flush"), params());
     let entry = gates.apply(&key, &p, GateOp::TryEnter).await.unwrap();
     let _: String = conn.pool().custom(fred::cmd!("SCRIPT"), vec!["FLUSH"]).await.unwrap();
     gates.apply(&key, &p, GateOp::Failure { fence: entry.fence() }).await.unwrap();
@@ -158,7 +158,7 @@ async fn a_hung_redis_is_bounded_by_the_command_timeout() {
     let server = own_server();
     let conn = connect(server.url()).await;
     let gates = RedisGates::new(conn.clone());
-    let (key, p) = (GateKey::new("faults", "hung"), params());
+    let (key, p) = (SourceKey::new("faults", "hung"), params());
     gates.apply(&key, &p, GateOp::TryEnter).await.unwrap();
     // Another client freezes the server for two seconds.
     let pauser = connect(server.url()).await;
@@ -180,7 +180,7 @@ async fn an_unreachable_redis_is_a_typed_error_at_connect() {
     };
     let error = within(Duration::from_secs(5), RedisConnection::connect(config)).await.err().expect("nothing listens there");
     let text = error.to_string();
-    assert!(matches!(error, GateError::BackendUnavailable { backend: "redis", .. }), "{text}");
+    assert!(matches!(error, BackendError::BackendUnavailable { backend: "redis", .. }), "{text}");
     assert!(text.contains(&format!("redis://127.0.0.1:{port}")) && !text.contains("secret"), "{text}");
 }
 
@@ -189,14 +189,15 @@ async fn what_the_script_cannot_read_is_malformed_not_an_outage() {
     let conn = connect(server.url()).await;
     let gates = RedisGates::new(conn.clone());
     let p = params();
-    let malformed = |result: &Result<gateway_core::Reply, GateError>| matches!(result, Err(GateError::Malformed { backend: "redis", .. }));
+    let malformed =
+        |result: &Result<gateway_core::Reply, BackendError>| matches!(result, Err(BackendError::Malformed { backend: "redis", .. }));
     // A gate key that holds a string: the script's HMGET fails (WRONGTYPE).
-    let wrong_type = GateKey::new("faults", "wrongtype");
+    let wrong_type = SourceKey::new("faults", "wrongtype");
     let _: () = conn.pool().custom(fred::cmd!("SET"), vec!["gw:{faults}:gate:wrongtype", "x"]).await.unwrap();
     let admission = gates.apply(&wrong_type, &p, GateOp::TryEnter).await;
     assert!(malformed(&admission), "{admission:?}");
     // A state this build does not know: the script answers it, the reply's decoder refuses it.
-    let unknown = GateKey::new("faults", "unknown");
+    let unknown = SourceKey::new("faults", "unknown");
     let _: i64 = conn.pool().custom(fred::cmd!("HSET"), vec!["gw:{faults}:gate:unknown", "state", "AJAR"]).await.unwrap();
     let admission = gates.apply(&unknown, &p, GateOp::TryEnter).await;
     assert!(malformed(&admission) && format!("{admission:?}").contains("AJAR"), "{admission:?}");
@@ -216,7 +217,7 @@ async fn records_from_before_a_flushall_are_refused_by_the_new_gate_and_account(
     let server = own_server();
     let conn = connect(server.url()).await;
     let (gates, quota) = (RedisGates::new(conn.clone()), gateway_redis::RedisQuota::new(conn.clone()));
-    let (key, p) = (GateKey::new("flush", "s1"), params());
+    let (key, p) = (SourceKey::new("flush", "s1"), params());
     let limits = gateway_core::policy::QuotaLimits { max_concurrency: Some(4), rpm: None, tpm: None, permit_ttl: Duration::from_secs(60) };
     let before = gates.apply(&key, &p, GateOp::TryEnter).await.unwrap();
     let granted = |d| match d {
@@ -375,5 +376,5 @@ async fn a_local_gateway_started_before_its_redis_serves_locally_then_on_redis()
     // A fail-closed gateway does not start without its Redis.
     server.stop();
     let config = RedisConfig { url: server.url(), connect_timeout: Duration::from_millis(300), ..RedisConfig::default() };
-    assert!(matches!(RedisConnection::connect(config).await, Err(GateError::BackendUnavailable { .. })));
+    assert!(matches!(RedisConnection::connect(config).await, Err(BackendError::BackendUnavailable { .. })));
 }

@@ -5,11 +5,11 @@
 
 use crate::call::CallState;
 use crate::error::CallError;
-use crate::scope::Scope;
+use crate::partition::Partition;
 use crate::slot::{Holders, Slot};
 use gateway_core::admission::SkipReason;
 use gateway_core::breaker::{GateOp, Reply};
-use gateway_core::ports::{GateError, PaceDecision, QuotaDecision, Telemetry};
+use gateway_core::ports::{BackendError, PaceDecision, QuotaDecision, Telemetry};
 use gateway_core::select::demote;
 use gateway_core::time::{Clock, Timestamp};
 use rand_chacha::ChaCha8Rng;
@@ -39,7 +39,7 @@ enum Tried {
 
 /// Whether the memo or the account's 429 pushback keeps `source` out at `now`, for a call that
 /// may wait `remaining_stall` more.
-fn away(scope: &Scope, source: usize, now: Timestamp, remaining_stall: Duration) -> Option<Tried> {
+fn away(scope: &Partition, source: usize, now: Timestamp, remaining_stall: Duration) -> Option<Tried> {
     let local = scope.local();
     let account_until = local.pushed_back[scope.account_of[source]];
     let away = account_until.saturating_since(now);
@@ -68,12 +68,12 @@ impl SourceAdmission {
     }
 
     /// Reports a gate transition made by this process.
-    pub(crate) fn gate_event(&self, scope: &Scope, source: usize, reply: &Reply) {
+    pub(crate) fn gate_event(&self, scope: &Partition, source: usize, reply: &Reply) {
         self.holders.gate_event(&scope.gates[source].0, reply);
     }
 
     /// The first runnable source of the scope, in selector order, or why there is none.
-    pub(crate) async fn pick(&self, scope: &Arc<Scope>, call: &mut CallState, estimated_tokens: u32) -> Result<Pick, CallError> {
+    pub(crate) async fn pick(&self, scope: &Arc<Partition>, call: &mut CallState, estimated_tokens: u32) -> Result<Pick, CallError> {
         let views = scope.views();
         let mut order = Vec::with_capacity(views.len());
         scope.selector.order(&views, &mut *self.rng(), &mut order);
@@ -99,7 +99,7 @@ impl SourceAdmission {
     }
 
     /// One source through memo → AIMD → gate → quota.
-    async fn try_source(&self, scope: &Arc<Scope>, call: &CallState, source: usize, estimated_tokens: u32) -> Result<Tried, CallError> {
+    async fn try_source(&self, scope: &Arc<Partition>, call: &CallState, source: usize, estimated_tokens: u32) -> Result<Tried, CallError> {
         let holders = &self.holders;
         let now = self.clock.now();
         // 1. the memo, and the account's 429 pushback, under one short lock
@@ -157,7 +157,7 @@ impl SourceAdmission {
     }
 
     /// The gates' earliest certain retry moment over the partition's sources but `except`.
-    pub(crate) async fn retry_after(&self, scope: &Scope, except: &[usize]) -> Result<Duration, GateError> {
+    pub(crate) async fn retry_after(&self, scope: &Partition, except: &[usize]) -> Result<Duration, BackendError> {
         if except.is_empty() {
             return self.holders.gates.retry_after(&scope.gates).await;
         }

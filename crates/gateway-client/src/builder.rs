@@ -4,8 +4,8 @@
 use crate::GatewayClient;
 use crate::admission::SourceAdmission;
 use crate::clock::TokioClock;
+use crate::partition::{Partitions, tenant_name};
 use crate::preset::Preset;
-use crate::scope::{Partitions, tenant_name};
 use crate::slot::Holders;
 use crate::telemetry::TracingTelemetry;
 use gateway_core::policy::ScopePolicy;

@@ -4,13 +4,13 @@
 
 use crate::admission::{Pick, SourceAdmission};
 use crate::error::{AttemptRecord, CallError, CallReport, Exhausted};
-use crate::scope::Scope;
+use crate::partition::Partition;
 use crate::slot::Slot;
 use crate::turns::Turn;
 use gateway_core::admission::SkipReason;
 use gateway_core::breaker::CircuitState;
 use gateway_core::call::{CallMachine, CallRules, Failure, Next, Picked, Streaming};
-use gateway_core::ports::{ChunkSource, GateError, Streamed, Telemetry, Upstream};
+use gateway_core::ports::{BackendError, ChunkSource, Streamed, Telemetry, Upstream};
 use gateway_core::request::{Attempt, Outcome, Request, Response, Structured};
 use gateway_core::stream::Chunk;
 use gateway_core::telemetry::{AttemptEvent, CallEvent, CallResult, SourceReason};
@@ -63,12 +63,12 @@ impl CallState {
         CallReport { reasons: self.reasons.clone(), attempts: self.attempts.clone(), waited: self.machine.idle(self.clock.now()) }
     }
 
-    pub(crate) fn backend(&self, error: GateError) -> CallError {
+    pub(crate) fn backend(&self, error: BackendError) -> CallError {
         CallError::BackendUnavailable { error, report: self.report() }
     }
 
     /// The typed error of a call the machine ended with `failure`.
-    fn failed(&self, scope: &Scope, failure: Failure) -> CallError {
+    fn failed(&self, scope: &Partition, failure: Failure) -> CallError {
         let report = self.report();
         match failure {
             Failure::Stalled => CallError::AllSourcesExhausted { reason: Exhausted::Stalled, report },
@@ -219,7 +219,7 @@ pub(crate) struct Ending<'a> {
 /// committed stream's end.
 pub(crate) async fn settle(
     admission: &SourceAdmission,
-    scope: &Arc<Scope>,
+    scope: &Arc<Partition>,
     call: &mut CallState,
     slot: Slot,
     facts: &Facts,
@@ -276,7 +276,7 @@ impl CallLoop<'_> {
     /// stream past its commit point is delivered as it stands.
     pub(crate) async fn run(
         &self,
-        scope: &Arc<Scope>,
+        scope: &Arc<Partition>,
         request: &Request,
         call: &mut CallState,
         delivery: Delivery,
@@ -317,7 +317,7 @@ impl CallLoop<'_> {
     /// its commit point is delivered instead.
     async fn attempt(
         &self,
-        scope: &Arc<Scope>,
+        scope: &Arc<Partition>,
         request: &Request,
         call: &mut CallState,
         slot: Slot,

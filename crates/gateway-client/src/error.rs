@@ -3,7 +3,7 @@
 //! what the application does next is a task-level decision.
 
 use gateway_core::outcome::OutcomeClass;
-use gateway_core::ports::GateError;
+use gateway_core::ports::BackendError;
 use gateway_core::telemetry::{CallResult, SourceReason};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -126,7 +126,7 @@ pub enum CallError {
     #[error("gate backend unavailable: {error}")]
     BackendUnavailable {
         /// The backend's error.
-        error: GateError,
+        error: BackendError,
         /// What was tried.
         report: CallReport,
     },

@@ -13,8 +13,8 @@ mod call;
 mod clock;
 pub mod config;
 mod error;
+mod partition;
 mod preset;
-mod scope;
 mod slot;
 mod stream;
 mod telemetry;
@@ -32,8 +32,8 @@ use call::{CallGuard, CallLoop, CallState, Delivered, Delivery};
 use gateway_core::ports::Upstream;
 use gateway_core::request::{Request, Response};
 use gateway_core::telemetry::{CallEvent, CallResult};
-use scope::Partitions;
-pub use scope::tenant_name;
+use partition::Partitions;
+pub use partition::tenant_name;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -256,7 +256,7 @@ impl GatewayClient {
     /// partitions and that tenant's): its gate (state, epoch, reopen streak, retry_after, from the
     /// gate backend) and this process's view of it (health, AIMD limit, attempts in flight). For
     /// status pages (`/v1/gateway/sources`).
-    pub async fn status(&self, only_tenant: Option<&str>) -> Result<Vec<SourceStatus>, gateway_core::ports::GateError> {
+    pub async fn status(&self, only_tenant: Option<&str>) -> Result<Vec<SourceStatus>, gateway_core::ports::BackendError> {
         let only = only_tenant.map(str::to_ascii_lowercase);
         // The local views are read first, and the partitions let go before the backend is asked:
         // a partition held across those awaits would count as busy and could not be evicted.

@@ -12,7 +12,7 @@
 //! within `record_timeout`, and the call returns. A record that finds no room, or runs out of
 //! time, is dropped and counted (its leases then expire by themselves).
 
-use crate::scope::Scope;
+use crate::partition::Partition;
 use gateway_core::breaker::{Fence, GateOp, Reply};
 use gateway_core::outcome::{AimdEffect, NextStep, OutcomeClass};
 use gateway_core::ports::Telemetry;
@@ -49,7 +49,7 @@ pub(crate) struct Holders {
 
 impl Holders {
     /// Reports a gate transition made by this process.
-    pub(crate) fn gate_event(&self, key: &gateway_core::ports::GateKey, reply: &Reply) {
+    pub(crate) fn gate_event(&self, key: &gateway_core::ports::SourceKey, reply: &Reply) {
         if let Some(transition) = reply.transition {
             self.telemetry.gate(&GateEvent {
                 key: key.clone(),
@@ -63,7 +63,7 @@ impl Holders {
     }
 
     /// Room for one attempt's records in the background; none: they are dropped and counted.
-    fn room(&self, scope: &Scope, source: usize) -> Option<OwnedSemaphorePermit> {
+    fn room(&self, scope: &Partition, source: usize) -> Option<OwnedSemaphorePermit> {
         let room = self.records.clone().try_acquire_owned().ok();
         if room.is_none() {
             self.drop_record(scope, source, "too many records in the background");
@@ -76,7 +76,7 @@ impl Holders {
     async fn off_the_path(
         self: &Arc<Self>,
         room: OwnedSemaphorePermit,
-        scope: &Arc<Scope>,
+        scope: &Arc<Partition>,
         source: usize,
         mut records: Pin<Box<dyn Future<Output = ()> + Send>>,
     ) {
@@ -94,14 +94,14 @@ impl Holders {
         }
     }
 
-    fn drop_record(&self, scope: &Scope, source: usize, why: &'static str) {
+    fn drop_record(&self, scope: &Partition, source: usize, why: &'static str) {
         self.dropped_records.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(source = scope_name(scope, source), why, "attempt's records dropped; its leases expire by themselves");
     }
 }
 
 pub(crate) struct Slot {
-    pub(crate) scope: Arc<Scope>,
+    pub(crate) scope: Arc<Partition>,
     holders: Arc<Holders>,
     pub(crate) source: usize,
     /// The gate's admission (`TryEnter` reply), once the gate admitted the attempt.
@@ -118,7 +118,7 @@ pub(crate) struct Slot {
 impl Slot {
     /// A slot holding the local in-flight count of `source` (already counted by the caller) and,
     /// when the scope paces, its account's lease, before the gate is asked.
-    pub(crate) fn counted(scope: Arc<Scope>, holders: Arc<Holders>, source: usize, pace: Option<PaceLease>) -> Self {
+    pub(crate) fn counted(scope: Arc<Partition>, holders: Arc<Holders>, source: usize, pace: Option<PaceLease>) -> Self {
         Slot { scope, holders, source, entry: None, inflight: true, pace, probe: false, permit: None }
     }
 
@@ -307,6 +307,6 @@ impl Drop for Slot {
     }
 }
 
-fn scope_name(scope: &Scope, source: usize) -> String {
+fn scope_name(scope: &Partition, source: usize) -> String {
     format!("{}/{}", scope.policy.name, scope.source_name(source))
 }

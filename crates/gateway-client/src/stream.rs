@@ -17,7 +17,7 @@
 
 use crate::admission::SourceAdmission;
 use crate::call::{CallGuard, Committed, Ending, Facts, settle};
-use crate::scope::Scope;
+use crate::partition::Partition;
 use crate::slot::Slot;
 use futures_util::Stream;
 use gateway_core::outcome::OutcomeClass;
@@ -69,7 +69,7 @@ type StreamEnding = Arc<Mutex<Option<StreamError>>>;
 impl ChatStream {
     /// The stream of `committed`, relayed and settled through `admission` in `scope` on a task
     /// of its own; `guard` ends the call.
-    pub(crate) fn new(admission: Arc<SourceAdmission>, scope: Arc<Scope>, committed: Committed, guard: CallGuard) -> Self {
+    pub(crate) fn new(admission: Arc<SourceAdmission>, scope: Arc<Partition>, committed: Committed, guard: CallGuard) -> Self {
         let source = committed.facts.name.clone();
         let attempts = u32::try_from(guard.state.attempts_made() + 1).unwrap_or(u32::MAX);
         let request_id = committed.rest.request_id().map(str::to_owned);
@@ -157,7 +157,7 @@ struct Open {
 /// The relay task of one stream.
 struct Relay {
     admission: Arc<SourceAdmission>,
-    scope: Arc<Scope>,
+    scope: Arc<Partition>,
     guard: CallGuard,
     /// `None` once the attempt was settled or let go.
     open: Option<Open>,

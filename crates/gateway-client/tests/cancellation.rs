@@ -73,7 +73,7 @@ async fn ten_thousand_randomly_cancelled_calls_leave_nothing_held() {
     assert_eq!(client.inflight("chat"), 0, "AIMD in-flight counts");
     let now = h.clock.now();
     for source in ["s1", "s2", "s3"] {
-        let key = gateway_core::ports::GateKey::new("chat", source);
+        let key = gateway_core::ports::SourceKey::new("chat", source);
         assert_eq!(h.quota.in_flight(&key), 0, "{source}: permits (leases last 60 s, so none expired here)");
         if let Some(gate) = h.gates.snapshot(&key) {
             let live_lease = gate.state == CircuitState::HalfOpen && gate.probe_until.is_some_and(|until| now < until);
@@ -97,9 +97,9 @@ struct SlowRelease(gateway_memory::MemoryPacer);
 impl gateway_core::ports::PacerGate for SlowRelease {
     async fn try_acquire(
         &self,
-        key: &gateway_core::ports::GateKey,
+        key: &gateway_core::ports::SourceKey,
         params: &gateway_core::aimd::PacerParams,
-    ) -> Result<gateway_core::ports::PaceDecision, gateway_core::ports::GateError> {
+    ) -> Result<gateway_core::ports::PaceDecision, gateway_core::ports::BackendError> {
         self.0.try_acquire(key, params).await
     }
 
@@ -108,16 +108,16 @@ impl gateway_core::ports::PacerGate for SlowRelease {
         lease: &gateway_core::ports::PaceLease,
         effect: gateway_core::outcome::AimdEffect,
         params: &gateway_core::aimd::PacerParams,
-    ) -> Result<f64, gateway_core::ports::GateError> {
+    ) -> Result<f64, gateway_core::ports::BackendError> {
         tokio::time::sleep(Duration::from_millis(10)).await;
         self.0.release(lease, effect, params).await
     }
 
     async fn read(
         &self,
-        key: &gateway_core::ports::GateKey,
+        key: &gateway_core::ports::SourceKey,
         params: &gateway_core::aimd::PacerParams,
-    ) -> Result<gateway_core::aimd::Paced, gateway_core::ports::GateError> {
+    ) -> Result<gateway_core::aimd::Paced, gateway_core::ports::BackendError> {
         self.0.read(key, params).await
     }
 }
@@ -147,7 +147,7 @@ async fn a_call_returns_while_its_account_place_is_released_in_the_background_an
     let began = tokio::time::Instant::now();
     client.call("chat", &support::chat()).await.unwrap();
     assert_eq!(began.elapsed(), Duration::from_millis(100), "the call waited for its records");
-    let account = gateway_core::ports::GateKey::new("chat", "s1");
+    let account = gateway_core::ports::SourceKey::new("chat", "s1");
     let paced = gateway_core::ports::PacerGate::read(&*pacer, &account, &policy.pacer_params()).await.unwrap();
     assert_eq!(paced.inflight, 1, "the release is still on its way");
     client.released().await;
@@ -166,7 +166,7 @@ async fn records_past_their_bounds_are_dropped_and_counted_and_their_leases_expi
     assert!(a.is_ok() && b.is_ok(), "records never fail a call");
     client.released().await;
     assert_eq!(client.dropped_records(), 2, "one without room, one out of time");
-    let account = gateway_core::ports::GateKey::new("chat", "s1");
+    let account = gateway_core::ports::SourceKey::new("chat", "s1");
     let paced = gateway_core::ports::PacerGate::read(&*pacer, &account, &policy.pacer_params()).await.unwrap();
     assert!(paced.inflight <= 2, "dropped leases are held until they expire");
     tokio::time::sleep(policy.pacer_params().lease_ttl).await;

@@ -11,7 +11,7 @@ use gateway_client::{BuildError, CallError, Collector, GatewayClient, TokioClock
 use gateway_core::breaker::GateOp;
 use gateway_core::outcome::OutcomeClass::*;
 use gateway_core::policy::ScopeConfig;
-use gateway_core::ports::{BreakerGate, GateKey};
+use gateway_core::ports::{BreakerGate, SourceKey};
 use gateway_core::telemetry::{CallEvent, CallResult};
 use gateway_core::time::Clock;
 use gateway_memory::MemoryGates;
@@ -62,7 +62,7 @@ fn setup_scopes(chat_fallback: Option<&str>, backup_fallback: Option<&str>) -> S
 
 async fn open(s: &Setup, scope: &str, source: &str) {
     let policy = self::scope(scope, source, None);
-    s.gates.apply(&GateKey::new(scope, source), &policy.gate_params(0).unwrap(), GateOp::ForceOpen).await.unwrap();
+    s.gates.apply(&SourceKey::new(scope, source), &policy.gate_params(0).unwrap(), GateOp::ForceOpen).await.unwrap();
 }
 
 #[tokio::test(start_paused = true)]
@@ -210,7 +210,7 @@ async fn a_fallback_that_refuses_the_call_before_it_starts_leaves_the_primary_it
         .build()
         .unwrap();
     let policy = scope("chat", "s1", None);
-    gates.apply(&GateKey::new("chat", "s1"), &policy.gate_params(0).unwrap(), GateOp::ForceOpen).await.unwrap();
+    gates.apply(&SourceKey::new("chat", "s1"), &policy.gate_params(0).unwrap(), GateOp::ForceOpen).await.unwrap();
     let error = client.call("chat", &chat()).await.unwrap_err();
     assert!(matches!(error, CallError::CircuitOpen { .. }), "the primary's error, as its event says: {error}");
     let calls = telemetry.calls();

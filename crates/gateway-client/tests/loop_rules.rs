@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use gateway_client::{CallError, GatewayClient, Preset};
 use gateway_core::breaker::{GateOp, GateParams, Reply};
 use gateway_core::outcome::OutcomeClass::*;
-use gateway_core::ports::{BreakerGate, GateError, GateKey, QuotaDecision, QuotaGate};
+use gateway_core::ports::{BackendError, BreakerGate, QuotaDecision, QuotaGate, SourceKey};
 use gateway_core::request::{Kind, Request};
 use gateway_core::telemetry::CallResult;
 use gateway_mock::{ScriptedUpstream, Step};
@@ -238,14 +238,14 @@ struct DownGates;
 
 #[async_trait]
 impl BreakerGate for DownGates {
-    async fn apply(&self, key: &GateKey, _: &GateParams, _: GateOp) -> Result<Reply, GateError> {
-        Err(GateError::BackendUnavailable { backend: "test", key: key.to_string(), detail: "down".into() })
+    async fn apply(&self, key: &SourceKey, _: &GateParams, _: GateOp) -> Result<Reply, BackendError> {
+        Err(BackendError::BackendUnavailable { backend: "test", key: key.to_string(), detail: "down".into() })
     }
-    async fn read(&self, key: &GateKey) -> Result<gateway_core::Gate, GateError> {
-        Err(GateError::BackendUnavailable { backend: "test", key: key.to_string(), detail: "down".into() })
+    async fn read(&self, key: &SourceKey) -> Result<gateway_core::Gate, BackendError> {
+        Err(BackendError::BackendUnavailable { backend: "test", key: key.to_string(), detail: "down".into() })
     }
-    async fn retry_after(&self, _: &[(GateKey, GateParams)]) -> Result<Duration, GateError> {
-        Err(GateError::BackendUnavailable { backend: "test", key: "all".into(), detail: "down".into() })
+    async fn retry_after(&self, _: &[(SourceKey, GateParams)]) -> Result<Duration, BackendError> {
+        Err(BackendError::BackendUnavailable { backend: "test", key: "all".into(), detail: "down".into() })
     }
 }
 

@@ -12,7 +12,7 @@ mod support;
 use async_trait::async_trait;
 use gateway_client::{Collector, GatewayClient, TokioClock};
 use gateway_core::outcome::OutcomeClass;
-use gateway_core::ports::{ChunkSource, GateKey, Streamed, Upstream};
+use gateway_core::ports::{ChunkSource, SourceKey, Streamed, Upstream};
 use gateway_core::request::{Attempt, Message, Outcome, Request};
 use gateway_core::stream::Chunk;
 use gateway_core::telemetry::CallResult;
@@ -203,7 +203,7 @@ async fn a_break_after_the_commit_point_ends_the_stream_with_an_error_recorded_o
     let error = stream.next().await.unwrap().unwrap_err();
     assert_eq!(error.to_string(), "the stream from s1 broke off after it began: transient(watchdog)");
     assert!(stream.next().await.is_none(), "nothing after the error");
-    let gate = s.gates.snapshot(&GateKey::new("chat", "s1")).unwrap();
+    let gate = s.gates.snapshot(&SourceKey::new("chat", "s1")).unwrap();
     assert_eq!((gate.failures, gate.f0 + gate.f1), (1, 1), "recorded like any transient failure");
     assert_eq!(s.telemetry.calls()[0].result, CallResult::StreamBroken);
 }
@@ -213,7 +213,7 @@ async fn the_stream_holds_its_slot_until_it_ends_or_is_dropped() {
     let upstream = Arc::new(Scripted::default());
     upstream.plan("s1", vec![Ok(vec![Event::Text("a", Duration::ZERO), Event::Text("b", Duration::from_secs(60))])]);
     let s = setup(1, upstream, json!({"sources": {"s1": {"timeout_s": 30, "max_concurrency": 4}}}));
-    let key = GateKey::new("chat", "s1");
+    let key = SourceKey::new("chat", "s1");
     let mut stream = s.client.stream("chat", &ask()).await.unwrap();
     stream.next().await.unwrap().unwrap();
     assert_eq!((s.quota.in_flight(&key), s.client.inflight("chat")), (1, 1));
@@ -252,7 +252,7 @@ async fn a_stream_dropped_once_every_choice_finished_counts_as_the_success_it_wa
     assert_eq!(s.telemetry.calls()[0].result, CallResult::Ok);
     let attempt = &s.telemetry.attempts()[0];
     assert_eq!(attempt.class, OutcomeClass::Success);
-    let gate = s.gates.snapshot(&GateKey::new("chat", "s1")).unwrap();
+    let gate = s.gates.snapshot(&SourceKey::new("chat", "s1")).unwrap();
     assert_eq!((gate.a0 + gate.a1, gate.f0 + gate.f1), (1, 0), "the success reached the rate window");
 }
 
@@ -262,7 +262,7 @@ async fn a_caller_that_stops_reading_holds_the_attempt_no_longer_than_the_source
     let events: Vec<Event> = (0..100).map(|_| Event::Text("x", Duration::ZERO)).collect();
     upstream.plan("s1", vec![Ok(events)]);
     let s = setup(1, upstream, json!({"sources": {"s1": {"timeout_s": 30, "max_concurrency": 4}}}));
-    let key = GateKey::new("chat", "s1");
+    let key = SourceKey::new("chat", "s1");
     let mut stream = s.client.stream("chat", &ask()).await.unwrap();
     stream.next().await.unwrap().unwrap();
     tokio::time::sleep(Duration::from_secs(20)).await;
@@ -271,7 +271,7 @@ async fn a_caller_that_stops_reading_holds_the_attempt_no_longer_than_the_source
     assert_eq!((s.quota.in_flight(&key), s.client.inflight("chat")), (0, 0), "released at the attempt's deadline");
     assert_eq!(s.telemetry.calls()[0].result, CallResult::Cancelled);
     assert!(s.telemetry.attempts().is_empty(), "nothing recorded: the provider was not at fault");
-    let gate = s.gates.snapshot(&GateKey::new("chat", "s1")).unwrap_or_default();
+    let gate = s.gates.snapshot(&SourceKey::new("chat", "s1")).unwrap_or_default();
     assert_eq!(gate.failures, 0);
     let mut read = 1;
     let end = loop {
@@ -292,7 +292,7 @@ async fn a_long_stream_is_judged_slow_by_its_first_token_not_its_length() {
     let s = setup(1, upstream, json!({"breaker": {"fail_threshold": 5, "cooldown_s": 60, "slow_call_s": 1}}));
     let mut stream = s.client.stream("chat", &ask()).await.unwrap();
     while stream.next().await.is_some() {}
-    let gate = s.gates.snapshot(&GateKey::new("chat", "s1")).unwrap();
+    let gate = s.gates.snapshot(&SourceKey::new("chat", "s1")).unwrap();
     assert_eq!((gate.a0 + gate.a1, gate.s0 + gate.s1), (1, 0), "a 5 s generation after a 10 ms first token is no slow call");
     assert!(s.telemetry.attempts()[0].latency >= Duration::from_secs(5), "the attempt event keeps the whole length");
 }

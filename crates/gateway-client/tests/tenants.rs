@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use gateway_client::{CallError, Collector, GatewayClient, TenantRefusal, TokioClock};
 use gateway_core::breaker::CircuitState;
 use gateway_core::outcome::OutcomeClass;
-use gateway_core::ports::{GateKey, Upstream};
+use gateway_core::ports::{SourceKey, Upstream};
 use gateway_core::request::{Attempt, Message, Request, Response};
 use gateway_memory::{MemoryGates, MemoryQuota};
 use serde_json::json;
@@ -61,7 +61,7 @@ fn said(who: &str) -> Request {
     Request::chat(vec![Message::user(who)])
 }
 
-fn state(gates: &MemoryGates, key: &GateKey) -> CircuitState {
+fn state(gates: &MemoryGates, key: &SourceKey) -> CircuitState {
     gates.snapshot(key).map_or(CircuitState::Closed, |g| g.state)
 }
 
@@ -71,9 +71,9 @@ async fn per_tenant_failures_open_only_the_tenants_own_gate() {
     for _ in 0..3 {
         assert!(s.client.call_as("chat", "bronze", &said("bronze")).await.is_err());
     }
-    assert_eq!(state(&s.gates, &GateKey::new("chat", "s1").with_tenant("bronze")), CircuitState::Open);
-    assert_eq!(state(&s.gates, &GateKey::new("chat", "s1").with_tenant("gold")), CircuitState::Closed);
-    assert_eq!(state(&s.gates, &GateKey::new("chat", "s1")), CircuitState::Closed);
+    assert_eq!(state(&s.gates, &SourceKey::new("chat", "s1").with_tenant("bronze")), CircuitState::Open);
+    assert_eq!(state(&s.gates, &SourceKey::new("chat", "s1").with_tenant("gold")), CircuitState::Closed);
+    assert_eq!(state(&s.gates, &SourceKey::new("chat", "s1")), CircuitState::Closed);
     s.client.call_as("chat", "gold", &said("gold")).await.unwrap();
     s.client.call("chat", &said("untenanted")).await.unwrap();
     assert_eq!(s.client.tenants("chat"), 2);
@@ -87,7 +87,7 @@ async fn shared_isolation_lets_one_tenants_failures_cost_the_others() {
     for _ in 0..3 {
         assert!(s.client.call_as("chat", "bronze", &said("bronze")).await.is_err());
     }
-    assert_eq!(state(&s.gates, &GateKey::new("chat", "s1")), CircuitState::Open);
+    assert_eq!(state(&s.gates, &SourceKey::new("chat", "s1")), CircuitState::Open);
     let error = s.client.call_as("chat", "gold", &said("gold")).await.unwrap_err();
     assert!(matches!(error, CallError::CircuitOpen { .. }), "{error}");
     assert_eq!(s.client.tenants("chat"), 0, "a shared scope keeps no tenant state");
@@ -101,7 +101,7 @@ async fn per_tenant_quota_is_the_tenants_own() {
         tokio::spawn(async move { s.client.call_as("chat", "gold", &said("gold")).await })
     };
     tokio::time::sleep(Duration::from_millis(10)).await;
-    assert_eq!(s.quota.in_flight(&GateKey::new("chat", "s1").with_tenant("gold")), 1);
+    assert_eq!(s.quota.in_flight(&SourceKey::new("chat", "s1").with_tenant("gold")), 1);
     let error = s.client.call_as("chat", "gold", &said("gold")).await.unwrap_err();
     assert!(matches!(error, CallError::AllSourcesExhausted { .. }), "gold's one permit is taken: {error}");
     // silver starts while gold still holds its permit
@@ -266,7 +266,7 @@ async fn tenant_names_are_one_tenant_whatever_their_case() {
     let error = s.client.call_as("chat", "BRONZE", &said("bronze")).await.unwrap_err();
     assert!(matches!(error, CallError::CircuitOpen { .. }), "{error}");
     assert_eq!(s.client.tenants("chat"), 1);
-    assert_eq!(state(&s.gates, &GateKey::new("chat", "s1").with_tenant("bronze")), CircuitState::Open);
+    assert_eq!(state(&s.gates, &SourceKey::new("chat", "s1").with_tenant("bronze")), CircuitState::Open);
 }
 
 #[tokio::test(start_paused = true)]
@@ -290,7 +290,7 @@ async fn a_tenants_tier_sets_its_gates_breaker_and_unknown_tenants_can_be_refuse
     for _ in 0..3 {
         assert!(s.client.call_as("chat", "bronze", &said("bronze")).await.is_err());
     }
-    let bronze = s.gates.snapshot(&GateKey::new("chat", "s1").with_tenant("bronze")).unwrap();
+    let bronze = s.gates.snapshot(&SourceKey::new("chat", "s1").with_tenant("bronze")).unwrap();
     assert_eq!(bronze.state, CircuitState::Open);
     let error = s.client.call_as("chat", "bronze", &said("bronze")).await.unwrap_err();
     let CallError::CircuitOpen { retry_after, .. } = error else { panic!("{error}") };

@@ -42,5 +42,5 @@ pub mod time;
 pub use breaker::{CircuitState, Gate, GateOp, GateParams, Reply, SuccessKind, Verdict};
 pub use outcome::{Effects, OutcomeClass};
 pub use policy::{BreakerPolicy, PolicyError, ScopeConfig, ScopePolicy};
-pub use ports::{BreakerGate, GateError, GateKey, QuotaGate, Telemetry, Upstream};
+pub use ports::{BackendError, BreakerGate, QuotaGate, SourceKey, Telemetry, Upstream};
 pub use time::{Clock, ManualClock, Timestamp};

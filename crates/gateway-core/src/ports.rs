@@ -16,7 +16,7 @@ use std::time::Duration;
 /// Names one gate (and one quota account): a scope, an optional tenant partition (per-tenant
 /// isolation, SPEC §11) and a source.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
-pub struct GateKey {
+pub struct SourceKey {
     /// The scope.
     pub scope: Arc<str>,
     /// The tenant, when the scope isolates tenants.
@@ -31,10 +31,10 @@ pub fn is_key_part(part: &str) -> bool {
     !part.is_empty() && part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-impl GateKey {
+impl SourceKey {
     /// A key without tenant partition.
     pub fn new(scope: impl Into<Arc<str>>, source: impl Into<Arc<str>>) -> Self {
-        GateKey { scope: scope.into(), tenant: None, source: source.into() }
+        SourceKey { scope: scope.into(), tenant: None, source: source.into() }
     }
 
     /// The same source in a tenant's partition.
@@ -44,7 +44,7 @@ impl GateKey {
     }
 }
 
-impl fmt::Display for GateKey {
+impl fmt::Display for SourceKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.tenant {
             Some(tenant) => write!(f, "{}/{}/{}", self.scope, tenant, self.source),
@@ -55,7 +55,7 @@ impl fmt::Display for GateKey {
 
 /// A gate or quota backend that could not answer.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum GateError {
+pub enum BackendError {
     /// The backend (e.g. Redis) is unreachable or timed out. Admission fails closed on it; a
     /// record operation logs, counts and carries on.
     #[error("{backend} backend unavailable for {key}: {detail}")]
@@ -87,18 +87,18 @@ pub enum GateError {
     },
 }
 
-/// The breaker gates of SPEC §3, one per [`GateKey`]. Every operation is atomic per gate and
+/// The breaker gates of SPEC §3, one per [`SourceKey`]. Every operation is atomic per gate and
 /// uses the backend's clock; `params` are the gate's resolved policy. A backend runs
 /// [`Gate::apply`](crate::breaker::Gate::apply) or a faithful copy of it: the contract suite
 /// replays the same operations on both and compares every reply and state.
 #[async_trait]
 pub trait BreakerGate: Send + Sync {
     /// Applies `op` to the gate of `key` (a never-written gate is a new, CLOSED one).
-    async fn apply(&self, key: &GateKey, params: &GateParams, op: GateOp) -> Result<Reply, GateError>;
+    async fn apply(&self, key: &SourceKey, params: &GateParams, op: GateOp) -> Result<Reply, BackendError>;
     /// The stored gate (a never-written gate reads as a new, CLOSED one): for status pages.
-    async fn read(&self, key: &GateKey) -> Result<crate::breaker::Gate, GateError>;
+    async fn read(&self, key: &SourceKey) -> Result<crate::breaker::Gate, BackendError>;
     /// The minimum `retry_after` over the gates (0 for none, for CLOSED or HALF_OPEN gates).
-    async fn retry_after(&self, gates: &[(GateKey, GateParams)]) -> Result<Duration, GateError>;
+    async fn retry_after(&self, gates: &[(SourceKey, GateParams)]) -> Result<Duration, BackendError>;
 }
 
 /// A granted quota permit. Release it once the attempt ends (a guard in the client does it on
@@ -106,7 +106,7 @@ pub trait BreakerGate: Send + Sync {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Permit {
     /// The source's quota account.
-    pub key: GateKey,
+    pub key: SourceKey,
     /// The account's incarnation it was granted in (its settle and release change nothing in
     /// another).
     pub incarnation: u64,
@@ -135,19 +135,19 @@ pub enum QuotaDecision {
 #[async_trait]
 pub trait QuotaGate: Send + Sync {
     /// Asks for a permit charging `estimated_tokens` against `limits`.
-    async fn acquire(&self, key: &GateKey, limits: &QuotaLimits, estimated_tokens: u32) -> Result<QuotaDecision, GateError>;
+    async fn acquire(&self, key: &SourceKey, limits: &QuotaLimits, estimated_tokens: u32) -> Result<QuotaDecision, BackendError>;
     /// Corrects the token charge of `permit` to `actual_tokens`.
-    async fn settle(&self, permit: &Permit, actual_tokens: u32) -> Result<(), GateError>;
+    async fn settle(&self, permit: &Permit, actual_tokens: u32) -> Result<(), BackendError>;
     /// Frees the permit's concurrency slot. Releasing twice is harmless.
-    async fn release(&self, permit: &Permit) -> Result<(), GateError>;
+    async fn release(&self, permit: &Permit) -> Result<(), BackendError>;
 }
 
 /// A place taken on a provider account's learned concurrency (release it when the attempt ends;
 /// a guard in the client does it on every path).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PaceLease {
-    /// The account (`GateKey::source` is the account's name).
-    pub key: GateKey,
+    /// The account (`SourceKey::source` is the account's name).
+    pub key: SourceKey,
     /// The lease, with the cut generation it was taken in.
     pub lease: crate::aimd::Lease,
 }
@@ -167,7 +167,7 @@ pub enum PaceDecision {
 #[async_trait]
 pub trait PacerGate: Send + Sync {
     /// A place on `key`'s account if one more attempt fits under its limit.
-    async fn try_acquire(&self, key: &GateKey, params: &crate::aimd::PacerParams) -> Result<PaceDecision, GateError>;
+    async fn try_acquire(&self, key: &SourceKey, params: &crate::aimd::PacerParams) -> Result<PaceDecision, BackendError>;
     /// Ends the attempt of `lease` and applies `effect` (a cut only when no cut came since the
     /// lease was taken); the limit after.
     async fn release(
@@ -175,10 +175,10 @@ pub trait PacerGate: Send + Sync {
         lease: &PaceLease,
         effect: crate::outcome::AimdEffect,
         params: &crate::aimd::PacerParams,
-    ) -> Result<f64, GateError>;
+    ) -> Result<f64, BackendError>;
     /// The account's limit and the leases in flight now, for status pages (a fresh account's
     /// when it was never used).
-    async fn read(&self, key: &GateKey, params: &crate::aimd::PacerParams) -> Result<crate::aimd::Paced, GateError>;
+    async fn read(&self, key: &SourceKey, params: &crate::aimd::PacerParams) -> Result<crate::aimd::Paced, BackendError>;
 }
 
 /// One upstream transport (HTTP, the simulator, a scripted fake).

@@ -4,7 +4,7 @@
 use crate::admission::SkipReason;
 use crate::breaker::{CircuitState, Transition};
 use crate::outcome::OutcomeClass;
-use crate::ports::GateKey;
+use crate::ports::SourceKey;
 use crate::time::Timestamp;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -13,7 +13,7 @@ use std::time::Duration;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AttemptEvent {
     /// The gate (scope, tenant, source) the attempt went through.
-    pub key: GateKey,
+    pub key: SourceKey,
     /// Call id, unique in the process.
     pub call_id: u64,
     /// When the attempt started.
@@ -116,7 +116,7 @@ pub struct CallEvent {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GateEvent {
     /// The gate.
-    pub key: GateKey,
+    pub key: SourceKey,
     /// When (by the gate backend's clock).
     pub at: Timestamp,
     /// What changed.

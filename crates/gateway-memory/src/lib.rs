@@ -11,7 +11,7 @@ use gateway_core::aimd::{AccountPacer, Paced, PacerParams};
 use gateway_core::breaker::{Gate, GateOp, GateParams, Reply};
 use gateway_core::outcome::AimdEffect;
 use gateway_core::policy::QuotaLimits;
-use gateway_core::ports::{BreakerGate, GateError, GateKey, PaceDecision, PaceLease, PacerGate, Permit, QuotaDecision, QuotaGate};
+use gateway_core::ports::{BackendError, BreakerGate, PaceDecision, PaceLease, PacerGate, Permit, QuotaDecision, QuotaGate, SourceKey};
 use gateway_core::quota::QuotaAccount;
 use gateway_core::random::Incarnations;
 use gateway_core::time::Clock;
@@ -47,7 +47,7 @@ impl MemoryGates {
 
     /// Stores `gate` for `key` under a new incarnation of its own (a gate started from a state
     /// read elsewhere: the backstop's, from the shared backend's last answer).
-    pub fn seed(&self, key: &GateKey, params: &GateParams, gate: Gate) {
+    pub fn seed(&self, key: &SourceKey, params: &GateParams, gate: Gate) {
         let now = self.clock.now();
         let incarnation = self.incarnations.draw();
         // Kept as a changed gate is: its key TTL from now.
@@ -65,7 +65,7 @@ impl MemoryGates {
     }
 
     /// A copy of one gate's state (`None` if it was never touched).
-    pub fn snapshot(&self, key: &GateKey) -> Option<Gate> {
+    pub fn snapshot(&self, key: &SourceKey) -> Option<Gate> {
         self.gates.get(key)
     }
 
@@ -82,7 +82,7 @@ impl MemoryGates {
 
 #[async_trait]
 impl BreakerGate for MemoryGates {
-    async fn apply(&self, key: &GateKey, params: &GateParams, op: GateOp) -> Result<Reply, GateError> {
+    async fn apply(&self, key: &SourceKey, params: &GateParams, op: GateOp) -> Result<Reply, BackendError> {
         let now = self.clock.now();
         let keep_until = now.saturating_add(Duration::from_millis(params.key_ttl_ms()));
         // A gate is kept its TTL past its last change beyond the current bucket's counts, and
@@ -100,11 +100,11 @@ impl BreakerGate for MemoryGates {
         ))
     }
 
-    async fn read(&self, key: &GateKey) -> Result<Gate, GateError> {
+    async fn read(&self, key: &SourceKey) -> Result<Gate, BackendError> {
         Ok(self.snapshot(key).unwrap_or_default())
     }
 
-    async fn retry_after(&self, gates: &[(GateKey, GateParams)]) -> Result<Duration, GateError> {
+    async fn retry_after(&self, gates: &[(SourceKey, GateParams)]) -> Result<Duration, BackendError> {
         let now = self.clock.now();
         let each = gates.iter().map(|(key, params)| self.gates.get(key).map_or(Duration::ZERO, |gate| gate.retry_after(params, now)));
         Ok(each.min().unwrap_or(Duration::ZERO))
@@ -130,12 +130,12 @@ impl MemoryQuota {
     }
 
     /// The incarnation of `key`'s account (`None` before its first grant).
-    pub fn incarnation(&self, key: &GateKey) -> Option<u64> {
+    pub fn incarnation(&self, key: &SourceKey) -> Option<u64> {
         self.accounts.get(key).map(|account| account.incarnation()).filter(|&i| i != 0)
     }
 
     /// Permits of `key` holding a concurrency slot now.
-    pub fn in_flight(&self, key: &GateKey) -> usize {
+    pub fn in_flight(&self, key: &SourceKey) -> usize {
         let now = self.clock.now();
         self.accounts.get(key).map_or(0, |account| account.in_flight(now))
     }
@@ -143,7 +143,7 @@ impl MemoryQuota {
 
 #[async_trait]
 impl QuotaGate for MemoryQuota {
-    async fn acquire(&self, key: &GateKey, limits: &QuotaLimits, estimated_tokens: u32) -> Result<QuotaDecision, GateError> {
+    async fn acquire(&self, key: &SourceKey, limits: &QuotaLimits, estimated_tokens: u32) -> Result<QuotaDecision, BackendError> {
         let now = self.clock.now();
         // Kept as long as the Redis keys are (`QuotaLimits::keep_for`), and never dropped while
         // it holds a permit.
@@ -164,7 +164,7 @@ impl QuotaGate for MemoryQuota {
         })
     }
 
-    async fn settle(&self, permit: &Permit, actual_tokens: u32) -> Result<(), GateError> {
+    async fn settle(&self, permit: &Permit, actual_tokens: u32) -> Result<(), BackendError> {
         let now = self.clock.now();
         self.accounts.with(
             &permit.key,
@@ -176,7 +176,7 @@ impl QuotaGate for MemoryQuota {
         Ok(())
     }
 
-    async fn release(&self, permit: &Permit) -> Result<(), GateError> {
+    async fn release(&self, permit: &Permit) -> Result<(), BackendError> {
         let now = self.clock.now();
         self.accounts.with(
             &permit.key,
@@ -207,12 +207,12 @@ impl MemoryPacer {
     }
 
     /// Leases of `key`'s account in flight now.
-    pub fn in_flight(&self, key: &GateKey) -> u32 {
+    pub fn in_flight(&self, key: &SourceKey) -> u32 {
         let now = self.clock.now();
         self.accounts.get(key).flatten().map_or(0, |pacer| pacer.inflight(now))
     }
 
-    fn with<R>(&self, key: &GateKey, params: &PacerParams, op: impl FnOnce(&mut AccountPacer, gateway_core::Timestamp) -> R) -> R {
+    fn with<R>(&self, key: &SourceKey, params: &PacerParams, op: impl FnOnce(&mut AccountPacer, gateway_core::Timestamp) -> R) -> R {
         let now = self.clock.now();
         // Kept an hour past its last lease's life, as the Redis key is; never dropped with a
         // lease in flight.
@@ -229,18 +229,18 @@ impl MemoryPacer {
 
 #[async_trait]
 impl PacerGate for MemoryPacer {
-    async fn try_acquire(&self, key: &GateKey, params: &PacerParams) -> Result<PaceDecision, GateError> {
+    async fn try_acquire(&self, key: &SourceKey, params: &PacerParams) -> Result<PaceDecision, BackendError> {
         Ok(match self.with(key, params, |pacer, now| pacer.try_acquire(params, now)) {
             Ok(lease) => PaceDecision::Granted(PaceLease { key: key.clone(), lease }),
             Err(paced) => PaceDecision::Paced(paced),
         })
     }
 
-    async fn release(&self, lease: &PaceLease, effect: AimdEffect, params: &PacerParams) -> Result<f64, GateError> {
+    async fn release(&self, lease: &PaceLease, effect: AimdEffect, params: &PacerParams) -> Result<f64, BackendError> {
         Ok(self.with(&lease.key, params, |pacer, _| pacer.release(lease.lease, effect, params)))
     }
 
-    async fn read(&self, key: &GateKey, params: &PacerParams) -> Result<Paced, GateError> {
+    async fn read(&self, key: &SourceKey, params: &PacerParams) -> Result<Paced, BackendError> {
         let now = self.clock.now();
         let pacer = self.accounts.get(key).flatten().unwrap_or_else(|| AccountPacer::new(params));
         Ok(Paced { limit: pacer.limit(), inflight: pacer.inflight(now) })

@@ -1,4 +1,4 @@
-//! A map from `GateKey` to state, split over independently locked shards so that operations on
+//! A map from `SourceKey` to state, split over independently locked shards so that operations on
 //! different gates do not contend. Each operation holds one shard's lock for a few hundred
 //! nanoseconds of pure state-machine work and never across an `.await`.
 //!
@@ -8,7 +8,7 @@
 //! cannot grow memory without bound, at an amortised O(1) per operation. Small maps are never
 //! swept, so expiry is never observable where the Redis gates would still hold the key.
 
-use gateway_core::ports::GateKey;
+use gateway_core::ports::SourceKey;
 use gateway_core::time::Timestamp;
 use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
@@ -28,7 +28,7 @@ struct Entry<T> {
 }
 
 struct Shard<T> {
-    map: HashMap<GateKey, Entry<T>>,
+    map: HashMap<SourceKey, Entry<T>>,
     sweep_at: usize,
 }
 
@@ -49,7 +49,7 @@ impl<T: Default + Clone> Sharded<T> {
     /// is kept at least until `keep_until`, and `droppable` says whether an expired one may go.
     pub(crate) fn with<R>(
         &self,
-        key: &GateKey,
+        key: &SourceKey,
         now: Timestamp,
         keep_until: Timestamp,
         droppable: impl Fn(&T) -> bool,
@@ -63,7 +63,7 @@ impl<T: Default + Clone> Sharded<T> {
     /// Redis write refreshes the key's TTL).
     pub(crate) fn update<R>(
         &self,
-        key: &GateKey,
+        key: &SourceKey,
         now: Timestamp,
         keep_until: Timestamp,
         droppable: impl Fn(&T) -> bool,
@@ -102,7 +102,7 @@ impl<T: Default + Clone> Sharded<T> {
     }
 
     /// A copy of the state of `key`, if any.
-    pub(crate) fn get(&self, key: &GateKey) -> Option<T> {
+    pub(crate) fn get(&self, key: &SourceKey) -> Option<T> {
         self.shard(key).map.get(key).map(|entry| entry.state.clone())
     }
 
@@ -111,7 +111,7 @@ impl<T: Default + Clone> Sharded<T> {
         self.shards.iter().map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).map.len()).sum()
     }
 
-    fn shard(&self, key: &GateKey) -> MutexGuard<'_, Shard<T>> {
+    fn shard(&self, key: &SourceKey) -> MutexGuard<'_, Shard<T>> {
         let index = (self.hasher.hash_one(key) as usize) % self.shards.len();
         // The state machines never panic while a lock is held; if something else did, the
         // state is still consistent (every operation writes it whole), so recover it.

@@ -8,7 +8,7 @@ use gateway_core::aimd::{Paced, PacerParams};
 use gateway_core::breaker::{CircuitState, Gate, GateOp, GateParams, Reply, SuccessKind};
 use gateway_core::outcome::AimdEffect;
 use gateway_core::policy::{BreakerConfig, QuotaLimits};
-use gateway_core::ports::{BreakerGate, GateError, GateKey, PaceDecision, PaceLease, PacerGate, Permit, QuotaDecision, QuotaGate};
+use gateway_core::ports::{BackendError, BreakerGate, PaceDecision, PaceLease, PacerGate, Permit, QuotaDecision, QuotaGate, SourceKey};
 use gateway_core::time::{Clock, ManualClock, Timestamp};
 use gateway_memory::backstop::{Backstop, BackstopGates, BackstopPacer, BackstopQuota, LOCAL_LEASE, OnUnavailable};
 use gateway_memory::{MemoryGates, MemoryPacer, MemoryQuota};
@@ -28,10 +28,10 @@ struct Flaky {
 }
 
 impl Flaky {
-    fn check(&self, key: &GateKey) -> Result<(), GateError> {
+    fn check(&self, key: &SourceKey) -> Result<(), BackendError> {
         self.asked.fetch_add(1, Ordering::Relaxed);
         if self.down.load(Ordering::Relaxed) {
-            return Err(GateError::BackendUnavailable { backend: "flaky", key: key.to_string(), detail: "down".into() });
+            return Err(BackendError::BackendUnavailable { backend: "flaky", key: key.to_string(), detail: "down".into() });
         }
         Ok(())
     }
@@ -39,15 +39,15 @@ impl Flaky {
 
 #[async_trait]
 impl BreakerGate for Flaky {
-    async fn apply(&self, key: &GateKey, params: &GateParams, op: GateOp) -> Result<Reply, GateError> {
+    async fn apply(&self, key: &SourceKey, params: &GateParams, op: GateOp) -> Result<Reply, BackendError> {
         self.check(key)?;
         self.gates.apply(key, params, op).await
     }
-    async fn read(&self, key: &GateKey) -> Result<Gate, GateError> {
+    async fn read(&self, key: &SourceKey) -> Result<Gate, BackendError> {
         self.check(key)?;
         self.gates.read(key).await
     }
-    async fn retry_after(&self, gates: &[(GateKey, GateParams)]) -> Result<Duration, GateError> {
+    async fn retry_after(&self, gates: &[(SourceKey, GateParams)]) -> Result<Duration, BackendError> {
         self.check(&gates[0].0)?;
         self.gates.retry_after(gates).await
     }
@@ -55,15 +55,15 @@ impl BreakerGate for Flaky {
 
 #[async_trait]
 impl QuotaGate for Flaky {
-    async fn acquire(&self, key: &GateKey, limits: &QuotaLimits, tokens: u32) -> Result<QuotaDecision, GateError> {
+    async fn acquire(&self, key: &SourceKey, limits: &QuotaLimits, tokens: u32) -> Result<QuotaDecision, BackendError> {
         self.check(key)?;
         self.quota.acquire(key, limits, tokens).await
     }
-    async fn settle(&self, permit: &Permit, tokens: u32) -> Result<(), GateError> {
+    async fn settle(&self, permit: &Permit, tokens: u32) -> Result<(), BackendError> {
         self.check(&permit.key)?;
         self.quota.settle(permit, tokens).await
     }
-    async fn release(&self, permit: &Permit) -> Result<(), GateError> {
+    async fn release(&self, permit: &Permit) -> Result<(), BackendError> {
         self.check(&permit.key)?;
         self.quota.release(permit).await
     }
@@ -71,15 +71,15 @@ impl QuotaGate for Flaky {
 
 #[async_trait]
 impl PacerGate for Flaky {
-    async fn try_acquire(&self, key: &GateKey, params: &PacerParams) -> Result<PaceDecision, GateError> {
+    async fn try_acquire(&self, key: &SourceKey, params: &PacerParams) -> Result<PaceDecision, BackendError> {
         self.check(key)?;
         self.pacer.try_acquire(key, params).await
     }
-    async fn release(&self, lease: &PaceLease, effect: AimdEffect, params: &PacerParams) -> Result<f64, GateError> {
+    async fn release(&self, lease: &PaceLease, effect: AimdEffect, params: &PacerParams) -> Result<f64, BackendError> {
         self.check(&lease.key)?;
         self.pacer.release(lease, effect, params).await
     }
-    async fn read(&self, key: &GateKey, params: &PacerParams) -> Result<Paced, GateError> {
+    async fn read(&self, key: &SourceKey, params: &PacerParams) -> Result<Paced, BackendError> {
         self.check(key)?;
         self.pacer.read(key, params).await
     }
@@ -132,14 +132,14 @@ fn params() -> GateParams {
     GateParams::new(&policy, 0, Duration::from_secs(30), Duration::from_secs(30))
 }
 
-fn unavailable<T: std::fmt::Debug>(result: &Result<T, GateError>) -> bool {
-    matches!(result, Err(GateError::BackendUnavailable { .. }))
+fn unavailable<T: std::fmt::Debug>(result: &Result<T, BackendError>) -> bool {
+    matches!(result, Err(BackendError::BackendUnavailable { .. }))
 }
 
 #[tokio::test(start_paused = true)]
 async fn fail_closed_refuses_admission_asks_again_once_per_interval_and_comes_back() {
     let s = setup(OnUnavailable::FailClosed);
-    let (key, p) = (GateKey::new("chat", "s1"), params());
+    let (key, p) = (SourceKey::new("chat", "s1"), params());
     let admitted = s.gates.apply(&key, &p, GateOp::TryEnter).await.unwrap();
     s.down(true);
     assert!(unavailable(&s.gates.apply(&key, &p, GateOp::TryEnter).await));
@@ -172,8 +172,8 @@ async fn fail_closed_refuses_admission_asks_again_once_per_interval_and_comes_ba
 #[tokio::test(start_paused = true)]
 async fn local_admits_on_its_own_gate_seeded_from_the_last_state_read() {
     let s = setup(OnUnavailable::Local);
-    let (key, p) = (GateKey::new("chat", "s1"), params());
-    let (dead, healthy) = (GateKey::new("chat", "dead"), GateKey::new("chat", "ok"));
+    let (key, p) = (SourceKey::new("chat", "s1"), params());
+    let (dead, healthy) = (SourceKey::new("chat", "dead"), SourceKey::new("chat", "ok"));
     let shared_admission = s.gates.apply(&healthy, &p, GateOp::TryEnter).await.unwrap();
     // The dead source's gate is OPEN (60 s) in the shared backend when it goes away.
     s.gates.apply(&dead, &p, GateOp::ForceOpen).await.unwrap();
@@ -214,7 +214,7 @@ async fn local_admits_on_its_own_gate_seeded_from_the_last_state_read() {
 #[tokio::test(start_paused = true)]
 async fn a_new_outage_starts_the_local_state_afresh() {
     let s = setup(OnUnavailable::Local);
-    let (key, p) = (GateKey::new("chat", "s1"), params());
+    let (key, p) = (SourceKey::new("chat", "s1"), params());
     s.down(true);
     s.gates.apply(&key, &p, GateOp::ForceOpen).await.unwrap();
     assert_eq!(s.gates.apply(&key, &p, GateOp::TryEnter).await.unwrap().state, CircuitState::Open);
@@ -231,7 +231,7 @@ async fn a_new_outage_starts_the_local_state_afresh() {
 #[tokio::test(start_paused = true)]
 async fn local_quota_and_pacer_leases_find_their_way_back() {
     let s = setup(OnUnavailable::Local);
-    let key = GateKey::new("chat", "s1");
+    let key = SourceKey::new("chat", "s1");
     let limits = QuotaLimits { max_concurrency: Some(1), rpm: None, tpm: None, permit_ttl: Duration::from_secs(60) };
     let pacer = PacerParams { ceiling: 4.0, lease_ttl: Duration::from_secs(60) };
     let QuotaDecision::Granted(shared_permit) = s.quota.acquire(&key, &limits, 5).await.unwrap() else { panic!("refused") };
@@ -255,7 +255,7 @@ async fn local_quota_and_pacer_leases_find_their_way_back() {
 #[tokio::test(start_paused = true)]
 async fn a_record_waits_for_the_backend_and_lands_when_it_answers() {
     let s = Arc::new(setup(OnUnavailable::FailClosed));
-    let (key, p) = (GateKey::new("chat", "s1"), params());
+    let (key, p) = (SourceKey::new("chat", "s1"), params());
     let admitted = s.gates.apply(&key, &p, GateOp::TryEnter).await.unwrap();
     s.down(true);
     assert!(unavailable(&s.gates.apply(&key, &p, GateOp::TryEnter).await));
@@ -270,6 +270,6 @@ async fn a_record_waits_for_the_backend_and_lands_when_it_answers() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let reply = waiting.await.unwrap().unwrap();
     assert!(!reply.fenced, "the record landed on the gate that admitted it");
-    assert_eq!(s.shared.gates.snapshot(&GateKey::new("chat", "s1")).unwrap().failures, 1);
+    assert_eq!(s.shared.gates.snapshot(&SourceKey::new("chat", "s1")).unwrap().failures, 1);
     assert_eq!(s.backstop.stats().dropped_records, 0);
 }

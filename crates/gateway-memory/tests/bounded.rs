@@ -6,7 +6,7 @@
 
 use gateway_core::breaker::{CircuitState, GateOp, GateParams};
 use gateway_core::policy::BreakerConfig;
-use gateway_core::ports::{BreakerGate, GateKey};
+use gateway_core::ports::{BreakerGate, SourceKey};
 use gateway_core::time::{ManualClock, Timestamp};
 use gateway_memory::MemoryGates;
 use std::sync::Arc;
@@ -23,10 +23,10 @@ async fn churning_tenants_do_not_grow_the_gates_without_bound() {
     let clock = Arc::new(ManualClock::new(Timestamp::from_millis(1_000_000)));
     let gates = MemoryGates::new(clock.clone());
     let p = params();
-    let live = GateKey::new("chat", "s1").with_tenant("steady");
+    let live = SourceKey::new("chat", "s1").with_tenant("steady");
     gates.apply(&live, &p, GateOp::ForceOpen).await.unwrap();
     for i in 0..70_000 {
-        gates.apply(&GateKey::new("chat", "s1").with_tenant(format!("t{i}")), &p, GateOp::TryEnter).await.unwrap();
+        gates.apply(&SourceKey::new("chat", "s1").with_tenant(format!("t{i}")), &p, GateOp::TryEnter).await.unwrap();
     }
     assert!(gates.len() > 70_000, "nothing expired yet: {}", gates.len());
     // past every idle gate's TTL, but the steady tenant keeps being used
@@ -34,7 +34,7 @@ async fn churning_tenants_do_not_grow_the_gates_without_bound() {
     gates.apply(&live, &p, GateOp::TryEnter).await.unwrap();
     clock.set(Timestamp::from_millis(1_000_000 + p.key_ttl_ms() + 1));
     for i in 0..70_000 {
-        gates.apply(&GateKey::new("chat", "s1").with_tenant(format!("u{i}")), &p, GateOp::TryEnter).await.unwrap();
+        gates.apply(&SourceKey::new("chat", "s1").with_tenant(format!("u{i}")), &p, GateOp::TryEnter).await.unwrap();
     }
     assert!(gates.len() < 100_000, "idle gates were swept: {} held", gates.len());
     assert_eq!(gates.snapshot(&live).unwrap().epoch, 1, "a gate in use is never dropped");
@@ -45,11 +45,11 @@ async fn a_small_map_is_never_swept() {
     let clock = Arc::new(ManualClock::new(Timestamp::from_millis(0)));
     let gates = MemoryGates::new(clock.clone());
     let p = params();
-    let key = GateKey::new("chat", "s1");
+    let key = SourceKey::new("chat", "s1");
     gates.apply(&key, &p, GateOp::ForceOpen).await.unwrap();
     clock.set(Timestamp::from_millis(10 * p.key_ttl_ms()));
     for i in 0..500 {
-        gates.apply(&GateKey::new("chat", format!("x{i}")), &p, GateOp::TryEnter).await.unwrap();
+        gates.apply(&SourceKey::new("chat", format!("x{i}")), &p, GateOp::TryEnter).await.unwrap();
     }
     // the old gate is still there (OPEN as left), as a Redis key within its TTL would be
     assert_eq!(gates.snapshot(&key).unwrap().state, CircuitState::Open);
@@ -62,7 +62,7 @@ async fn a_gate_is_kept_its_ttl_past_its_last_change_not_its_last_look() {
     let clock = Arc::new(ManualClock::new(Timestamp::from_millis(1_000_000)));
     let gates = MemoryGates::new(clock.clone());
     let p = params();
-    let (asked, written) = (GateKey::new("chat", "asked"), GateKey::new("chat", "written"));
+    let (asked, written) = (SourceKey::new("chat", "asked"), SourceKey::new("chat", "written"));
     let mut fences = Vec::new();
     for key in [&asked, &written] {
         let fence = gates.apply(key, &p, GateOp::TryEnter).await.unwrap().fence();
@@ -76,7 +76,7 @@ async fn a_gate_is_kept_its_ttl_past_its_last_change_not_its_last_look() {
     // Enough churn that every shard passes its sweep size (1 024) with certainty: 64 shards of
     // ~2 190 on average, where 70 000 left a shard below it in ~1.5 % of runs.
     for i in 0..140_000 {
-        gates.apply(&GateKey::new("chat", format!("c{i}")), &p, GateOp::TryEnter).await.unwrap();
+        gates.apply(&SourceKey::new("chat", format!("c{i}")), &p, GateOp::TryEnter).await.unwrap();
     }
     assert_eq!(gates.snapshot(&asked), None, "only asked since its last change: dropped, as its Redis key expires");
     assert_eq!(gates.snapshot(&written).unwrap().failures, 2, "changed since: kept");

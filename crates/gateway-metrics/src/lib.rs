@@ -17,7 +17,7 @@
 
 use gateway_core::breaker::CircuitState;
 use gateway_core::outcome::OutcomeClass;
-use gateway_core::ports::{GateKey, Telemetry};
+use gateway_core::ports::{SourceKey, Telemetry};
 use gateway_core::telemetry::{AttemptEvent, CallEvent, CallResult, GateEvent};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -234,7 +234,7 @@ impl Metrics {
         OTHER_TENANTS.to_owned()
     }
 
-    fn source_labels(&self, key: &GateKey) -> SourceLabels {
+    fn source_labels(&self, key: &SourceKey) -> SourceLabels {
         SourceLabels { scope: key.scope.to_string(), tenant_id: self.tenant(key.tenant.as_deref()), source: key.source.to_string() }
     }
 

@@ -9,7 +9,7 @@ use gateway_client::{GatewayClient, TokioClock};
 use gateway_core::breaker::{Cause, CircuitState, Transition};
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::policy::ScopeConfig;
-use gateway_core::ports::{GateKey, Telemetry, Upstream};
+use gateway_core::ports::{SourceKey, Telemetry, Upstream};
 use gateway_core::request::{Attempt, Message, Request, Response};
 use gateway_core::telemetry::{AttemptEvent, CallEvent, CallResult, GateEvent};
 use gateway_core::time::Timestamp;
@@ -19,7 +19,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-fn attempt(key: GateKey, class: OutcomeClass) -> AttemptEvent {
+fn attempt(key: SourceKey, class: OutcomeClass) -> AttemptEvent {
     AttemptEvent {
         key,
         call_id: 1,
@@ -40,10 +40,10 @@ fn attempt(key: GateKey, class: OutcomeClass) -> AttemptEvent {
 #[test]
 fn the_exposition_of_a_fixed_sequence() {
     let metrics = Metrics::new(10);
-    let gold = GateKey::new("chat", "s1").with_tenant("gold");
+    let gold = SourceKey::new("chat", "s1").with_tenant("gold");
     metrics.attempt(&attempt(gold.clone(), OutcomeClass::Success));
     metrics.attempt(&attempt(gold.clone(), OutcomeClass::Transient));
-    metrics.attempt(&attempt(GateKey::new("chat", "s2"), OutcomeClass::RateLimited));
+    metrics.attempt(&attempt(SourceKey::new("chat", "s2"), OutcomeClass::RateLimited));
     metrics.gate(&GateEvent {
         key: gold,
         at: Timestamp::from_millis(5),
@@ -154,7 +154,7 @@ async fn a_scrape_of_a_running_client_parses_and_has_every_metric() {
 fn tenants_past_the_cap_share_one_label() {
     let metrics = Metrics::new(2);
     for tenant in ["a", "b", "c", "d"] {
-        metrics.attempt(&attempt(GateKey::new("chat", "s1").with_tenant(tenant), OutcomeClass::Success));
+        metrics.attempt(&attempt(SourceKey::new("chat", "s1").with_tenant(tenant), OutcomeClass::Success));
     }
     let text = metrics.render();
     let tenants: BTreeSet<&str> = text.lines().filter_map(|l| l.split("tenant_id=\"").nth(1)?.split('"').next()).collect();

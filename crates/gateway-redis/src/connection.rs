@@ -1,6 +1,6 @@
 //! The connection to Redis: a pool with an explicit command timeout, fail-fast while
 //! disconnected, reconnection with exponential back-off, script loading and NOSCRIPT reload,
-//! the time argument of every script, and the mapping of failures to `GateError`.
+//! the time argument of every script, and the mapping of failures to `BackendError`.
 //!
 //! One Redis or a Redis Cluster, as the URL says (`redis://…` or
 //! `redis-cluster://host:port?node=host:port&…`). On a cluster each EVALSHA goes to the primary
@@ -12,7 +12,7 @@
 use crate::scripts::{Script, Scripts};
 use fred::prelude::*;
 use fred::types::CustomCommand;
-use gateway_core::ports::GateError;
+use gateway_core::ports::BackendError;
 use gateway_core::time::Clock;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -114,9 +114,9 @@ fn ms(d: Duration) -> u64 {
 impl RedisConnection {
     /// Connects the pool and loads every script. Fails with `BackendUnavailable` when Redis
     /// cannot be reached within `connect_timeout`.
-    pub async fn connect(config: RedisConfig) -> Result<Arc<Self>, GateError> {
+    pub async fn connect(config: RedisConfig) -> Result<Arc<Self>, BackendError> {
         let url = redact(&config.url);
-        let unavailable = |e: Error| GateError::BackendUnavailable { backend: "redis", key: url.clone(), detail: e.to_string() };
+        let unavailable = |e: Error| BackendError::BackendUnavailable { backend: "redis", key: url.clone(), detail: e.to_string() };
         let policy = ReconnectPolicy::new_exponential(
             0,
             ms(config.reconnect_min).min(u64::from(u32::MAX)) as u32,
@@ -147,7 +147,11 @@ impl RedisConnection {
                 false
             }
             Err(_) => {
-                return Err(GateError::BackendUnavailable { backend: "redis", key: url.clone(), detail: "connect timed out".to_owned() });
+                return Err(BackendError::BackendUnavailable {
+                    backend: "redis",
+                    key: url.clone(),
+                    detail: "connect timed out".to_owned(),
+                });
             }
         };
         let connection = RedisConnection {
@@ -198,7 +202,7 @@ impl RedisConnection {
         keys: &[Value],
         args: &[&[Value]],
         key: &(dyn std::fmt::Display + Sync),
-    ) -> Result<Value, GateError> {
+    ) -> Result<Value, BackendError> {
         let slot = slot_of(keys);
         let first = self.evalsha(script, slot, keys, args).await;
         let result = match first {
@@ -215,19 +219,19 @@ impl RedisConnection {
         result.map_err(|e| {
             let (key, detail) = (key.to_string(), format!("{}: {e}", script.name));
             if is_script_error(&e) {
-                GateError::Malformed { backend: "redis", key, detail }
+                BackendError::Malformed { backend: "redis", key, detail }
             } else {
-                GateError::BackendUnavailable { backend: "redis", key, detail }
+                BackendError::BackendUnavailable { backend: "redis", key, detail }
             }
         })
     }
 
     /// Counts and logs a record operation that Redis did not take (it could not answer, or it
     /// answered that the script could not do its work); the call goes on.
-    pub(crate) fn degrade(&self, op: &'static str, error: &GateError) {
+    pub(crate) fn degrade(&self, op: &'static str, error: &BackendError) {
         self.degraded.fetch_add(1, Ordering::Relaxed);
         match error {
-            GateError::Malformed { .. } => {
+            BackendError::Malformed { .. } => {
                 tracing::error!(op, %error, "breaker record dropped: the script could not do its work; the call continues")
             }
             _ => tracing::warn!(op, %error, "breaker record dropped: redis unavailable; the call continues"),

@@ -5,7 +5,7 @@ use crate::keys;
 use async_trait::async_trait;
 use fred::prelude::*;
 use gateway_core::breaker::{Cause, CircuitState, Gate, GateOp, GateParams, Reply, SuccessKind, Transition, Verdict};
-use gateway_core::ports::{BreakerGate, GateError, GateKey};
+use gateway_core::ports::{BackendError, BreakerGate, SourceKey};
 use gateway_core::random::Incarnations;
 use gateway_core::time::Timestamp;
 use std::collections::HashMap;
@@ -16,7 +16,7 @@ use std::time::Duration;
 #[derive(Clone)]
 pub struct RedisGates {
     conn: Arc<RedisConnection>,
-    encoded: Arc<Mutex<HashMap<GateKey, Encoded>>>,
+    encoded: Arc<Mutex<HashMap<SourceKey, Encoded>>>,
     incarnations: Arc<Incarnations>,
 }
 
@@ -40,7 +40,7 @@ impl RedisGates {
     }
 
     /// The HASH name and parameter arguments of `key` under `params` (cached while they hold).
-    fn encode(&self, key: &GateKey, params: &GateParams) -> Result<(Value, Arc<[Value]>), GateError> {
+    fn encode(&self, key: &SourceKey, params: &GateParams) -> Result<(Value, Arc<[Value]>), BackendError> {
         let cached = self
             .encoded
             .lock()
@@ -73,25 +73,25 @@ impl RedisGates {
 
     /// Drops one gate's HASH, as a flush, a restart without persistence or an eviction would
     /// (for tests and tools): the next enter creates a gate of a new incarnation.
-    pub async fn forget(&self, key: &GateKey) -> Result<(), GateError> {
+    pub async fn forget(&self, key: &SourceKey) -> Result<(), BackendError> {
         let hash = keys::gate(key)?;
         self.conn.pool().del::<i64, _>(hash).await.map(|_| ()).map_err(|e| unavailable(key, e))
     }
 
     /// The stored state of one gate (a missing HASH is a new, CLOSED gate).
-    pub async fn snapshot(&self, key: &GateKey) -> Result<Gate, GateError> {
+    pub async fn snapshot(&self, key: &SourceKey) -> Result<Gate, BackendError> {
         let hash = keys::gate(key)?;
         let fields: HashMap<String, String> = self.conn.pool().hgetall(&hash).await.map_err(|e| unavailable(key, e))?;
         gate_from_fields(key, &fields)
     }
 }
 
-fn unavailable(key: &GateKey, e: Error) -> GateError {
-    GateError::BackendUnavailable { backend: "redis", key: key.to_string(), detail: e.to_string() }
+fn unavailable(key: &SourceKey, e: Error) -> BackendError {
+    BackendError::BackendUnavailable { backend: "redis", key: key.to_string(), detail: e.to_string() }
 }
 
-fn malformed(key: &GateKey, detail: String) -> GateError {
-    GateError::Malformed { backend: "redis", key: key.to_string(), detail }
+fn malformed(key: &SourceKey, detail: String) -> BackendError {
+    BackendError::Malformed { backend: "redis", key: key.to_string(), detail }
 }
 
 /// ARGV[5..] of `gate.lua`: the parameters, in the order of its constants `THRESHOLD..SLA_CAP`.
@@ -150,7 +150,7 @@ fn op_name(op: GateOp) -> &'static str {
     }
 }
 
-fn state_from(key: &GateKey, s: &str) -> Result<CircuitState, GateError> {
+fn state_from(key: &SourceKey, s: &str) -> Result<CircuitState, BackendError> {
     match s {
         "CLOSED" => Ok(CircuitState::Closed),
         "OPEN" => Ok(CircuitState::Open),
@@ -159,7 +159,7 @@ fn state_from(key: &GateKey, s: &str) -> Result<CircuitState, GateError> {
     }
 }
 
-fn cause_from(key: &GateKey, s: &str) -> Result<Cause, GateError> {
+fn cause_from(key: &SourceKey, s: &str) -> Result<Cause, BackendError> {
     Ok(match s {
         "rate_channel" => Cause::RateChannel,
         "consecutive_channel" => Cause::ConsecutiveChannel,
@@ -174,7 +174,7 @@ fn cause_from(key: &GateKey, s: &str) -> Result<Cause, GateError> {
 
 /// `"verdict state incarnation epoch retry_after_ms from to cause fenced"` (`-` for an empty
 /// item) → the reply. The one decoder of it.
-fn parse_reply(key: &GateKey, value: Value) -> Result<Reply, GateError> {
+fn parse_reply(key: &SourceKey, value: Value) -> Result<Reply, BackendError> {
     let text = value.as_str().ok_or_else(|| malformed(key, format!("expected a reply string, got {value:?}")))?;
     let items: Vec<&str> = text.split(' ').collect();
     let [verdict, state, incarnation, epoch, retry_after_ms, from, to, cause, fenced] = items[..] else {
@@ -208,14 +208,14 @@ fn parse_reply(key: &GateKey, value: Value) -> Result<Reply, GateError> {
     })
 }
 
-fn gate_from_fields(key: &GateKey, fields: &HashMap<String, String>) -> Result<Gate, GateError> {
-    let num = |name: &str| -> Result<Option<u64>, GateError> {
+fn gate_from_fields(key: &SourceKey, fields: &HashMap<String, String>) -> Result<Gate, BackendError> {
+    let num = |name: &str| -> Result<Option<u64>, BackendError> {
         match fields.get(name).map(String::as_str) {
             None | Some("") => Ok(None),
             Some(v) => v.parse::<u64>().map(Some).map_err(|_| malformed(key, format!("field {name} = {v:?} is not a count"))),
         }
     };
-    let small = |name: &str| -> Result<u32, GateError> { Ok(u32::try_from(num(name)?.unwrap_or(0)).unwrap_or(u32::MAX)) };
+    let small = |name: &str| -> Result<u32, BackendError> { Ok(u32::try_from(num(name)?.unwrap_or(0)).unwrap_or(u32::MAX)) };
     Ok(Gate {
         state: fields.get("state").map_or(Ok(CircuitState::Closed), |s| state_from(key, s))?,
         incarnation: num("incarnation")?.unwrap_or(0),
@@ -238,7 +238,7 @@ fn gate_from_fields(key: &GateKey, fields: &HashMap<String, String>) -> Result<G
 
 #[async_trait]
 impl BreakerGate for RedisGates {
-    async fn apply(&self, key: &GateKey, params: &GateParams, op: GateOp) -> Result<Reply, GateError> {
+    async fn apply(&self, key: &SourceKey, params: &GateParams, op: GateOp) -> Result<Reply, BackendError> {
         let (hash, param_args) = self.encode(key, params)?;
         // A fresh incarnation is drawn only for the operations that may create the gate.
         let fresh = if op.fence().is_none() { self.incarnations.draw() } else { 0 };
@@ -248,7 +248,7 @@ impl BreakerGate for RedisGates {
             Err(error) => Err(error),
         };
         // A record Redis does not take is counted and logged; the call goes on.
-        if let Err(error @ (GateError::BackendUnavailable { .. } | GateError::Malformed { .. })) = &result
+        if let Err(error @ (BackendError::BackendUnavailable { .. } | BackendError::Malformed { .. })) = &result
             && op.is_record()
         {
             self.conn.degrade(op_name(op), error);
@@ -256,11 +256,11 @@ impl BreakerGate for RedisGates {
         result
     }
 
-    async fn read(&self, key: &GateKey) -> Result<Gate, GateError> {
+    async fn read(&self, key: &SourceKey) -> Result<Gate, BackendError> {
         self.snapshot(key).await
     }
 
-    async fn retry_after(&self, gates: &[(GateKey, GateParams)]) -> Result<Duration, GateError> {
+    async fn retry_after(&self, gates: &[(SourceKey, GateParams)]) -> Result<Duration, BackendError> {
         // One script per scope: keys of different scopes may live in different cluster slots.
         let mut best: Option<Duration> = None;
         let mut scopes: Vec<&str> = gates.iter().map(|(k, _)| &*k.scope).collect();
@@ -274,7 +274,7 @@ impl BreakerGate for RedisGates {
                 args.push(Value::Integer(i64::try_from(params.max_cooldown_ms()).unwrap_or(i64::MAX)));
             }
             let value = self.conn.run(&self.conn.scripts().retry_after, &hashes, &[&args], &scope).await?;
-            let ms = value.as_i64().ok_or_else(|| GateError::Malformed {
+            let ms = value.as_i64().ok_or_else(|| BackendError::Malformed {
                 backend: "redis",
                 key: scope.to_owned(),
                 detail: format!("retry_after reply {value:?}"),
@@ -291,8 +291,8 @@ mod tests {
     use super::*;
     use gateway_core::breaker::Fence;
 
-    fn key() -> GateKey {
-        GateKey::new("chat", "s1")
+    fn key() -> SourceKey {
+        SourceKey::new("chat", "s1")
     }
 
     #[test]
@@ -319,9 +319,9 @@ mod tests {
             ("- CLOSED 7 0 0 - - - 0 0", "expected 9 reply items"),
         ] {
             let error = parse_reply(&key(), Value::from_static_str(text)).unwrap_err();
-            assert!(matches!(error, GateError::Malformed { .. }) && error.to_string().contains(says), "{text:?}: {error}");
+            assert!(matches!(error, BackendError::Malformed { .. }) && error.to_string().contains(says), "{text:?}: {error}");
         }
-        assert!(matches!(parse_reply(&key(), Value::Integer(1)), Err(GateError::Malformed { .. })));
+        assert!(matches!(parse_reply(&key(), Value::Integer(1)), Err(BackendError::Malformed { .. })));
     }
 
     #[test]

@@ -4,17 +4,20 @@
 //! touch several of a scope's keys on Redis Cluster. Key parts are restricted to the alphabet
 //! config names use, so no part can break the tag or the separators.
 
-use gateway_core::ports::{GateError, GateKey, is_key_part};
+use gateway_core::ports::{BackendError, SourceKey, is_key_part};
 
-fn check(part: &str, what: &str, key: &GateKey) -> Result<(), GateError> {
+fn check(part: &str, what: &str, key: &SourceKey) -> Result<(), BackendError> {
     if is_key_part(part) {
         Ok(())
     } else {
-        Err(GateError::InvalidKey { key: key.to_string(), detail: format!("{what} {part:?} must use only letters, digits, '_' and '-'") })
+        Err(BackendError::InvalidKey {
+            key: key.to_string(),
+            detail: format!("{what} {part:?} must use only letters, digits, '_' and '-'"),
+        })
     }
 }
 
-fn base(key: &GateKey, kind: &str) -> Result<String, GateError> {
+fn base(key: &SourceKey, kind: &str) -> Result<String, BackendError> {
     check(&key.scope, "scope", key)?;
     check(&key.source, "source", key)?;
     Ok(match &key.tenant {
@@ -27,18 +30,18 @@ fn base(key: &GateKey, kind: &str) -> Result<String, GateError> {
 }
 
 /// The HASH of one gate.
-pub(crate) fn gate(key: &GateKey) -> Result<String, GateError> {
+pub(crate) fn gate(key: &SourceKey) -> Result<String, BackendError> {
     base(key, "gate")
 }
 
 /// The four keys of one quota account: leases, starts, tokens, id sequence.
-pub(crate) fn quota(key: &GateKey) -> Result<[String; 4], GateError> {
+pub(crate) fn quota(key: &SourceKey) -> Result<[String; 4], BackendError> {
     let base = base(key, "quota")?;
     Ok([format!("{base}:leases"), format!("{base}:starts"), format!("{base}:tokens"), format!("{base}:seq")])
 }
 
 /// The two keys of one account's pacer: state (limit, generation, lease sequence), leases.
-pub(crate) fn pacer(key: &GateKey) -> Result<[String; 2], GateError> {
+pub(crate) fn pacer(key: &SourceKey) -> Result<[String; 2], BackendError> {
     let base = base(key, "pacer")?;
     Ok([format!("{base}:state"), format!("{base}:leases")])
 }
@@ -49,17 +52,17 @@ mod tests {
 
     #[test]
     fn scope_is_the_hash_tag() {
-        assert_eq!(gate(&GateKey::new("chat", "s1")).unwrap(), "gw:{chat}:gate:s1");
-        assert_eq!(gate(&GateKey::new("chat", "s1").with_tenant("gold")).unwrap(), "gw:{chat}:gate:gold:s1");
-        assert_eq!(quota(&GateKey::new("chat", "s1")).unwrap()[3], "gw:{chat}:quota:s1:seq");
-        assert_eq!(pacer(&GateKey::new("chat", "k1").with_tenant("gold")).unwrap()[1], "gw:{chat}:pacer:gold:k1:leases");
+        assert_eq!(gate(&SourceKey::new("chat", "s1")).unwrap(), "gw:{chat}:gate:s1");
+        assert_eq!(gate(&SourceKey::new("chat", "s1").with_tenant("gold")).unwrap(), "gw:{chat}:gate:gold:s1");
+        assert_eq!(quota(&SourceKey::new("chat", "s1")).unwrap()[3], "gw:{chat}:quota:s1:seq");
+        assert_eq!(pacer(&SourceKey::new("chat", "k1").with_tenant("gold")).unwrap()[1], "gw:{chat}:pacer:gold:k1:leases");
     }
 
     #[test]
     fn parts_that_could_break_the_key_are_refused() {
-        let e = gate(&GateKey::new("ch}at", "s1")).unwrap_err().to_string();
+        let e = gate(&SourceKey::new("ch}at", "s1")).unwrap_err().to_string();
         assert_eq!(e, "invalid gate key ch}at/s1: scope \"ch}at\" must use only letters, digits, '_' and '-'");
-        assert!(gate(&GateKey::new("chat", "a:b")).is_err());
-        assert!(quota(&GateKey::new("chat", "s1").with_tenant("")).is_err());
+        assert!(gate(&SourceKey::new("chat", "a:b")).is_err());
+        assert!(quota(&SourceKey::new("chat", "s1").with_tenant("")).is_err());
     }
 }

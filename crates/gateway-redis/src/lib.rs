@@ -15,10 +15,10 @@
 //!   the key's TTL (`Gate::keeps_longer_than`, the memory gates' rule too).
 //! - Time is the Redis server's (`TIME`, read inside the scripts) unless a clock is injected.
 //! - Every command has a timeout and fails at once while disconnected; the pool reconnects with
-//!   back-off. Admission operations then return `GateError::BackendUnavailable`; record
+//!   back-off. Admission operations then return `BackendError::BackendUnavailable`; record
 //!   operations log a warning, count it ([`RedisConnection::degraded_records`]) and return the
 //!   same error for the caller to ignore. A script that could not do its work (a `MALFORMED`
-//!   reply, a Lua error, a key of the wrong type) is `GateError::Malformed`, never an outage; a
+//!   reply, a Lua error, a key of the wrong type) is `BackendError::Malformed`, never an outage; a
 //!   record that meets it is logged as an error and counted the same way.
 
 mod connection;

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use fred::prelude::*;
 use gateway_core::aimd::{Lease, Paced, PacerParams};
 use gateway_core::outcome::AimdEffect;
-use gateway_core::ports::{GateError, GateKey, PaceDecision, PaceLease, PacerGate};
+use gateway_core::ports::{BackendError, PaceDecision, PaceLease, PacerGate, SourceKey};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,34 +35,34 @@ impl RedisPacer {
     }
 }
 
-fn malformed(key: &GateKey, detail: String) -> GateError {
-    GateError::Malformed { backend: "redis", key: key.to_string(), detail }
+fn malformed(key: &SourceKey, detail: String) -> BackendError {
+    BackendError::Malformed { backend: "redis", key: key.to_string(), detail }
 }
 
-fn pacer_keys(key: &GateKey) -> Result<Vec<Value>, GateError> {
+fn pacer_keys(key: &SourceKey) -> Result<Vec<Value>, BackendError> {
     Ok(keys::pacer(key)?.into_iter().map(|k| Value::String(k.into())).collect())
 }
 
 /// A `%.17g` limit from a script.
-fn limit_of(key: &GateKey, value: Option<&Value>) -> Result<f64, GateError> {
+fn limit_of(key: &SourceKey, value: Option<&Value>) -> Result<f64, BackendError> {
     let text = value.and_then(Value::as_str).ok_or_else(|| malformed(key, format!("limit {value:?}")))?;
     text.parse::<f64>().ok().filter(|l| l.is_finite()).ok_or_else(|| malformed(key, format!("limit {text:?}")))
 }
 
-fn items(key: &GateKey, op: &str, value: Value) -> Result<Vec<Value>, GateError> {
+fn items(key: &SourceKey, op: &str, value: Value) -> Result<Vec<Value>, BackendError> {
     match value {
         Value::Array(items) => Ok(items),
         other => Err(malformed(key, format!("{op} reply {other:?}"))),
     }
 }
 
-fn count(key: &GateKey, value: Option<&Value>) -> Result<u64, GateError> {
+fn count(key: &SourceKey, value: Option<&Value>) -> Result<u64, BackendError> {
     value.and_then(Value::as_i64).and_then(|n| u64::try_from(n).ok()).ok_or_else(|| malformed(key, format!("count {value:?}")))
 }
 
 #[async_trait]
 impl PacerGate for RedisPacer {
-    async fn try_acquire(&self, key: &GateKey, params: &PacerParams) -> Result<PaceDecision, GateError> {
+    async fn try_acquire(&self, key: &SourceKey, params: &PacerParams) -> Result<PaceDecision, BackendError> {
         let mut args = self.base_args(params);
         args.push(Value::Integer(ms(params.lease_ttl)));
         let reply = self.conn.run(&self.conn.scripts().pacer_acquire, &pacer_keys(key)?, &[&args], key).await?;
@@ -75,7 +75,7 @@ impl PacerGate for RedisPacer {
         Ok(PaceDecision::Paced(Paced { limit: limit_of(key, items.get(1))?, inflight }))
     }
 
-    async fn release(&self, lease: &PaceLease, effect: AimdEffect, params: &PacerParams) -> Result<f64, GateError> {
+    async fn release(&self, lease: &PaceLease, effect: AimdEffect, params: &PacerParams) -> Result<f64, BackendError> {
         let key = &lease.key;
         let mut args = self.base_args(params);
         let effect = match effect {
@@ -93,7 +93,7 @@ impl PacerGate for RedisPacer {
         limit_of(key, Some(&reply))
     }
 
-    async fn read(&self, key: &GateKey, params: &PacerParams) -> Result<Paced, GateError> {
+    async fn read(&self, key: &SourceKey, params: &PacerParams) -> Result<Paced, BackendError> {
         let reply = self.conn.run(&self.conn.scripts().pacer_read, &pacer_keys(key)?, &[&self.base_args(params)], key).await?;
         let items = items(key, "read", reply)?;
         let inflight = u32::try_from(count(key, items.get(1))?).unwrap_or(u32::MAX);

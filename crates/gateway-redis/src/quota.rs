@@ -6,7 +6,7 @@ use crate::keys;
 use async_trait::async_trait;
 use fred::prelude::*;
 use gateway_core::policy::QuotaLimits;
-use gateway_core::ports::{GateError, GateKey, Permit, QuotaDecision, QuotaGate, QuotaLimit};
+use gateway_core::ports::{BackendError, Permit, QuotaDecision, QuotaGate, QuotaLimit, SourceKey};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,7 +24,7 @@ impl RedisQuota {
     }
 
     /// Permits of `key` holding a concurrency slot at the script clock's now.
-    pub async fn in_flight(&self, key: &GateKey) -> Result<usize, GateError> {
+    pub async fn in_flight(&self, key: &SourceKey) -> Result<usize, BackendError> {
         let [leases, ..] = keys::quota(key)?;
         let now = match self.conn.now_arg() {
             Value::Integer(ms) => format!("({ms}"),
@@ -41,7 +41,7 @@ impl RedisQuota {
 
     /// Drops one account's keys, as a flush, a restart without persistence or an eviction would
     /// (for tests and tools). One DEL per key: a cluster routes each by its slot.
-    pub async fn forget(&self, key: &GateKey) -> Result<(), GateError> {
+    pub async fn forget(&self, key: &SourceKey) -> Result<(), BackendError> {
         for name in keys::quota(key)? {
             self.conn.pool().del::<i64, _>(name).await.map_err(|e| unavailable(key, e))?;
         }
@@ -55,15 +55,15 @@ impl RedisQuota {
     }
 }
 
-fn unavailable(key: &GateKey, e: Error) -> GateError {
-    GateError::BackendUnavailable { backend: "redis", key: key.to_string(), detail: e.to_string() }
+fn unavailable(key: &SourceKey, e: Error) -> BackendError {
+    BackendError::BackendUnavailable { backend: "redis", key: key.to_string(), detail: e.to_string() }
 }
 
-fn malformed(key: &GateKey, detail: String) -> GateError {
-    GateError::Malformed { backend: "redis", key: key.to_string(), detail }
+fn malformed(key: &SourceKey, detail: String) -> BackendError {
+    BackendError::Malformed { backend: "redis", key: key.to_string(), detail }
 }
 
-fn quota_keys(key: &GateKey) -> Result<Vec<Value>, GateError> {
+fn quota_keys(key: &SourceKey) -> Result<Vec<Value>, BackendError> {
     Ok(keys::quota(key)?.into_iter().map(|k| Value::String(k.into())).collect())
 }
 
@@ -78,7 +78,7 @@ fn limit_arg(limit: Option<u32>) -> Value {
 
 #[async_trait]
 impl QuotaGate for RedisQuota {
-    async fn acquire(&self, key: &GateKey, limits: &QuotaLimits, estimated_tokens: u32) -> Result<QuotaDecision, GateError> {
+    async fn acquire(&self, key: &SourceKey, limits: &QuotaLimits, estimated_tokens: u32) -> Result<QuotaDecision, BackendError> {
         let keys = quota_keys(key)?;
         let mut args = self.base_args(limits.keep_for());
         args.extend([
@@ -111,14 +111,14 @@ impl QuotaGate for RedisQuota {
         Ok(QuotaDecision::Refused { limit, retry_after: Duration::from_millis(u64::try_from(int(2)?).unwrap_or(0)) })
     }
 
-    async fn settle(&self, permit: &Permit, actual_tokens: u32) -> Result<(), GateError> {
+    async fn settle(&self, permit: &Permit, actual_tokens: u32) -> Result<(), BackendError> {
         let keys = quota_keys(&permit.key)?;
         let mut args = self.base_args(Duration::ZERO);
         args.extend([id_arg(permit.incarnation), id_arg(permit.id), Value::Integer(i64::from(actual_tokens))]);
         self.conn.run(&self.conn.scripts().quota_settle, &keys, &[&args], &permit.key).await.map(|_| ())
     }
 
-    async fn release(&self, permit: &Permit) -> Result<(), GateError> {
+    async fn release(&self, permit: &Permit) -> Result<(), BackendError> {
         let keys = quota_keys(&permit.key)?;
         let mut args = self.base_args(Duration::ZERO);
         args.extend([id_arg(permit.incarnation), id_arg(permit.id)]);

@@ -33,7 +33,7 @@ use axum::Router;
 use axum::routing::{get, post};
 use config::{BackendConfig, ServerConfig};
 use gateway_client::{GatewayClient, TracingTelemetry};
-use gateway_core::ports::{BreakerGate, GateKey, Telemetry};
+use gateway_core::ports::{BreakerGate, SourceKey, Telemetry};
 use gateway_core::telemetry::{AttemptEvent, CallEvent, GateEvent};
 use gateway_http::structured::{SchemaLimits, Schemas};
 use gateway_memory::backstop::{Backstop, BackstopGates, BackstopPacer, BackstopQuota, OnUnavailable};
@@ -54,7 +54,7 @@ pub struct AppState {
     /// The server settings.
     pub config: ServerConfig,
     /// A gate key to probe the backend with for readiness.
-    pub probe_key: GateKey,
+    pub probe_key: SourceKey,
     /// The shared backend's outage detector, when the gates are shared.
     pub backstop: Option<Arc<Backstop>>,
     /// Callers' structured-output schemas, bounded and compiled once (shared with the upstream).
@@ -81,7 +81,7 @@ impl AppState {
             client,
             gates,
             metrics,
-            probe_key: GateKey::new(scope.as_str(), "readyz"),
+            probe_key: SourceKey::new(scope.as_str(), "readyz"),
             backstop: None,
             schemas,
             keys,
@@ -147,7 +147,7 @@ pub enum BuildError {
     /// The Redis of `backend.redis_url` does not answer (with `on_unavailable = "fail_closed"`),
     /// or its URL is not one.
     #[error("backend.redis_url: {0}")]
-    Redis(gateway_core::ports::GateError),
+    Redis(gateway_core::ports::BackendError),
     /// The client refuses the scopes (a `fallback` naming no scope, no scope at all).
     #[error(transparent)]
     Client(#[from] gateway_client::BuildError),

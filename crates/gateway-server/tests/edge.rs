@@ -11,7 +11,7 @@
 mod support;
 
 use axum::body::Body;
-use gateway_core::ports::GateKey;
+use gateway_core::ports::SourceKey;
 use serde_json::{Value, json};
 use std::io::Write;
 use std::sync::Arc;
@@ -123,7 +123,7 @@ timeout_s = 30
         let answer = http.post(format!("{}/v1/embeddings", r.url)).bearer_auth(KEY).json(&embed("both")).send().await.unwrap();
         assert!(answer.status().is_client_error(), "{}", answer.status());
     }
-    let gate = r.gates.snapshot(&GateKey::new("both", "b")).unwrap_or_default();
+    let gate = r.gates.snapshot(&SourceKey::new("both", "b")).unwrap_or_default();
     assert_eq!((gate.state, gate.streak), (gateway_core::breaker::CircuitState::Closed, 0), "{gate:?}");
     for scope in ["both", "chatonly"] {
         let body = json!({"model": scope, "messages": [{"role": "user", "content": "hi"}]});

@@ -10,7 +10,7 @@
 mod support;
 
 use gateway_core::breaker::GateOp;
-use gateway_core::ports::{BreakerGate, GateKey};
+use gateway_core::ports::{BreakerGate, SourceKey};
 use gateway_tests::redis_cases;
 use serde_json::json;
 use std::process::ExitCode;
@@ -44,7 +44,7 @@ async fn a_shutdown_cut_leaves_no_lease_in_redis(url: String) {
     let upstream = Arc::new(gateway_http::HttpUpstream::new(&policies).unwrap());
     let state = support::state_on(server, policies, gates.clone(), quota.clone(), upstream, Arc::new(gateway_client::TokioClock::new()));
     // Open the gate with a 50 ms cooldown, so that the slow call below holds the probe lease.
-    let key = GateKey::new(scope.as_str(), "cutmock");
+    let key = SourceKey::new(scope.as_str(), "cutmock");
     gates.apply(&key, &policy.gate_params(0).unwrap(), GateOp::ForceOpen).await.unwrap();
     tokio::time::sleep(Duration::from_millis(120)).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -89,6 +89,6 @@ fn what_reached_the_provider(r: &support::Running) {
     assert!(embeddings.iter().any(|s| s.body["encoding_format"] == "base64"), "encoding_format passed on");
     assert!(embeddings.iter().any(|s| s.body["input"] == json!([[1, 2, 3], [4, 5]])), "token arrays passed on");
     // The cut stream was recorded on the source's gate.
-    let gate = r.gates.snapshot(&gateway_core::ports::GateKey::new("chat", "mock")).unwrap();
+    let gate = r.gates.snapshot(&gateway_core::ports::SourceKey::new("chat", "mock")).unwrap();
     assert!(gate.f0 + gate.f1 >= 1, "the cut counted as a failure: {gate:?}");
 }

@@ -10,7 +10,7 @@
 
 mod support;
 
-use gateway_core::ports::GateKey;
+use gateway_core::ports::SourceKey;
 use gateway_server::config::{ServerConfig, load};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -172,7 +172,7 @@ async fn a_client_gone_mid_stream_leaves_no_permit_lease_or_in_flight_count() {
     assert_eq!(response.status(), 200);
     let first = response.chunk().await.unwrap().unwrap();
     assert_eq!(&first[..], b": keep-alive\n\n");
-    let key = GateKey::new("chat", "mock");
+    let key = SourceKey::new("chat", "mock");
     assert_eq!(r.quota.in_flight(&key), 1, "the call holds its permit while it runs");
     assert_eq!(r.state.client.inflight("chat"), 1);
     drop(response);
@@ -228,7 +228,7 @@ async fn a_client_gone_before_a_plain_answer_cancels_its_call() {
     let r = start().await;
     let url = format!("{}/v1/chat/completions", r.url);
     let request = tokio::spawn(async move { http().post(url).bearer_auth(KEY).json(&chat("slow")).send().await });
-    let key = GateKey::new("chat", "mock");
+    let key = SourceKey::new("chat", "mock");
     let began = Instant::now();
     while r.quota.in_flight(&key) == 0 && began.elapsed() < Duration::from_secs(5) {
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -250,7 +250,7 @@ async fn shutdown_stops_accepting_and_gives_in_flight_calls_the_grace() {
     .await;
     let url = format!("{}/v1/chat/completions", r.url);
     let in_flight = tokio::spawn(async move { http().post(url).bearer_auth(KEY).json(&chat("slow")).send().await });
-    let key = GateKey::new("chat", "mock");
+    let key = SourceKey::new("chat", "mock");
     let began = Instant::now();
     while r.quota.in_flight(&key) == 0 && began.elapsed() < Duration::from_secs(5) {
         tokio::time::sleep(Duration::from_millis(10)).await;

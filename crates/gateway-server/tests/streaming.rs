@@ -10,7 +10,7 @@
 
 mod support;
 
-use gateway_core::ports::GateKey;
+use gateway_core::ports::SourceKey;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 use support::KEY;
@@ -122,7 +122,7 @@ async fn a_cut_after_the_commit_point_is_an_error_event_without_done_and_counts_
     assert_eq!(contents(&seen), "echo: CUT", "what came before the cut was relayed: {seen}");
     assert!(seen.contains("event: error\ndata: {\"error\""), "{seen}");
     assert!(seen.contains("stream_broken") && !seen.contains("[DONE]"), "{seen}");
-    let gate = r.gates.snapshot(&GateKey::new("chat", "mock")).unwrap();
+    let gate = r.gates.snapshot(&SourceKey::new("chat", "mock")).unwrap();
     assert_eq!((gate.failures, gate.f0 + gate.f1), (1, 1), "recorded like any transient failure: {gate:?}");
 }
 
@@ -132,7 +132,7 @@ async fn a_client_gone_mid_stream_leaves_no_permit_lease_or_in_flight_count() {
     let mut response = open(&r.url, &streamed("chat", "GATED")).await;
     let mut seen = String::new();
     read_until(&mut response, &mut seen, |s| contents(s).contains("echo: ")).await;
-    let key = GateKey::new("chat", "mock");
+    let key = SourceKey::new("chat", "mock");
     assert_eq!((r.quota.in_flight(&key), r.state.client.inflight("chat")), (1, 1), "the stream holds its slot");
     drop(response);
     let began = Instant::now();
@@ -168,6 +168,6 @@ watchdog_s = 0.5
     assert_eq!(completion["usage"]["total_tokens"], 7);
     let upstream = r.provider.saying("SLOWONCE");
     assert!(upstream.len() == 2 && upstream.iter().all(|s| s.body["stream"] == true), "asked as a stream both times");
-    let gate = r.gates.snapshot(&GateKey::new("guarded", "wd")).unwrap();
+    let gate = r.gates.snapshot(&SourceKey::new("guarded", "wd")).unwrap();
     assert_eq!(gate.f0 + gate.f1, 1, "the watchdog's cut counted on the gate: {gate:?}");
 }

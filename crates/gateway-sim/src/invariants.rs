@@ -10,7 +10,7 @@ use std::time::Duration;
 
 /// One invariant's verdict.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Verdict {
+pub struct Invariant {
     /// Which (1–9).
     pub number: u8,
     /// What it says.
@@ -21,34 +21,34 @@ pub struct Verdict {
     pub violation: Option<String>,
 }
 
-fn verdict(number: u8, name: &'static str, violation: Option<String>) -> Verdict {
-    Verdict { number, name, held: violation.is_none(), violation }
+fn invariant(number: u8, name: &'static str, violation: Option<String>) -> Invariant {
+    Invariant { number, name, held: violation.is_none(), violation }
 }
 
 /// All nine, in order.
-pub fn check(run: &RunResult) -> Vec<Verdict> {
+pub fn check(run: &RunResult) -> Vec<Invariant> {
     let p = &run.policy;
     vec![
-        verdict(1, "every call ends exactly once", ends_once(run)),
-        verdict(2, "budget-consuming attempts <= 1 + max_retries and re-asks <= structured_max_retries", {
+        invariant(1, "every call ends exactly once", ends_once(run)),
+        invariant(2, "budget-consuming attempts <= 1 + max_retries and re-asks <= structured_max_retries", {
             run.call_events
                 .iter()
                 .find(|c| c.budget_attempts > 1 + p.max_retries || c.reasks > p.structured_max_retries)
                 .map(|c| format!("call {}: {} budget attempts, {} re-asks", c.call_id, c.budget_attempts, c.reasks))
         }),
-        verdict(3, "at most one probe in flight per gate", one_probe(run)),
-        verdict(4, "no non-probe attempt is sent to a gate that is not CLOSED", {
+        invariant(3, "at most one probe in flight per gate", one_probe(run)),
+        invariant(4, "no non-probe attempt is sent to a gate that is not CLOSED", {
             run.attempt_events
                 .iter()
                 .find(|a| !a.probe && a.admitted_in != CircuitState::Closed)
                 .map(|a| format!("call {} on {} admitted in {}", a.call_id, a.key, a.admitted_in))
         }),
-        verdict(5, "permits, AIMD in-flight counts and probe leases all return to zero", {
+        invariant(5, "permits, AIMD in-flight counts and probe leases all return to zero", {
             (run.leftover_inflight + u32::try_from(run.leftover_permits + run.leftover_leases).unwrap_or(u32::MAX) > 0).then(|| {
                 format!("{} in flight, {} permits, {} leases left", run.leftover_inflight, run.leftover_permits, run.leftover_leases)
             })
         }),
-        verdict(6, "every retry_after <= max_cooldown, 0 when no gate is OPEN, and a CircuitOpen's is the cooldown left", {
+        invariant(6, "every retry_after <= max_cooldown, 0 when no gate is OPEN, and a CircuitOpen's is the cooldown left", {
             let gates = run
                 .gate_events
                 .iter()
@@ -61,11 +61,11 @@ pub fn check(run: &RunResult) -> Vec<Verdict> {
                     .map(|(call, given, left)| format!("call {call}: CircuitOpen retry_after {given:?}, cooldown left {left:?}"))
             })
         }),
-        verdict(7, "no call waits beyond its bound", waited_past_the_bound(run, |c| c.result == CallResult::Stalled)),
-        verdict(8, "every gate transition is legal and epochs only grow", legal_transitions(run)),
+        invariant(7, "no call waits beyond its bound", waited_past_the_bound(run, |c| c.result == CallResult::Stalled)),
+        invariant(8, "every gate transition is legal and epochs only grow", legal_transitions(run)),
         // Waiting served first come, first served (SPEC §6): every other call's own time not
         // attempting stays within the bound a stalled call has (7), even while others progress.
-        verdict(
+        invariant(
             9,
             "no call waits past stall_window + one poll or back-off",
             waited_past_the_bound(run, |c| c.result != CallResult::Stalled),
@@ -165,7 +165,7 @@ mod tests {
     use super::*;
     use gateway_core::breaker::Cause;
     use gateway_core::outcome::OutcomeClass;
-    use gateway_core::ports::GateKey;
+    use gateway_core::ports::SourceKey;
     use gateway_core::telemetry::{AttemptEvent, GateEvent};
     use gateway_core::time::Timestamp;
     use std::time::Duration;
@@ -191,7 +191,7 @@ mod tests {
     fn gate(incarnation: u64, epoch: u64, from: CircuitState, to: CircuitState) -> GateEvent {
         let cause = if to == Open { Cause::ConsecutiveChannel } else { Cause::CooldownElapsed };
         GateEvent {
-            key: GateKey::new("chat", "s1"),
+            key: SourceKey::new("chat", "s1"),
             at: Timestamp::from_secs(101),
             transition: Transition { from, to, cause },
             incarnation,
@@ -202,7 +202,7 @@ mod tests {
 
     fn attempt(incarnation: u64, at_s: u64) -> AttemptEvent {
         AttemptEvent {
-            key: GateKey::new("chat", "s1"),
+            key: SourceKey::new("chat", "s1"),
             call_id: at_s,
             started: Timestamp::from_secs(100 + at_s),
             class: OutcomeClass::Success,

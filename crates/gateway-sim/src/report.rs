@@ -5,7 +5,7 @@
 //! drawn with `plotters`. Everything in the JSON is a function of the seed: two runs of the same
 //! seed give byte-identical files.
 
-use crate::invariants::Verdict;
+use crate::invariants::Invariant;
 use crate::run::RunResult;
 use gateway_core::breaker::CircuitState;
 use gateway_core::outcome::OutcomeClass;
@@ -74,7 +74,7 @@ pub struct Summary {
     /// Per tenant (scenarios with tenants).
     pub tenants: BTreeMap<String, TenantFigures>,
     /// The nine invariants.
-    pub invariants: Vec<Verdict>,
+    pub invariants: Vec<Invariant>,
     /// The shared backend's part: a Redis run's only (absent from a memory run's report).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backend: Option<BackendFigures>,
@@ -208,7 +208,7 @@ impl TenantFigures {
         for (tenant, figures) in &mut tenants {
             figures.success_rate = round(f64::from(figures.succeeded) / f64::from(figures.calls.max(1)), 6);
             figures.gate_opens = run.policy.sources.iter().map(|s| (s.name.clone(), 0)).collect();
-            let affects = |key: &gateway_core::ports::GateKey| key.tenant.as_deref().is_none_or(|t| t == tenant.as_str());
+            let affects = |key: &gateway_core::ports::SourceKey| key.tenant.as_deref().is_none_or(|t| t == tenant.as_str());
             for g in run.gate_events.iter().filter(|g| g.transition.to == CircuitState::Open && affects(&g.key)) {
                 *figures.gate_opens.entry(g.key.source.to_string()).or_default() += 1;
             }
@@ -224,7 +224,7 @@ fn result_name(result: CallResult) -> String {
 impl Summary {
     /// The figures of `run`; `bounds` are the scenario's ceiling and capacity (none against real
     /// endpoints).
-    pub fn of(run: &RunResult, policy: &str, seed: u64, bounds: Option<Bounds>, invariants: Vec<Verdict>) -> Summary {
+    pub fn of(run: &RunResult, policy: &str, seed: u64, bounds: Option<Bounds>, invariants: Vec<Invariant>) -> Summary {
         let succeeded = run.call_events.iter().filter(|c| c.result == CallResult::Ok).count() as u32;
         let mut attempts_by_source: BTreeMap<String, u32> = run.policy.sources.iter().map(|s| (s.name.clone(), 0)).collect();
         for a in &run.attempt_events {

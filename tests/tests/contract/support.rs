@@ -7,7 +7,7 @@
 use gateway_core::breaker::{Gate, GateOp, GateParams, Reply};
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::policy::{BreakerConfig, BreakerPolicy};
-use gateway_core::ports::{BreakerGate, GateKey, PacerGate, QuotaGate};
+use gateway_core::ports::{BreakerGate, PacerGate, QuotaGate, SourceKey};
 use gateway_core::time::{Clock, ManualClock, Timestamp};
 use gateway_memory::{MemoryGates, MemoryPacer, MemoryQuota};
 use gateway_redis::{RedisConfig, RedisConnection, RedisGates, RedisPacer, RedisQuota};
@@ -103,8 +103,8 @@ impl Backend {
         }
     }
 
-    pub fn key(&self, source: &str) -> GateKey {
-        GateKey::new(self.scope.as_str(), source)
+    pub fn key(&self, source: &str) -> SourceKey {
+        SourceKey::new(self.scope.as_str(), source)
     }
 
     /// Sets the clock to `START + secs`.
@@ -113,7 +113,7 @@ impl Backend {
     }
 
     /// The stored gate state.
-    pub async fn snapshot(&self, key: &GateKey) -> Gate {
+    pub async fn snapshot(&self, key: &SourceKey) -> Gate {
         match (&self.memory, &self.redis) {
             (Some((memory, _)), _) => memory.snapshot(key).unwrap_or_default(),
             (_, Some((redis, _, _))) => redis.snapshot(key).await.unwrap(),
@@ -124,7 +124,7 @@ impl Backend {
     /// Loses the gates of `keys` and every quota account, as a backend that restarts empty does:
     /// the memory gates forget everything (the memory of a restarted process), Redis drops the
     /// keys (a flush of this case's own keys: the suite's Redis is shared by parallel cases).
-    pub async fn lose(&self, keys: &[GateKey]) {
+    pub async fn lose(&self, keys: &[SourceKey]) {
         match (&self.memory, &self.redis) {
             (Some((gates, quota)), _) => {
                 gates.clear();
@@ -146,7 +146,7 @@ impl Backend {
     }
 
     /// Permits of `key`'s quota account holding a concurrency slot now.
-    pub async fn quota_in_flight(&self, key: &GateKey) -> usize {
+    pub async fn quota_in_flight(&self, key: &SourceKey) -> usize {
         match (&self.memory, &self.redis) {
             (Some((_, memory)), _) => memory.in_flight(key),
             (_, Some((_, redis, _))) => redis.in_flight(key).await.unwrap(),
@@ -156,7 +156,7 @@ impl Backend {
 
     /// One whole attempt: `TryEnter`, then, if admitted, the outcome table's operation for
     /// `class`.
-    pub async fn attempt(&self, key: &GateKey, p: &GateParams, class: OutcomeClass) -> Reply {
+    pub async fn attempt(&self, key: &SourceKey, p: &GateParams, class: OutcomeClass) -> Reply {
         let entry = self.gates.apply(key, p, GateOp::TryEnter).await.unwrap();
         if let Some(op) = class.effects().gate_op(&entry, Duration::ZERO, None) {
             self.gates.apply(key, p, op).await.unwrap();
@@ -165,7 +165,7 @@ impl Backend {
     }
 
     /// `n` attempts of `class` at the current time.
-    pub async fn attempts(&self, key: &GateKey, p: &GateParams, class: OutcomeClass, n: usize) {
+    pub async fn attempts(&self, key: &SourceKey, p: &GateParams, class: OutcomeClass, n: usize) {
         for _ in 0..n {
             self.attempt(key, p, class).await;
         }

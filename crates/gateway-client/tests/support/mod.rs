@@ -6,7 +6,7 @@
 use gateway_client::{Collector, GatewayClient, Preset, TokioClock};
 use gateway_core::breaker::{GateOp, GateParams};
 use gateway_core::policy::{ScopeConfig, ScopePolicy};
-use gateway_core::ports::{BreakerGate, GateKey, QuotaGate};
+use gateway_core::ports::{BreakerGate, QuotaGate, SourceKey};
 use gateway_core::request::{Message, Request, Response};
 use gateway_core::time::Clock;
 use gateway_memory::{MemoryGates, MemoryQuota};
@@ -79,8 +79,8 @@ impl Harness {
         Harness { client, upstream, gates, quota, telemetry, clock, policy }
     }
 
-    pub fn key(&self, source: &str) -> GateKey {
-        GateKey::new("chat", source)
+    pub fn key(&self, source: &str) -> SourceKey {
+        SourceKey::new("chat", source)
     }
 
     pub fn params(&self, source: &str) -> GateParams {

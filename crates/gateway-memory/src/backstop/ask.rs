@@ -3,23 +3,23 @@
 //! afresh at each degraded period.
 
 use super::{Backstop, OnUnavailable, RECORD_WAIT};
-use gateway_core::ports::{GateError, GateKey};
+use gateway_core::ports::{BackendError, SourceKey};
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, PoisonError};
 
 /// What a shared operation came to: its answer, or the local state's turn.
 pub(super) enum Shared<T> {
-    Answer(Result<T, GateError>),
+    Answer(Result<T, BackendError>),
     Local,
 }
 
 /// Asks the shared backend (unless a degraded period says not now) and sorts the answer.
-pub(super) async fn ask<T>(backstop: &Backstop, asks: impl Future<Output = Result<T, GateError>>) -> Shared<T> {
+pub(super) async fn ask<T>(backstop: &Backstop, asks: impl Future<Output = Result<T, BackendError>>) -> Shared<T> {
     if !backstop.asks_shared() {
         return Shared::Local;
     }
     match asks.await {
-        Err(error @ GateError::BackendUnavailable { .. }) => {
+        Err(error @ BackendError::BackendUnavailable { .. }) => {
             backstop.failed(&error);
             Shared::Local
         }
@@ -35,10 +35,10 @@ pub(super) async fn ask<T>(backstop: &Backstop, asks: impl Future<Output = Resul
 /// backend's answer, or while it cannot answer the local state's (`local`) or the error.
 pub(super) async fn look<T>(
     backstop: &Backstop,
-    key: &GateKey,
-    shared: impl Future<Output = Result<T, GateError>>,
-    local: impl Future<Output = Result<T, GateError>>,
-) -> Result<T, GateError> {
+    key: &SourceKey,
+    shared: impl Future<Output = Result<T, BackendError>>,
+    local: impl Future<Output = Result<T, BackendError>>,
+) -> Result<T, BackendError> {
     match ask(backstop, shared).await {
         Shared::Answer(answer) => answer,
         Shared::Local if backstop.mode == OnUnavailable::Local => local.await,
@@ -49,11 +49,11 @@ pub(super) async fn look<T>(
 /// A record or release of the shared backend's admission: asked now, or, while the backend
 /// cannot answer, again at each `retry_every` until it answers or [`RECORD_WAIT`] has passed
 /// (then dropped and counted).
-pub(super) async fn record<T, F: Future<Output = Result<T, GateError>>>(
+pub(super) async fn record<T, F: Future<Output = Result<T, BackendError>>>(
     backstop: &Backstop,
-    key: &GateKey,
+    key: &SourceKey,
     op: impl Fn() -> F,
-) -> Result<T, GateError> {
+) -> Result<T, BackendError> {
     let give_up = tokio::time::Instant::now() + RECORD_WAIT;
     loop {
         if let Shared::Answer(answer) = ask(backstop, op()).await {

@@ -6,7 +6,7 @@ use super::{Backstop, OnUnavailable};
 use crate::MemoryGates;
 use async_trait::async_trait;
 use gateway_core::breaker::{CircuitState, Gate, GateOp, GateParams, Reply};
-use gateway_core::ports::{BreakerGate, GateError, GateKey};
+use gateway_core::ports::{BackendError, BreakerGate, SourceKey};
 use gateway_core::time::Timestamp;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -29,7 +29,7 @@ pub struct BackstopGates {
     local: MemoryGates,
     backstop: Arc<Backstop>,
     fresh: Fresh,
-    seeds: Mutex<HashMap<GateKey, Seed>>,
+    seeds: Mutex<HashMap<SourceKey, Seed>>,
 }
 
 impl BackstopGates {
@@ -40,7 +40,7 @@ impl BackstopGates {
     }
 
     /// Keeps the state read of a gate that is not plainly CLOSED (and forgets it once it is).
-    fn remember(&self, key: &GateKey, reply: &Reply) {
+    fn remember(&self, key: &SourceKey, reply: &Reply) {
         if self.backstop.mode != OnUnavailable::Local || (reply.state == CircuitState::Closed && reply.transition.is_none()) {
             return;
         }
@@ -59,7 +59,7 @@ impl BackstopGates {
     }
 
     /// Whether `op` records an attempt a local gate admitted.
-    fn is_local_record(&self, key: &GateKey, op: GateOp) -> bool {
+    fn is_local_record(&self, key: &SourceKey, op: GateOp) -> bool {
         op.fence().is_some_and(|fence| {
             self.backstop.used_local.load(Ordering::Acquire)
                 && self.local.snapshot(key).is_some_and(|gate| gate.incarnation == fence.incarnation)
@@ -68,7 +68,7 @@ impl BackstopGates {
 
     /// The local gate of `key`, created from the last state read of it on first use in a
     /// period.
-    fn local_gate(&self, key: &GateKey, params: &GateParams) {
+    fn local_gate(&self, key: &SourceKey, params: &GateParams) {
         self.fresh.for_period(&self.backstop, || self.local.clear());
         if self.local.snapshot(key).is_some() {
             return;
@@ -84,7 +84,7 @@ impl BackstopGates {
 
 #[async_trait]
 impl BreakerGate for BackstopGates {
-    async fn apply(&self, key: &GateKey, params: &GateParams, op: GateOp) -> Result<Reply, GateError> {
+    async fn apply(&self, key: &SourceKey, params: &GateParams, op: GateOp) -> Result<Reply, BackendError> {
         if self.is_local_record(key, op) {
             return self.local.apply(key, params, op).await;
         }
@@ -114,11 +114,11 @@ impl BreakerGate for BackstopGates {
         }
     }
 
-    async fn read(&self, key: &GateKey) -> Result<Gate, GateError> {
+    async fn read(&self, key: &SourceKey) -> Result<Gate, BackendError> {
         look(&self.backstop, key, self.shared.read(key), self.local.read(key)).await
     }
 
-    async fn retry_after(&self, gates: &[(GateKey, GateParams)]) -> Result<Duration, GateError> {
+    async fn retry_after(&self, gates: &[(SourceKey, GateParams)]) -> Result<Duration, BackendError> {
         let Some((key, _)) = gates.first() else { return Ok(Duration::ZERO) };
         look(&self.backstop, key, self.shared.retry_after(gates), self.local.retry_after(gates)).await
     }

@@ -2,7 +2,7 @@
 //! degraded process asks the shared backend again, and what the backstop counted.
 
 use super::OnUnavailable;
-use gateway_core::ports::{GateError, GateKey};
+use gateway_core::ports::{BackendError, SourceKey};
 use gateway_core::time::{Clock, Timestamp};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -136,7 +136,7 @@ impl Backstop {
 
     /// The shared backend could not answer: starts a degraded period. The period, for the ports
     /// to start their local state afresh.
-    pub(super) fn failed(&self, error: &GateError) -> u64 {
+    pub(super) fn failed(&self, error: &BackendError) -> u64 {
         let mut outage = self.lock();
         if outage.since.is_none() {
             let now = self.clock.now();
@@ -164,21 +164,21 @@ impl Backstop {
     }
 
     /// The error of a question not put to the degraded backend.
-    pub(super) fn unavailable(&self, key: &GateKey) -> GateError {
+    pub(super) fn unavailable(&self, key: &SourceKey) -> BackendError {
         let since = self.lock().since.map_or(0, |since| self.clock.now().saturating_since(since).as_millis() as u64);
-        GateError::BackendUnavailable {
+        BackendError::BackendUnavailable {
             backend: "shared",
             key: key.to_string(),
             detail: format!("unavailable for {since} ms; asked again shortly"),
         }
     }
 
-    pub(super) fn refused_admission(&self, key: &GateKey) -> GateError {
+    pub(super) fn refused_admission(&self, key: &SourceKey) -> BackendError {
         self.failed_closed.fetch_add(1, Ordering::Relaxed);
         self.unavailable(key)
     }
 
-    pub(super) fn dropped(&self, key: &GateKey) -> GateError {
+    pub(super) fn dropped(&self, key: &SourceKey) -> BackendError {
         self.dropped_records.fetch_add(1, Ordering::Relaxed);
         self.unavailable(key)
     }

@@ -7,7 +7,7 @@ use crate::MemoryPacer;
 use async_trait::async_trait;
 use gateway_core::aimd::{Paced, PacerParams};
 use gateway_core::outcome::AimdEffect;
-use gateway_core::ports::{GateError, GateKey, PaceDecision, PaceLease, PacerGate};
+use gateway_core::ports::{BackendError, PaceDecision, PaceLease, PacerGate, SourceKey};
 use std::sync::Arc;
 
 /// `PacerGate` on a shared backend, with local pacers behind it.
@@ -28,7 +28,7 @@ impl BackstopPacer {
 
 #[async_trait]
 impl PacerGate for BackstopPacer {
-    async fn try_acquire(&self, key: &GateKey, params: &PacerParams) -> Result<PaceDecision, GateError> {
+    async fn try_acquire(&self, key: &SourceKey, params: &PacerParams) -> Result<PaceDecision, BackendError> {
         match ask(&self.backstop, self.shared.try_acquire(key, params)).await {
             Shared::Answer(answer) => answer,
             Shared::Local if self.backstop.mode == OnUnavailable::FailClosed => Err(self.backstop.refused_admission(key)),
@@ -45,7 +45,7 @@ impl PacerGate for BackstopPacer {
         }
     }
 
-    async fn release(&self, lease: &PaceLease, effect: AimdEffect, params: &PacerParams) -> Result<f64, GateError> {
+    async fn release(&self, lease: &PaceLease, effect: AimdEffect, params: &PacerParams) -> Result<f64, BackendError> {
         if lease.lease.id & LOCAL_LEASE != 0 {
             let mut local = lease.clone();
             local.lease.id &= !LOCAL_LEASE;
@@ -54,7 +54,7 @@ impl PacerGate for BackstopPacer {
         record(&self.backstop, &lease.key, || self.shared.release(lease, effect, params)).await
     }
 
-    async fn read(&self, key: &GateKey, params: &PacerParams) -> Result<Paced, GateError> {
+    async fn read(&self, key: &SourceKey, params: &PacerParams) -> Result<Paced, BackendError> {
         look(&self.backstop, key, self.shared.read(key, params), self.local.read(key, params)).await
     }
 }

@@ -5,7 +5,7 @@ use super::{Backstop, OnUnavailable};
 use crate::MemoryQuota;
 use async_trait::async_trait;
 use gateway_core::policy::QuotaLimits;
-use gateway_core::ports::{GateError, GateKey, Permit, QuotaDecision, QuotaGate};
+use gateway_core::ports::{BackendError, Permit, QuotaDecision, QuotaGate, SourceKey};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -31,7 +31,7 @@ impl BackstopQuota {
 
 #[async_trait]
 impl QuotaGate for BackstopQuota {
-    async fn acquire(&self, key: &GateKey, limits: &QuotaLimits, estimated_tokens: u32) -> Result<QuotaDecision, GateError> {
+    async fn acquire(&self, key: &SourceKey, limits: &QuotaLimits, estimated_tokens: u32) -> Result<QuotaDecision, BackendError> {
         match ask(&self.backstop, self.shared.acquire(key, limits, estimated_tokens)).await {
             Shared::Answer(answer) => answer,
             Shared::Local if self.backstop.mode == OnUnavailable::FailClosed => Err(self.backstop.refused_admission(key)),
@@ -42,14 +42,14 @@ impl QuotaGate for BackstopQuota {
         }
     }
 
-    async fn settle(&self, permit: &Permit, actual_tokens: u32) -> Result<(), GateError> {
+    async fn settle(&self, permit: &Permit, actual_tokens: u32) -> Result<(), BackendError> {
         if self.is_local(permit) {
             return self.local.settle(permit, actual_tokens).await;
         }
         record(&self.backstop, &permit.key, || self.shared.settle(permit, actual_tokens)).await
     }
 
-    async fn release(&self, permit: &Permit) -> Result<(), GateError> {
+    async fn release(&self, permit: &Permit) -> Result<(), BackendError> {
         if self.is_local(permit) {
             return self.local.release(permit).await;
         }

@@ -5,7 +5,7 @@ use super::{Backend, RunConfig, RunError};
 use crate::scenario::Scenario;
 use gateway_core::breaker::CircuitState;
 use gateway_core::policy::{Isolation, ScopePolicy};
-use gateway_core::ports::{BreakerGate, GateKey, PacerGate, QuotaGate};
+use gateway_core::ports::{BreakerGate, PacerGate, QuotaGate, SourceKey};
 use gateway_core::time::{Clock, Timestamp};
 use gateway_memory::backstop::{Backstop, BackstopGates, BackstopPacer, BackstopQuota, OnUnavailable, RETRY_EVERY};
 use gateway_memory::{MemoryGates, MemoryPacer, MemoryQuota};
@@ -54,9 +54,9 @@ impl Gates {
     /// Pacer leases still in flight on the accounts of `policy` (and of every tenant of
     /// `scenario` when the scope isolates them).
     pub(super) async fn pacer_leftovers(&self, policy: &ScopePolicy, scenario: &Scenario) -> Result<u32, RunError> {
-        let mut accounts: Vec<GateKey> = Vec::new();
+        let mut accounts: Vec<SourceKey> = Vec::new();
         for source in &policy.sources {
-            let key = GateKey::new(policy.name.as_str(), source.account.as_str());
+            let key = SourceKey::new(policy.name.as_str(), source.account.as_str());
             if !accounts.contains(&key) {
                 accounts.push(key);
             }
@@ -75,7 +75,7 @@ impl Gates {
     }
 
     /// Permits still held and probe leases still live, over `keys`.
-    pub(super) async fn leftovers(&self, keys: &[GateKey], now: Timestamp) -> Result<(usize, usize), RunError> {
+    pub(super) async fn leftovers(&self, keys: &[SourceKey], now: Timestamp) -> Result<(usize, usize), RunError> {
         let (mut permits, mut leases) = (0, 0);
         for key in keys {
             let (held, gate) = match (&self.memory, &self.redis) {

@@ -21,7 +21,7 @@ use crate::upstream::{Providers, SimUpstream};
 use backend::Gates;
 use gateway_client::{BuildError, Preset, TokioClock};
 use gateway_core::policy::{Isolation, PolicyError, ScopePolicy, WaitMode};
-use gateway_core::ports::{GateError, GateKey, Upstream};
+use gateway_core::ports::{BackendError, SourceKey, Upstream};
 use gateway_core::telemetry::{AttemptEvent, CallEvent, GateEvent};
 use gateway_core::time::{Clock, Timestamp};
 use gateway_http::{HttpConfigError, HttpUpstream};
@@ -184,7 +184,7 @@ pub enum RunError {
     Http(#[from] HttpConfigError),
     /// The backend failed (the error names it).
     #[error(transparent)]
-    Backend(#[from] GateError),
+    Backend(#[from] BackendError),
     /// The run's Redis fault.
     #[error(transparent)]
     Fault(#[from] FaultError),
@@ -301,11 +301,11 @@ fn apply_overrides(policy: &mut ScopePolicy, config: &RunConfig) {
 }
 
 /// The gate keys of a run: every source, and with per-tenant isolation every (tenant, source).
-fn gate_keys(policy: &ScopePolicy, scenario: &Scenario) -> Vec<GateKey> {
-    let mut keys: Vec<GateKey> = policy.sources.iter().map(|s| GateKey::new(policy.name.as_str(), s.name.as_str())).collect();
+fn gate_keys(policy: &ScopePolicy, scenario: &Scenario) -> Vec<SourceKey> {
+    let mut keys: Vec<SourceKey> = policy.sources.iter().map(|s| SourceKey::new(policy.name.as_str(), s.name.as_str())).collect();
     if policy.isolation == Isolation::PerTenant {
         for tenant in scenario.tenants.keys() {
-            keys.extend(policy.sources.iter().map(|s| GateKey::new(policy.name.as_str(), s.name.as_str()).with_tenant(tenant.as_str())));
+            keys.extend(policy.sources.iter().map(|s| SourceKey::new(policy.name.as_str(), s.name.as_str()).with_tenant(tenant.as_str())));
         }
     }
     keys

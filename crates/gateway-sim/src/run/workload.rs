@@ -7,7 +7,7 @@ use crate::upstream::{LONG, POISON};
 use gateway_client::GatewayClient;
 use gateway_core::breaker::CircuitState;
 use gateway_core::policy::{Isolation, ScopePolicy};
-use gateway_core::ports::GateKey;
+use gateway_core::ports::SourceKey;
 use gateway_core::random::unit;
 use gateway_core::request::{Message, Request};
 use gateway_core::time::Clock;
@@ -182,7 +182,7 @@ impl ExactGates {
             .sources
             .iter()
             .map(|s| {
-                let key = GateKey::new(self.policy.name.as_str(), s.name.as_str());
+                let key = SourceKey::new(self.policy.name.as_str(), s.name.as_str());
                 match tenant.filter(|_| self.policy.isolation == Isolation::PerTenant) {
                     Some(tenant) => key.with_tenant(tenant),
                     None => key,

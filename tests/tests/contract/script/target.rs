@@ -3,14 +3,14 @@
 
 use crate::support::Backend;
 use gateway_core::breaker::{Gate, GateOp, GateParams, Reply};
-use gateway_core::ports::GateKey;
+use gateway_core::ports::SourceKey;
 use gateway_core::random::Incarnations;
 use gateway_core::time::Timestamp;
 use std::collections::HashMap;
 use std::time::Duration;
 
 /// The backend key of a script source: `name@tenant` is `name` in `tenant`'s partition.
-fn script_key(b: &Backend, source: &str) -> GateKey {
+fn script_key(b: &Backend, source: &str) -> SourceKey {
     match source.split_once('@') {
         Some((name, tenant)) => b.key(name).with_tenant(tenant),
         None => b.key(source),
@@ -74,11 +74,11 @@ impl Target for Backend {
         Backend::snapshot(self, &script_key(self, source)).await
     }
     async fn retry_after(&mut self, gates: &[(String, GateParams)]) -> Duration {
-        let keyed: Vec<(GateKey, GateParams)> = gates.iter().map(|(s, p)| (script_key(self, s), p.clone())).collect();
+        let keyed: Vec<(SourceKey, GateParams)> = gates.iter().map(|(s, p)| (script_key(self, s), p.clone())).collect();
         self.gates.retry_after(&keyed).await.unwrap()
     }
     async fn lose(&mut self, sources: &[String]) {
-        let keys: Vec<GateKey> = sources.iter().map(|s| script_key(self, s)).collect();
+        let keys: Vec<SourceKey> = sources.iter().map(|s| script_key(self, s)).collect();
         Backend::lose(self, &keys).await;
     }
 }

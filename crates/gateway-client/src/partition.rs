@@ -1,5 +1,5 @@
-//! One scope at run time. A [`Scope`] is one partition of it: its policy and behaviours, the
-//! gate keys and parameters of its sources, its selector, and the process-local state every call
+//! One scope at run time, in partitions. A [`Partition`] is the shared part of a scope, or one
+//! tenant's: its policy, the rules its calls run on and its pacer, the source keys and parameters of its sources, its selector, and the process-local state every call
 //! of the partition shares (memo, health EWMA, AIMD pacers, progress) under one short,
 //! never-awaited lock. [`Partitions`] holds a scope's partitions: the shared one, and with
 //! `isolation = per_tenant` one per tenant, created lazily in a sharded map, bounded by
@@ -15,7 +15,7 @@ use gateway_core::health::Ewma;
 use gateway_core::memo::Memo;
 use gateway_core::outcome::OutcomeTable;
 use gateway_core::policy::{Isolation, ScopePolicy, UnknownTenant};
-use gateway_core::ports::{GateKey, is_key_part};
+use gateway_core::ports::{SourceKey, is_key_part};
 use gateway_core::select::{Selector, SourceView};
 use gateway_core::stall::ScopeProgress;
 use gateway_core::time::Timestamp;
@@ -37,13 +37,13 @@ pub(crate) struct Local {
     pub(crate) progress: ScopeProgress,
 }
 
-pub(crate) struct Scope {
+pub(crate) struct Partition {
     pub(crate) policy: Arc<ScopePolicy>,
     /// The rules its calls run on.
     pub(crate) rules: CallRules,
-    pub(crate) gates: Vec<(GateKey, GateParams)>,
-    /// The partition's provider accounts (`GateKey::source` is the account's name).
-    pub(crate) accounts: Vec<GateKey>,
+    pub(crate) gates: Vec<(SourceKey, GateParams)>,
+    /// The partition's provider accounts (`SourceKey::source` is the account's name).
+    pub(crate) accounts: Vec<SourceKey>,
     /// The account of each source, by index into `accounts`.
     pub(crate) account_of: Vec<usize>,
     /// The pacer of its accounts (`None`: unpaced).
@@ -54,7 +54,7 @@ pub(crate) struct Scope {
     local: Mutex<Local>,
 }
 
-impl Scope {
+impl Partition {
     /// The partition of `tenant` (`None`: the shared one), its calls running on `outcomes`,
     /// its accounts paced by `pacer`.
     pub(crate) fn new(policy: Arc<ScopePolicy>, outcomes: OutcomeTable, pacer: Option<PacerParams>, tenant: Option<&Arc<str>>) -> Self {
@@ -62,18 +62,18 @@ impl Scope {
         let gates = (0..n)
             .filter_map(|i| {
                 let params = policy.gate_params(i)?;
-                let key = GateKey::new(policy.name.as_str(), policy.sources[i].name.as_str());
+                let key = SourceKey::new(policy.name.as_str(), policy.sources[i].name.as_str());
                 Some((if let Some(tenant) = tenant { key.with_tenant(tenant.clone()) } else { key }, params))
             })
             .collect();
-        let mut accounts: Vec<GateKey> = Vec::new();
+        let mut accounts: Vec<SourceKey> = Vec::new();
         let account_of = policy
             .sources
             .iter()
             .map(|source| match accounts.iter().position(|a| a.source.as_ref() == source.account) {
                 Some(at) => at,
                 None => {
-                    let key = GateKey::new(policy.name.as_str(), source.account.as_str());
+                    let key = SourceKey::new(policy.name.as_str(), source.account.as_str());
                     accounts.push(if let Some(tenant) = tenant { key.with_tenant(tenant.clone()) } else { key });
                     accounts.len() - 1
                 }
@@ -87,7 +87,7 @@ impl Scope {
             aimd_limit: vec![None; accounts.len()],
             progress: ScopeProgress::new(),
         };
-        Scope {
+        Partition {
             selector: Selector::new(policy.selector),
             rules: CallRules::new(&policy, outcomes),
             pacer,
@@ -121,7 +121,7 @@ impl Scope {
     }
 
     /// The account of `source`.
-    pub(crate) fn account(&self, source: usize) -> &GateKey {
+    pub(crate) fn account(&self, source: usize) -> &SourceKey {
         &self.accounts[self.account_of[source]]
     }
 
@@ -136,7 +136,7 @@ impl Scope {
 const SHARDS: usize = 16;
 
 struct TenantEntry {
-    partition: Arc<Scope>,
+    partition: Arc<Partition>,
     last_used: Timestamp,
     /// Always admitted, never evicted, not counted against `max_tenants`.
     pinned: bool,
@@ -155,7 +155,7 @@ type Shard = HashMap<Arc<str>, TenantEntry>;
 pub(crate) struct Partitions {
     /// The scope's name, as telemetry carries it.
     name: Arc<str>,
-    shared: Arc<Scope>,
+    shared: Arc<Partition>,
     /// The scope's policy with each tier's breaker, by tier.
     tiers: HashMap<String, Arc<ScopePolicy>>,
     per_tenant: bool,
@@ -200,7 +200,7 @@ impl Partitions {
         Partitions {
             name: Arc::from(policy.name.as_str()),
             tiers,
-            shared: Arc::new(Scope::new(Arc::new(policy), outcomes, pacer, None)),
+            shared: Arc::new(Partition::new(Arc::new(policy), outcomes, pacer, None)),
             per_tenant,
             pinned,
             shards: (0..if per_tenant { SHARDS } else { 0 }).map(|_| Mutex::default()).collect(),
@@ -219,7 +219,7 @@ impl Partitions {
     }
 
     /// The shared partition.
-    pub(crate) fn shared(&self) -> &Arc<Scope> {
+    pub(crate) fn shared(&self) -> &Arc<Partition> {
         &self.shared
     }
 
@@ -235,7 +235,7 @@ impl Partitions {
     /// A new tenant takes a free place under `max_tenants`; at the cap, the least recently used
     /// idle partitions make room (their gates live on in the backend). A tenant is refused only
     /// when every partition at the cap has a call in flight. Pinned tenants are always admitted.
-    pub(crate) fn partition(&self, tenant: Option<&str>, now: Timestamp) -> Result<Arc<Scope>, TenantRefusal> {
+    pub(crate) fn partition(&self, tenant: Option<&str>, now: Timestamp) -> Result<Arc<Partition>, TenantRefusal> {
         let rejects = self.per_tenant && self.policy().unknown_tenant == UnknownTenant::Reject;
         let Some(tenant) = tenant.filter(|_| self.per_tenant) else {
             return if rejects { Err(TenantRefusal::Missing) } else { Ok(self.shared.clone()) };
@@ -263,7 +263,7 @@ impl Partitions {
             let placed = pinned || self.tenants.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)).is_ok();
             if placed {
                 let name: Arc<str> = Arc::from(tenant);
-                let partition = Arc::new(Scope::new(policy.clone(), self.shared.rules.outcomes, self.shared.pacer, Some(&name)));
+                let partition = Arc::new(Partition::new(policy.clone(), self.shared.rules.outcomes, self.shared.pacer, Some(&name)));
                 shard.insert(name, TenantEntry { partition: partition.clone(), last_used: now, pinned });
                 if pinned {
                     self.pinned_live.fetch_add(1, Ordering::Relaxed);
@@ -313,7 +313,7 @@ impl Partitions {
     }
 
     /// Every partition now.
-    pub(crate) fn all(&self) -> Vec<Arc<Scope>> {
+    pub(crate) fn all(&self) -> Vec<Arc<Partition>> {
         let mut all = vec![self.shared.clone()];
         for shard in &self.shards {
             all.extend(lock(shard).values().map(|e| e.partition.clone()));

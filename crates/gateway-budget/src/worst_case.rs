@@ -28,10 +28,18 @@ pub fn worst_case_retry_cost(nodes: &[RetryNode], policy: &BudgetPolicy) -> Resu
     let caps: Vec<u32> = nodes.iter().map(|n| retry_cap(n, policy)).collect();
     let base: u64 = nodes.iter().map(|n| n.attempt_cost_micros).sum();
     let pool = u64::from(policy.global_retry_budget).min(caps.iter().map(|&c| u64::from(c)).sum());
-    let mut retry_costs: Vec<u64> =
-        nodes.iter().zip(&caps).flat_map(|(n, &cap)| std::iter::repeat_n(n.attempt_cost_micros, cap as usize)).collect();
-    retry_costs.sort_unstable_by(|a, b| b.cmp(a));
-    let max_cost = base + retry_costs.iter().take(usize::try_from(pool).unwrap_or(usize::MAX)).sum::<u64>();
+    // The `pool` most expensive retries: each node's cost `cap` times, dearest first. Counted
+    // per node, never listed one by one: a cap may be billions (the reference's array of them
+    // was its own limit).
+    let mut dearest: Vec<(u64, u64)> = nodes.iter().zip(&caps).map(|(n, &cap)| (n.attempt_cost_micros, u64::from(cap))).collect();
+    dearest.sort_unstable_by_key(|&(cost, _)| std::cmp::Reverse(cost));
+    let (mut left, mut retries) = (pool, 0u64);
+    for (cost, cap) in dearest {
+        let taken = cap.min(left);
+        retries = retries.wrapping_add(cost.wrapping_mul(taken));
+        left -= taken;
+    }
+    let max_cost = base.wrapping_add(retries);
     Ok(WorstCase {
         max_attempts: nodes.len() as u64 + pool,
         max_cost_micros: max_cost,

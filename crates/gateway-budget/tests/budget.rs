@@ -265,3 +265,17 @@ proptest! {
         prop_assert!(!(required_open && optional_got));
     }
 }
+
+#[test]
+fn the_worst_case_of_a_huge_retry_cap_is_counted_not_listed() {
+    // Four billion retries a node: listing them one by one took 34 GB and aborted.
+    let nodes: Vec<RetryNode> = [("a", 300), ("b", 500)]
+        .into_iter()
+        .map(|(id, cost)| RetryNode { max_retries: u32::MAX, ..node(id, 0.1, cost, 10.0, true) })
+        .collect();
+    let worst = worst_case_retry_cost(&nodes, &policy(5, Threshold::Infinite)).unwrap();
+    assert_eq!((worst.max_attempts, worst.max_cost_micros), (7, 800 + 5 * 500), "the pool goes to the dearest node");
+    let worst = worst_case_retry_cost(&sample(), &policy(u32::MAX, Threshold::Infinite)).unwrap();
+    let caps: u64 = sample().iter().map(|n| u64::from(n.max_retries)).sum();
+    assert_eq!(worst.max_attempts, sample().len() as u64 + caps, "the pool is capped by the nodes' caps");
+}

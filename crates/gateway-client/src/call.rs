@@ -1,6 +1,8 @@
-//! The call loop (SPEC §7, §8, §13): pick, attempt, apply the outcome table, and back off,
-//! re-ask, wait or end, until a response, a stream past its commit point, or a typed terminal
-//! error. One loop serves every call kind, whole or streamed.
+//! The call loop (SPEC §7, §8, §13): the glue that performs what the call's `CallMachine`
+//! asks — a pick in turn, the gates' retry moment, a sleep, the attempt (a stream read to the
+//! commit point the machine judges) — and tells it how each ended, until it returns a response,
+//! a stream past its commit point, or a typed terminal error. One loop serves every call kind,
+//! whole or streamed.
 
 use crate::admission::{Pick, SourceAdmission};
 use crate::error::{AttemptRecord, CallError, CallReport, Exhausted};

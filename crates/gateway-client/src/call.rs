@@ -336,8 +336,7 @@ impl CallLoop<'_> {
             incarnation: slot.incarnation(),
             committed: None,
         };
-        let progress = scope.local().progress;
-        call.machine.on_pick(Picked::Source(source), facts.started, progress, &mut *self.admission.rng());
+        call.machine.on_attempt_started(facts.started);
         let attempt = match delivery {
             Delivery::Whole => self.upstream.send(&facts.name, request).await,
             Delivery::Stream => match self.upstream.stream(&facts.name, request).await {

@@ -231,11 +231,7 @@ impl CallMachine {
     /// the reason the sources were refused, between failing fast and napping (SPEC §6).
     pub fn on_pick<R: Rng + ?Sized>(&mut self, picked: Picked, now: Timestamp, progress: ScopeProgress, rng: &mut R) {
         let (gate_rejections, pushed_back) = match picked {
-            Picked::Source(_) => {
-                self.stall.attempt_started(now);
-                self.preamble.clear();
-                return;
-            }
+            Picked::Source(_) => return self.on_attempt_started(now),
             Picked::Blocked { gate_rejections, pushed_back } => (gate_rejections, pushed_back),
         };
         let rules = &self.rules;
@@ -255,6 +251,13 @@ impl CallMachine {
                 Phase::Asking { except: pushed_back.iter().map(|(source, _)| *source).collect(), then: Asking::ToNap }
             }
         };
+    }
+
+    /// An admitted attempt starts at `now` (what [`Picked::Source`] tells; the glue, which
+    /// knows it picked a source, says it without the partition's progress or the RNG).
+    pub fn on_attempt_started(&mut self, now: Timestamp) {
+        self.stall.attempt_started(now);
+        self.preamble.clear();
     }
 
     /// The gates' earliest certain retry moment, as [`Next::AskRetryAfter`] asked.

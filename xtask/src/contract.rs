@@ -15,8 +15,18 @@ pub fn run() -> Result<(), String> {
     let redis = Redis::find()?;
     println!("contract: redis at {} ({})", redis.url, redis.origin);
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let output = Command::new(cargo)
-        .args(["test", "--package", "gateway-tests", "--test", "contract", "--test", "redis_faults", "--", "--test-threads", "8"])
+    // `--workspace` resolves features as `cargo test --workspace` does, and the variables `cargo
+    // run` set for this binary are taken away (a build script that reads `CARGO_MANIFEST_DIR`,
+    // ring's, would be built again, and again by the next plain `cargo test`): after the suite's
+    // own build (CI's) nothing is built again.
+    let mut test = Command::new(cargo);
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(set_by_cargo_run) {
+            test.env_remove(name);
+        }
+    }
+    let output = test
+        .args(["test", "--workspace", "--test", "contract", "--test", "redis_faults", "--", "--test-threads", "8"])
         .env("GATEWAY_REDIS_URL", &redis.url)
         .env("GATEWAY_REDIS_REQUIRED", "1")
         .stderr(Stdio::inherit())
@@ -37,10 +47,20 @@ pub fn run() -> Result<(), String> {
     }
 }
 
-/// Results by case, then by backend (`memory`, `redis`, or `redis_faults` for Redis-only tests).
+/// Whether `cargo run` sets the variable `name` for the binary it runs (beside `CARGO`, which
+/// names the cargo to run again).
+fn set_by_cargo_run(name: &str) -> bool {
+    const SET: [&str; 5] = ["CARGO_MANIFEST_DIR", "CARGO_MANIFEST_PATH", "CARGO_CRATE_NAME", "CARGO_BIN_NAME", "CARGO_PRIMARY_PACKAGE"];
+    SET.contains(&name) || name.starts_with("CARGO_PKG_")
+}
+
+/// Results by case, then by backend (`memory`, `redis`, or `redis_faults` for Redis-only tests),
+/// and the suite's own tests (`suite::<test>`, the script parser's), which are no contract case:
+/// they must pass, but have no backends.
 #[derive(Default)]
 struct Table {
     rows: BTreeMap<String, BTreeMap<String, bool>>,
+    suite: BTreeMap<String, bool>,
 }
 
 impl Table {
@@ -58,8 +78,10 @@ impl Table {
                 "FAILED" => false,
                 _ => continue,
             };
-            let (backend, case) = name.split_once("::").unwrap_or(("redis_faults", name));
-            table.rows.entry(case.to_owned()).or_default().insert(backend.to_owned(), passed);
+            match name.split_once("::").unwrap_or(("redis_faults", name)) {
+                ("suite", test) => _ = table.suite.insert(test.to_owned(), passed),
+                (backend, case) => _ = table.rows.entry(case.to_owned()).or_default().insert(backend.to_owned(), passed),
+            }
         }
         table
     }
@@ -82,7 +104,7 @@ impl Table {
     /// Every case passed on every backend it belongs to: a script on the pure gate, the memory
     /// gates and Redis; a code case on memory and Redis; a Redis-only case on Redis.
     fn verdict(&self) -> Result<String, String> {
-        let failed = self.rows.values().flat_map(|r| r.values()).filter(|passed| !**passed).count();
+        let failed = self.rows.values().flat_map(|r| r.values()).chain(self.suite.values()).filter(|passed| !**passed).count();
         if self.rows.is_empty() {
             return Err("no contract case ran".to_owned());
         }
@@ -103,11 +125,12 @@ impl Table {
         }
         let count = |backend: &str| self.rows.values().filter(|r| r.contains_key(backend)).count();
         Ok(format!(
-            "contract: {} scripts on the gate, memory and redis, {} cases on memory and redis, {} on redis only, and {} redis fault tests passed, 0 skipped",
+            "contract: {} scripts on the gate, memory and redis, {} cases on memory and redis, {} on redis only, {} redis fault tests and {} of the suite's own tests passed, 0 skipped",
             count("script"),
             self.rows.values().filter(|r| !r.contains_key("script") && r.contains_key("memory")).count(),
             self.rows.values().filter(|r| r.contains_key("redis") && !r.contains_key("memory")).count(),
             count("redis_faults"),
+            self.suite.len(),
         ))
     }
 }
@@ -197,10 +220,32 @@ mod tests {
         assert!(table.verdict().unwrap_err().ends_with("these did not: s"), "a script must run on memory too");
         let table = Table::parse("test redis::case_a ... ignored\ntest memory::case_a ... ok\n");
         assert!(table.verdict().unwrap_err().ends_with("these did not: case_a"), "an ignored case did not run");
-        let all = "test script::s   ... ok\ntest memory::s ... ok\ntest redis::s ... ok\ntest memory::case_a ... ok\ntest redis::case_a ... ok\ntest redis::ttl ... ok\ntest fault ... ok\n";
+        let all = "test script::s   ... ok\ntest memory::s ... ok\ntest redis::s ... ok\ntest memory::case_a ... ok\ntest redis::case_a ... ok\ntest redis::ttl ... ok\ntest fault ... ok\ntest suite::parser ... ok\n";
         assert_eq!(
             Table::parse(all).verdict().unwrap(),
-            "contract: 1 scripts on the gate, memory and redis, 1 cases on memory and redis, 1 on redis only, and 1 redis fault tests passed, 0 skipped"
+            "contract: 1 scripts on the gate, memory and redis, 1 cases on memory and redis, 1 on redis only, 1 redis fault tests and 1 of the suite's own tests passed, 0 skipped"
         );
+    }
+
+    #[test]
+    fn what_cargo_run_sets_is_not_passed_to_the_suites_build() {
+        for name in ["CARGO_MANIFEST_DIR", "CARGO_PKG_NAME", "CARGO_PKG_VERSION_MAJOR", "CARGO_PRIMARY_PACKAGE", "CARGO_BIN_NAME"] {
+            assert!(super::set_by_cargo_run(name), "{name}");
+        }
+        for name in ["CARGO", "CARGO_HOME", "CARGO_TARGET_DIR", "CARGO_INCREMENTAL", "CARGO_TERM_COLOR", "PATH"] {
+            assert!(!super::set_by_cargo_run(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn the_suites_own_tests_need_no_backend_but_must_pass() {
+        let cases = "test script::s ... ok\ntest memory::s ... ok\ntest redis::s ... ok\n";
+        let passed = Table::parse(&format!("{cases}test suite::the_parser_names_the_line ... ok\n"));
+        assert!(passed.verdict().is_ok(), "{:?}", passed.verdict());
+        assert!(!passed.render().contains("the_parser"), "not a row of cases x backends");
+        let failed = Table::parse(&format!("{cases}test suite::the_parser_names_the_line ... FAILED\n"));
+        assert_eq!(failed.verdict().unwrap_err(), "1 failed");
+        let missing = Table::parse("test suite::the_parser_names_the_line ... ok\ntest script::s ... ok\ntest redis::s ... ok\n");
+        assert!(missing.verdict().unwrap_err().ends_with("these did not: s"), "a real case missing a backend still fails");
     }
 }

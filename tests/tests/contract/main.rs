@@ -1,5 +1,6 @@
 //! The backend contract suite, one target (`cargo test -p gateway-tests --test contract`;
 //! `cargo xtask contract` prints its table):
+//! - `suite::<test>`: the suite's own tests (the script parser's), not contract cases;
 //! - `script::<case>`: a gate case as data (`cases/<case>.gate`) run on the pure `Gate`, its
 //!   trace kept as an `insta` snapshot (`snapshots/`); `memory::<case>` and `redis::<case>` run
 //!   the same script on the backend and must give the same trace;
@@ -102,7 +103,7 @@ fn same_trace(script: &Script, kind: Kind<'_>) {
 
 fn main() -> ExitCode {
     let scripts: Vec<Arc<Script>> = scripts().into_iter().map(Arc::new).collect();
-    let mut plain = vec![Trial::test("script::the_parser_names_the_line_and_what_is_wrong", || {
+    let mut plain = vec![Trial::test("suite::the_parser_names_the_line_and_what_is_wrong", || {
         script::the_parser_names_the_line_and_what_is_wrong();
         Ok(())
     })];

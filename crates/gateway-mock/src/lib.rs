@@ -4,7 +4,7 @@
 //! Over HTTP, a [`MockServer`] serves a [`Responder`] on a free port of 127.0.0.1 and records
 //! every request it receives ([`Received`]: method, path, headers, the raw and the JSON body)
 //! in a [`Recording`] the test asserts on. A responder decides each request's [`Answer`] at
-//! once; the server then plays it:
+//! once; the server then plays it (a zero delay anywhere waits for no timer):
 //!
 //! - status, headers and a whole body ([`Answer::json`], [`Answer::json_text`], [`Answer::new`]
 //!   with [`Answer::body`], [`Answer::header`]);
@@ -51,3 +51,11 @@ pub use upstream::{EchoUpstream, Plan, ScriptedUpstream, Step};
 
 /// `HeaderMap` of [`Received::headers`].
 pub use axum::http::HeaderMap;
+
+/// Waits `delay` on tokio's clock; a zero delay returns at once, with no timer (tokio rounds
+/// every sleep up to its 1 ms tick, which a benchmark would measure as the provider's latency).
+pub(crate) async fn wait(delay: std::time::Duration) {
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+}

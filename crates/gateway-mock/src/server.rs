@@ -6,6 +6,7 @@ use crate::answer::{Answer, Body, Frame};
 use crate::recording::{Received, Recording};
 use crate::responder::{Responder, answering};
 use axum::response::Response;
+use axum::serve::ListenerExt;
 use futures_util::stream::{self, BoxStream, Stream, StreamExt};
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -74,6 +75,10 @@ impl Builder {
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
+        // A small answer goes out when written, as a provider's does (no Nagle delay).
+        let listener = listener.tap_io(|stream| {
+            let _ = stream.set_nodelay(true);
+        });
         let task = tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app).await {
                 tracing::error!(error = %e, "the mock server stopped");
@@ -165,7 +170,7 @@ async fn handle(shared: &Shared, request: axum::extract::Request) -> Response {
 /// Waits as the answer says, then makes its response. What it holds is dropped on return, but
 /// for a stream (it goes with the body) and a hang (it never returns).
 async fn play(mut answer: Answer) -> Response {
-    tokio::time::sleep(answer.after).await;
+    crate::wait(answer.after).await;
     if let Some(gate) = answer.gate.take() {
         gate.pass().await;
     }
@@ -208,7 +213,7 @@ fn played(frames: BoxStream<'static, Frame>, held: Option<Box<dyn Send>>) -> imp
         loop {
             match frames.next().await? {
                 Frame::Data(text) => return Some((Ok(text), Some((frames, held)))),
-                Frame::Pause(delay) => tokio::time::sleep(delay).await,
+                Frame::Pause(delay) => crate::wait(delay).await,
                 Frame::Hold(gate) => gate.pass().await,
                 Frame::Cut => return Some((Err(std::io::Error::other("gateway-mock cuts the stream here")), None)),
             }

@@ -81,6 +81,8 @@ impl SourceAdmission {
         // health the trusted-alternative rule compares is the selector's view of it.
         let health: Option<Vec<f64>> = scope.selector.uses_health().then(|| views.iter().map(|v| v.health).collect());
         demote(&mut order, call.machine.fails(), health.as_deref());
+        // A source whose answer was more than the call can hold is not asked again.
+        order.retain(|&source| !call.machine.is_spent(source));
         let (mut gate_rejections, mut pushed_back) = (0, Vec::new());
         for source in order {
             match self.try_source(scope, call, source, estimated_tokens).await? {

@@ -23,7 +23,7 @@ use futures_util::Stream;
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::ports::ChunkSource;
 use gateway_core::request::{Outcome, Response, Usage};
-use gateway_core::stream::{Chunk, assemble};
+use gateway_core::stream::{Assembly, Chunk};
 use gateway_core::telemetry::CallResult;
 use gateway_core::time::Timestamp;
 use serde_json::Value;
@@ -129,13 +129,14 @@ impl ChatStream {
         futures_util::StreamExt::next(self).await
     }
 
-    /// Reads the stream to its end and assembles the `chat.completion` it streamed.
+    /// Reads the stream to its end and assembles the `chat.completion` it streamed, chunk by
+    /// chunk.
     pub async fn completion(mut self) -> Result<Response, StreamError> {
-        let mut chunks = Vec::new();
+        let mut assembly = Assembly::default();
         while let Some(chunk) = self.next().await {
-            chunks.push(chunk?);
+            assembly.push(&chunk?);
         }
-        Ok(assemble(&chunks).served_by(&self.source, self.attempts).with_request_id(self.request_id.clone()))
+        Ok(assembly.finish().served_by(&self.source, self.attempts).with_request_id(self.request_id.clone()))
     }
 }
 

@@ -196,6 +196,8 @@ pub struct CallMachine {
     backoffs: u32,
     /// The chunks of a streamed attempt before its commit point.
     preamble: Vec<Chunk>,
+    /// Per source, whether its answer was more than this call can hold (tried no more).
+    spent: Vec<bool>,
 }
 
 impl CallMachine {
@@ -210,6 +212,7 @@ impl CallMachine {
             reasks: 0,
             backoffs: 0,
             preamble: Vec::new(),
+            spent: vec![false; rules.sources],
         }
     }
 
@@ -236,8 +239,10 @@ impl CallMachine {
         };
         let rules = &self.rules;
         let stalled = self.stall.stalled(&progress, rules.stall_window, now);
-        self.phase = match when_blocked(gate_rejections, pushed_back.len(), rules.sources, rules.circuit_open, rules.quota_full, stalled) {
-            Blocked::FailCircuitOpen => Phase::Asking { except: Vec::new(), then: Asking::ToFail },
+        // The call's pool is the sources it may still use: the spent ones are out of it.
+        let pool = rules.sources - self.spent_sources().count();
+        self.phase = match when_blocked(gate_rejections, pushed_back.len(), pool, rules.circuit_open, rules.quota_full, stalled) {
+            Blocked::FailCircuitOpen => Phase::Asking { except: self.spent_sources().collect(), then: Asking::ToFail },
             Blocked::FailRateLimited => {
                 let retry_after = pushed_back.iter().map(|(_, away)| *away).min().unwrap_or_default();
                 Phase::Decided(Next::Fail(Failure::RateLimited { retry_after }))
@@ -248,7 +253,8 @@ impl CallMachine {
             Blocked::Wait { gate_hint: false } => Phase::Decided(self.nap(Duration::ZERO, now, true, rng)),
             // The pushed-back sources' gates are closed (a 0 hint): the wait is for the others.
             Blocked::Wait { gate_hint: true } => {
-                Phase::Asking { except: pushed_back.iter().map(|(source, _)| *source).collect(), then: Asking::ToNap }
+                let except = pushed_back.iter().map(|(source, _)| *source).chain(self.spent_sources()).collect();
+                Phase::Asking { except, then: Asking::ToNap }
             }
         };
     }
@@ -314,7 +320,14 @@ impl CallMachine {
     ) -> Settled {
         let mut settled = Settled { consumed_budget: self.on_attempt_ended(source, outcome.class, at), push_back_until: None };
         let rules = self.rules;
+        if outcome.source_spent
+            && let Some(spent) = self.spent.get_mut(source)
+        {
+            *spent = true;
+        }
         let decided = match rules.outcomes.effects(outcome.class).next {
+            // No source is left that could hold the answer.
+            _ if outcome.source_spent && self.spent.iter().all(|spent| *spent) => Some(Next::Fail(Failure::RetryExhausted)),
             // `Attempt` gives every success a response; without one, pick again.
             NextStep::Return => response.map(Next::Return),
             NextStep::EndCall => Some(Next::Fail(Failure::RequestRejected {
@@ -377,6 +390,16 @@ impl CallMachine {
     /// How long the call has gone without an attempt in flight.
     pub fn idle(&self, now: Timestamp) -> Duration {
         self.stall.idle(now)
+    }
+
+    /// Whether `source` gave this call an answer larger than it can hold: the call does not try
+    /// it again (the glue leaves it out of its picks).
+    pub fn is_spent(&self, source: usize) -> bool {
+        self.spent.get(source).copied().unwrap_or(false)
+    }
+
+    fn spent_sources(&self) -> impl Iterator<Item = usize> + '_ {
+        self.spent.iter().enumerate().filter(|(_, spent)| **spent).map(|(source, _)| source)
     }
 
     /// The call's failures per source (what in-call demotion reads).

@@ -56,7 +56,7 @@ pub fn opening_failure<'a>(structured: Option<&Structured>, mut texts: impl Iter
     texts.any(|text| fails_from_its_opening(structured, text)).then(|| Outcome::new(OutcomeClass::ResultInvalid, "not_json"))
 }
 
-/// The `chat.completion` the chunks of one stream make. Per choice index: the deltas merged
+/// The `chat.completion` the chunks of one stream make (an [`Assembly`] of them). Per choice index: the deltas merged
 /// into one message — text that streams in pieces (`content`, `refusal`, `reasoning_content`,
 /// `reasoning`, and inside objects `arguments`, `data` and `transcript`, as in `audio` and a
 /// legacy `function_call`) concatenated, nested objects merged the same way, arrays extended,
@@ -66,41 +66,63 @@ pub fn opening_failure<'a>(structured: Option<&Structured>, mut texts: impl Iter
 /// it; `id`, `created`, `model`, `system_fingerprint` and `service_tier` from the first chunk
 /// that has them.
 pub fn assemble(chunks: &[Chunk]) -> Response {
-    let mut body = Object::new();
-    body.insert("object".into(), json!("chat.completion"));
-    let mut choices: Vec<(u64, Object)> = Vec::new();
+    let mut assembly = Assembly::default();
     for chunk in chunks {
+        assembly.push(chunk);
+    }
+    assembly.finish()
+}
+
+/// A `chat.completion` assembled chunk by chunk as [`assemble`] says: each chunk is merged when
+/// it comes and need not be kept, so what it holds is the answer so far, not the stream.
+#[derive(Clone, Debug, Default)]
+pub struct Assembly {
+    body: Object,
+    choices: Vec<(u64, Object)>,
+}
+
+impl Assembly {
+    /// Merges `chunk` into the answer so far.
+    pub fn push(&mut self, chunk: &Chunk) {
         for field in ["id", "created", "model", "system_fingerprint", "service_tier"] {
             if let Some(value) = chunk.get(field).filter(|v| !v.is_null()) {
-                body.entry(field).or_insert_with(|| value.clone());
+                self.body.entry(field).or_insert_with(|| value.clone());
             }
         }
         if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
-            body.insert("usage".into(), usage.clone());
+            self.body.insert("usage".into(), usage.clone());
         }
         for choice in chunk.get("choices").and_then(Value::as_array).into_iter().flatten() {
             let index = choice.get("index").and_then(Value::as_u64).unwrap_or(0);
-            let at = match choices.iter().position(|(i, _)| *i == index) {
+            let at = match self.choices.iter().position(|(i, _)| *i == index) {
                 Some(at) => at,
                 None => {
                     let fresh = json!({"index": index, "message": {"role": "assistant", "content": null}, "finish_reason": null});
-                    choices.push((index, fresh.as_object().cloned().unwrap_or_default()));
-                    choices.len() - 1
+                    self.choices.push((index, fresh.as_object().cloned().unwrap_or_default()));
+                    self.choices.len() - 1
                 }
             };
-            merge_choice(&mut choices[at].1, choice);
+            merge_choice(&mut self.choices[at].1, choice);
         }
     }
-    choices.sort_by_key(|(i, _)| *i);
-    // The assembled message has no stream indices on its tool calls.
-    for (_, choice) in &mut choices {
-        let calls = choice.get_mut("message").and_then(|m| m.get_mut("tool_calls")).and_then(Value::as_array_mut);
-        for call in calls.into_iter().flatten().filter_map(Value::as_object_mut) {
-            call.remove("index");
+
+    /// The `chat.completion` of the chunks pushed.
+    pub fn finish(self) -> Response {
+        let Assembly { body: fields, mut choices } = self;
+        let mut body = Object::new();
+        body.insert("object".into(), json!("chat.completion"));
+        body.extend(fields);
+        choices.sort_by_key(|(i, _)| *i);
+        // The assembled message has no stream indices on its tool calls.
+        for (_, choice) in &mut choices {
+            let calls = choice.get_mut("message").and_then(|m| m.get_mut("tool_calls")).and_then(Value::as_array_mut);
+            for call in calls.into_iter().flatten().filter_map(Value::as_object_mut) {
+                call.remove("index");
+            }
         }
+        body.insert("choices".into(), Value::Array(choices.into_iter().map(|(_, c)| Value::Object(c)).collect()));
+        Response::new(Kind::Chat, body)
     }
-    body.insert("choices".into(), Value::Array(choices.into_iter().map(|(_, c)| Value::Object(c)).collect()));
-    Response::new(Kind::Chat, body)
 }
 
 /// Fields whose string values stream in pieces.

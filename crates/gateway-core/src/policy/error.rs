@@ -67,6 +67,12 @@ impl Fields<'_> {
         if (min..=max).contains(&value) { Ok(value) } else { Err(self.out_of_range(field, value, format!("{min}..={max}"))) }
     }
 
+    /// A byte count of at least `min` (and at most 1 TiB).
+    pub(super) fn bytes(&self, field: &str, value: u64, min: u64) -> Result<u64, PolicyError> {
+        const MAX: u64 = 1 << 40;
+        if (min..=MAX).contains(&value) { Ok(value) } else { Err(self.out_of_range(field, value, format!("{min}..={MAX} bytes"))) }
+    }
+
     /// Seconds in `min..=max`, returned as a whole-millisecond duration.
     pub(super) fn secs(&self, field: &str, value: f64, min: f64, max: f64) -> Result<Duration, PolicyError> {
         if value.is_finite() && value >= min && value <= max {

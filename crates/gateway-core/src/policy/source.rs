@@ -6,6 +6,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+/// The smallest `max_stream_bytes`: one event of a stream must fit.
+const MIN_STREAM_BYTES: u64 = 1024;
+
 /// An API key: deserialized like a string, never shown by `Debug` or `Display`, and never
 /// written: it has no `Serialize`, so a config dump or a report cannot carry it (a type that
 /// holds one skips it when serialized).
@@ -59,6 +62,9 @@ pub struct SourceConfig {
     pub tpm: Option<u32>,
     /// Extra HTTP headers sent with every request.
     pub headers: Option<BTreeMap<String, String>>,
+    /// Most bytes one relayed stream of this source may carry (default: the adapter's,
+    /// 64 MiB); past it the stream ends with an error and the source is at fault.
+    pub max_stream_bytes: Option<u64>,
 }
 
 /// Validated source of a scope.
@@ -82,6 +88,8 @@ pub struct SourcePolicy {
     pub quota: QuotaLimits,
     /// Extra HTTP headers.
     pub headers: BTreeMap<String, String>,
+    /// Most bytes one relayed stream may carry (`None`: the adapter's default).
+    pub max_stream_bytes: Option<u64>,
 }
 
 /// The local quota of one source; `None` is unlimited.
@@ -146,6 +154,7 @@ impl SourceConfig {
                 permit_ttl: timeout.saturating_mul(2),
             },
             headers: self.headers.clone().unwrap_or_default(),
+            max_stream_bytes: self.max_stream_bytes.map(|v| f.bytes("max_stream_bytes", v, MIN_STREAM_BYTES)).transpose()?,
         })
     }
 }

@@ -86,6 +86,18 @@ fn scope_and_source_errors_are_named() {
     let mut bad_rpm = scope(required());
     bad_rpm.sources.insert("s2".into(), SourceConfig { rpm: Some(0), ..SourceConfig::default() });
     assert!(err(&bad_rpm).starts_with("chat.sources.s2.rpm: value 0 is out of range"));
+    for (bytes, message) in [
+        (100, "chat.sources.s2.max_stream_bytes: value 100 is out of range (expected 1024..=1099511627776 bytes)"),
+        (1 << 41, "chat.sources.s2.max_stream_bytes: value 2199023255552 is out of range (expected 1024..=1099511627776 bytes)"),
+    ] {
+        let mut bad_stream = scope(required());
+        bad_stream.sources.insert("s2".into(), SourceConfig { max_stream_bytes: Some(bytes), ..SourceConfig::default() });
+        assert_eq!(err(&bad_stream), message);
+    }
+    let mut own_cap = scope(required());
+    own_cap.sources.insert("s2".into(), SourceConfig { max_stream_bytes: Some(1 << 20), ..SourceConfig::default() });
+    let resolved = own_cap.resolve("chat").unwrap();
+    assert_eq!(resolved.sources.iter().find(|s| s.name == "s2").unwrap().max_stream_bytes, Some(1 << 20));
     let mut bad_name = scope(required());
     bad_name.sources.insert("s 3".into(), SourceConfig::default());
     assert!(err(&bad_name).starts_with("chat.sources.s 3: value \"s 3\" is invalid"));

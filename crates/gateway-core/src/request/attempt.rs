@@ -28,12 +28,22 @@ pub struct Outcome {
     pub retry_after: Option<Duration>,
     /// The provider's error answer, for a `RequestRejected`.
     pub provider_error: Option<Box<ProviderError>>,
+    /// The source's answer to this call is more than the call can hold (`body_too_large`,
+    /// `stream_too_large`): asking it again would bring the same, so the call tries it no more
+    /// (SPEC §2). The class still says what the source is charged with.
+    pub source_spent: bool,
 }
 
 impl Outcome {
     /// An outcome of `class` with `detail`, without Retry-After or provider error.
     pub fn new(class: OutcomeClass, detail: impl Into<String>) -> Self {
-        Outcome { class, detail: detail.into(), retry_after: None, provider_error: None }
+        Outcome { class, detail: detail.into(), retry_after: None, provider_error: None, source_spent: false }
+    }
+
+    /// The source's answer passed a size budget of the call (`detail` names which, e.g.
+    /// `body_too_large`): `Transient` for the source, and not tried again in this call.
+    pub fn too_large(detail: impl Into<String>) -> Self {
+        Outcome { source_spent: true, ..Outcome::new(OutcomeClass::Transient, detail) }
     }
 }
 

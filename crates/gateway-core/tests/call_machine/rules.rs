@@ -369,3 +369,49 @@ fn a_retry_after_past_the_stall_budget_leaves_the_call_to_the_other_sources() {
           t=0.1s     return the answer
     ");
 }
+
+#[test]
+fn an_answer_past_the_size_budget_spends_its_source_for_the_call() {
+    // Three sources: s1 is left out of the pool; when the rest are refused by their gates the
+    // call fails fast asking the others' retry moment.
+    let script = "
+        pick s1
+        s1 too_large after 50ms
+        blocked gates=2
+        retry_after 30s
+    ";
+    assert_snapshot!(trace(rules(3, json!({})), script), @r"
+          t=0s       pick (a turn waits at most 300.05s)
+        > pick s1
+        > s1 too_large after 50ms
+          t=0.05s    spent a retry (1 so far)
+          t=0.05s    s1 is not asked again in this call
+          t=0.05s    sleep 0.101s
+          t=0.15s    pick (a turn waits at most 299.95s)
+        > blocked gates=2
+          t=0.15s    ask the gates' retry moment, all but s1
+        > retry_after 30s
+          t=0.15s    fail: circuit_open, retry after 30s
+    ");
+    // Two sources, both spent: the call ends though its retry budget is not.
+    let script = "
+        pick s1
+        s1 too_large after 50ms
+        pick s2
+        s2 too_large after 50ms
+    ";
+    assert_snapshot!(trace(rules(2, json!({})), script), @r"
+          t=0s       pick (a turn waits at most 300.05s)
+        > pick s1
+        > s1 too_large after 50ms
+          t=0.05s    spent a retry (1 so far)
+          t=0.05s    s1 is not asked again in this call
+          t=0.05s    sleep 0.101s
+          t=0.15s    pick (a turn waits at most 299.95s)
+        > pick s2
+        > s2 too_large after 50ms
+          t=0.2s     spent a retry (2 so far)
+          t=0.2s     s2 is not asked again in this call
+          t=0.2s     fail: retry_exhausted
+    ");
+}

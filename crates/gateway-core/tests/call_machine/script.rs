@@ -6,7 +6,8 @@
 //! - `pick s1`: s1 was admitted and its attempt starts now;
 //! - `s1 <class> [after <d>] [retry_after=<d>]`: its attempt ended after `d` with `class`
 //!   (`success`, `rate_limited`, `transient`, `source_dead`, `request_rejected`,
-//!   `result_invalid`);
+//!   `result_invalid`; `too_large`: a `Transient(body_too_large)` answer past the call's size
+//!   budget, after which the source is spent for the call);
 //! - `blocked [gates=<n>] [pushed=s1:<d>,…]`: the pick found no runnable source;
 //! - `retry_after <d>`: the gates' answer to the machine's question;
 //! - `chunk role|"<text>"`, `stream ends`, `stream fails <class>`: a streamed attempt before
@@ -112,7 +113,10 @@ impl Run {
             [source, class, rest @ ..] => {
                 let (after, retry_after) = ending(rest);
                 self.now = self.now.saturating_add(after);
-                let outcome = Outcome { retry_after, ..Outcome::new(class_named(class), *class) };
+                let outcome = match *class {
+                    "too_large" => Outcome::too_large("body_too_large"),
+                    class => Outcome { retry_after, ..Outcome::new(class_named(class), class) },
+                };
                 self.outcome(index(source), &outcome);
             }
             _ => panic!("not an event: {line}"),
@@ -135,6 +139,9 @@ impl Run {
         let Settled { consumed_budget, push_back_until } = self.machine.on_outcome(source, outcome, response, self.now, &mut self.rng);
         if consumed_budget {
             self.say(&format!("spent a retry ({} so far)", self.machine.budget_spent()));
+        }
+        if outcome.source_spent && self.machine.is_spent(source) {
+            self.say(&format!("s{} is not asked again in this call", source + 1));
         }
         if let Some(until) = push_back_until {
             self.say(&format!("push back s{}'s account until t={}", source + 1, secs(until.saturating_since(Timestamp::ZERO))));

@@ -27,6 +27,7 @@ use gateway_core::request::Kind;
 use gateway_core::time::WallClock;
 use reqwest::StatusCode;
 use reqwest::header::HeaderMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Error codes (OpenAI's `error.code` / `error.type`) that say the source cannot serve anyone.
@@ -101,20 +102,77 @@ pub fn classify_transport(error: &reqwest::Error) -> (OutcomeClass, &'static str
     (OutcomeClass::Transient, detail)
 }
 
+/// Provider headers the adapter could not believe, counted (a proxy shows them in `/metrics`).
+#[derive(Debug, Default)]
+pub struct IgnoredHeaders {
+    retry_after: AtomicU64,
+}
+
+impl IgnoredHeaders {
+    /// `Retry-After` (or `retry-after-ms`) values that were [`RetryAfter::Unreadable`].
+    pub fn retry_after(&self) -> u64 {
+        self.retry_after.load(Ordering::Relaxed)
+    }
+
+    /// Counts `read` if it was unreadable; the wait it gives.
+    pub(crate) fn note(&self, read: RetryAfter) -> Option<Duration> {
+        if read == RetryAfter::Unreadable {
+            self.retry_after.fetch_add(1, Ordering::Relaxed);
+        }
+        read.wait()
+    }
+}
+
+/// The longest Retry-After taken at its word: a day. A provider asking for longer (or for a
+/// negative, non-finite or unparseable wait) is not believed: its value is unreadable.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(86_400);
+
+/// What a 429 says of when to come back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RetryAfter {
+    /// Nothing (or an HTTP-date already past): the normal back-off.
+    Absent,
+    /// This long.
+    After(Duration),
+    /// A value that cannot be read or is absurd (`garbage`, `-1`, `1e300`, more than
+    /// [`MAX_RETRY_AFTER`]): treated as absent, and counted.
+    Unreadable,
+}
+
+impl RetryAfter {
+    /// The wait, if one was given that can be believed.
+    pub fn wait(self) -> Option<Duration> {
+        match self {
+            RetryAfter::After(wait) => Some(wait),
+            RetryAfter::Absent | RetryAfter::Unreadable => None,
+        }
+    }
+}
+
 /// A 429's Retry-After: `retry-after-ms` (milliseconds), else `retry-after` as seconds or as an
-/// HTTP-date (read against the wall clock). Unparseable or past values give `None`.
-pub fn retry_after(headers: &HeaderMap, wall: &dyn WallClock) -> Option<Duration> {
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
-    if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
-        return Duration::try_from_secs_f64(ms / 1000.0).ok();
+/// HTTP-date (read against the wall clock).
+pub fn retry_after(headers: &HeaderMap, wall: &dyn WallClock) -> RetryAfter {
+    let header = |name: &str| headers.get(name).map(|v| v.to_str().map(str::trim));
+    let seconds = |text: &str, per_second: f64| match text.parse::<f64>() {
+        Ok(n) if n.is_finite() && n >= 0.0 => Duration::try_from_secs_f64(n / per_second).ok().filter(|d| *d <= MAX_RETRY_AFTER),
+        _ => None,
+    };
+    if let Some(ms) = header("retry-after-ms") {
+        return ms.ok().and_then(|ms| seconds(ms, 1000.0)).map_or(RetryAfter::Unreadable, RetryAfter::After);
     }
-    let value = header("retry-after")?;
-    if let Ok(secs) = value.parse::<f64>() {
-        return Duration::try_from_secs_f64(secs).ok();
+    let Some(value) = header("retry-after") else { return RetryAfter::Absent };
+    let Ok(value) = value else { return RetryAfter::Unreadable };
+    if value.parse::<f64>().is_ok() {
+        return seconds(value, 1.0).map_or(RetryAfter::Unreadable, RetryAfter::After);
     }
-    let at = httpdate::parse_http_date(value).ok()?;
-    let at = at.duration_since(std::time::UNIX_EPOCH).ok()?;
-    at.checked_sub(wall.unix_now())
+    let Some(at) = httpdate::parse_http_date(value).ok().and_then(|at| at.duration_since(std::time::UNIX_EPOCH).ok()) else {
+        return RetryAfter::Unreadable;
+    };
+    match at.checked_sub(wall.unix_now()) {
+        None => RetryAfter::Absent,
+        Some(wait) if wait <= MAX_RETRY_AFTER => RetryAfter::After(wait),
+        Some(_) => RetryAfter::Unreadable,
+    }
 }
 
 #[cfg(test)]
@@ -172,20 +230,26 @@ mod tests {
 
     #[test]
     fn retry_after_formats_and_junk() {
-        let mut headers = HeaderMap::new();
+        use RetryAfter::{Absent, After, Unreadable};
         let wall = At(1_445_412_480); // 2015-10-21T07:28:00Z
-        assert_eq!(retry_after(&headers, &wall), None);
-        headers.insert("retry-after", HeaderValue::from_static("soon"));
-        assert_eq!(retry_after(&headers, &wall), None);
-        headers.insert("retry-after", HeaderValue::from_static("-3"));
-        assert_eq!(retry_after(&headers, &wall), None);
-        headers.insert("retry-after", HeaderValue::from_static("1e300"));
-        assert_eq!(retry_after(&headers, &wall), None, "too large for a Duration: ignored, no panic");
-        headers.insert("retry-after", HeaderValue::from_static("Wed, 21 Oct 2015 07:27:00 GMT"));
-        assert_eq!(retry_after(&headers, &wall), None, "a date in the past");
-        headers.insert("retry-after", HeaderValue::from_static("2.5"));
-        assert_eq!(retry_after(&headers, &wall), Some(Duration::from_millis(2500)));
-        headers.insert("retry-after-ms", HeaderValue::from_static("250"));
-        assert_eq!(retry_after(&headers, &wall), Some(Duration::from_millis(250)), "retry-after-ms wins");
+        let read = |pairs: &[(&'static str, &'static str)]| {
+            let mut headers = HeaderMap::new();
+            for (name, value) in pairs {
+                headers.insert(*name, HeaderValue::from_static(value));
+            }
+            retry_after(&headers, &wall)
+        };
+        assert_eq!(read(&[]), Absent);
+        assert_eq!(read(&[("retry-after", "2.5")]), After(Duration::from_millis(2500)));
+        assert_eq!(read(&[("retry-after", "86400")]), After(MAX_RETRY_AFTER), "a day is believed");
+        assert_eq!(read(&[("retry-after", "Wed, 21 Oct 2015 07:29:00 GMT")]), After(Duration::from_secs(60)));
+        assert_eq!(read(&[("retry-after", "Wed, 21 Oct 2015 07:27:00 GMT")]), Absent, "a date in the past");
+        for junk in ["soon", "garbage", "-3", "1e300", "NaN", "inf", "86401", "99999999999", "Wed, 21 Oct 2035 07:28:00 GMT"] {
+            assert_eq!(read(&[("retry-after", junk)]), Unreadable, "{junk}: absent, counted, no panic");
+        }
+        assert_eq!(read(&[("retry-after", "2.5"), ("retry-after-ms", "250")]), After(Duration::from_millis(250)), "retry-after-ms wins");
+        assert_eq!(read(&[("retry-after-ms", "-1")]), Unreadable);
+        assert_eq!(read(&[("retry-after-ms", "1e300")]), Unreadable);
+        assert_eq!(Unreadable.wait(), None);
     }
 }

@@ -4,11 +4,15 @@
 //! the watchdog), and a source with a watchdog always streamed and assembled; embeddings; every
 //! way an endpoint can answer classified by [`classify`] into an outcome class with a detail for
 //! telemetry; structured output checked on text answers against the request's JSON Schema or
-//! parse function; a response-size cap, a header timeout and the source's total timeout on every
-//! attempt. API keys never reach `Debug`, logs or telemetry.
+//! parse function; on every attempt a budget for what is held of its answer
+//! (`max_response_bytes`), a cap on a relayed stream (`max_stream_bytes`) and on one event, a
+//! header timeout and the source's total timeout; the bytes held by all attempts in flight
+//! ([`HeldBytes`]). API keys never reach `Debug`, logs or telemetry.
 
 pub mod classify;
+mod held;
 mod openai;
+mod pace;
 mod schema_bounds;
 pub mod structured;
 
@@ -24,20 +28,40 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Limits of every attempt, beyond the source's own `timeout_s` and `watchdog_s`.
+pub use held::HeldBytes;
+
+/// Limits of every attempt, beyond the source's own `timeout_s` and `watchdog_s`. Past a size
+/// limit the attempt is `Transient` for the source, which the call does not ask again
+/// ([`Outcome::too_large`](gateway_core::request::Outcome::too_large)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HttpLimits {
-    /// Largest response body read (an answer above it is `Transient(body_too_large)`), and
-    /// largest event of a stream (`Transient(event_too_large)`; a stream's length is bounded by
-    /// the source's timeout).
+    /// Most bytes held of one attempt's answer (default 8 MiB): a whole body, a stream
+    /// assembled for a caller that did not stream, the text kept for a structured check and
+    /// the events before a stream's commit point, together. Past it: `body_too_large`.
     pub max_response_bytes: usize,
+    /// Most bytes one relayed stream may carry (default 64 MiB; a source's `max_stream_bytes`
+    /// overrides it). Past it: `stream_too_large`.
+    pub max_stream_bytes: u64,
+    /// Largest event of a stream (default 1 MiB; a chat chunk is a few hundred bytes). Past
+    /// it: `event_too_large`.
+    pub max_event_bytes: usize,
+    /// The fastest a stream is read, in bytes a second (default 8 MiB/s, after a first second's
+    /// worth at once; a model streams a few KiB/s): a provider streaming as fast as the network
+    /// allows is slowed to it rather than take the process's CPU.
+    pub max_stream_bytes_per_s: u64,
     /// Longest wait for the response headers; `None` waits up to the source timeout.
     pub header_timeout: Option<Duration>,
 }
 
 impl Default for HttpLimits {
     fn default() -> Self {
-        HttpLimits { max_response_bytes: 8 << 20, header_timeout: None }
+        HttpLimits {
+            max_response_bytes: 8 << 20,
+            max_stream_bytes: 64 << 20,
+            max_event_bytes: 1 << 20,
+            max_stream_bytes_per_s: 8 << 20,
+            header_timeout: None,
+        }
     }
 }
 
@@ -87,6 +111,8 @@ pub(crate) struct Source {
     pub(crate) headers: HeaderMap,
     /// Whom a 404 blames here, from the kinds of the scopes the source serves.
     pub(crate) not_found: classify::NotFound,
+    /// The source's own cap on a relayed stream, over [`HttpLimits::max_stream_bytes`].
+    pub(crate) max_stream_bytes: Option<u64>,
 }
 
 impl fmt::Debug for Source {
@@ -105,14 +131,31 @@ impl fmt::Debug for Source {
 /// The HTTP upstream of one or more scopes, by source name.
 pub struct HttpUpstream {
     sources: HashMap<String, Arc<Source>>,
-    wall: Arc<dyn WallClock>,
-    limits: HttpLimits,
-    schemas: Arc<structured::Schemas>,
+    shared: Shared,
+}
+
+/// What every attempt of an upstream reads besides its source.
+pub(crate) struct Shared {
+    pub(crate) wall: Arc<dyn WallClock>,
+    pub(crate) limits: HttpLimits,
+    pub(crate) schemas: Arc<structured::Schemas>,
+    pub(crate) held: Arc<HeldBytes>,
+    pub(crate) ignored: Arc<classify::IgnoredHeaders>,
+}
+
+impl Shared {
+    /// A fresh share of what is held, for one attempt.
+    pub(crate) fn hold(&self) -> held::Held {
+        held::Held::new(&self.held, self.limits.max_response_bytes)
+    }
 }
 
 impl fmt::Debug for HttpUpstream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HttpUpstream").field("sources", &self.sources.values().collect::<Vec<_>>()).field("limits", &self.limits).finish()
+        f.debug_struct("HttpUpstream")
+            .field("sources", &self.sources.values().collect::<Vec<_>>())
+            .field("limits", &self.shared.limits)
+            .finish()
     }
 }
 
@@ -148,25 +191,49 @@ impl HttpUpstream {
             }
         }
         let sources = sources.into_iter().map(|(name, (_, source, _))| (name, source)).collect();
-        Ok(HttpUpstream { sources, wall: Arc::new(SystemWallClock), limits: HttpLimits::default(), schemas: Arc::default() })
+        let shared = Shared {
+            wall: Arc::new(SystemWallClock),
+            limits: HttpLimits::default(),
+            schemas: Arc::default(),
+            held: Arc::default(),
+            ignored: Arc::default(),
+        };
+        Ok(HttpUpstream { sources, shared })
     }
 
     /// Replaces the attempt limits.
     pub fn with_limits(mut self, limits: HttpLimits) -> Self {
-        self.limits = limits;
+        self.shared.limits = limits;
         self
+    }
+
+    /// Counts what its attempts hold in `held` (shared with whoever reads it, such as a proxy
+    /// that refuses new calls past a process-wide budget).
+    pub fn with_held_bytes(mut self, held: Arc<HeldBytes>) -> Self {
+        self.shared.held = held;
+        self
+    }
+
+    /// The bytes its attempts in flight hold.
+    pub fn held_bytes(&self) -> Arc<HeldBytes> {
+        self.shared.held.clone()
+    }
+
+    /// The provider headers it could not believe, counted.
+    pub fn ignored_headers(&self) -> Arc<classify::IgnoredHeaders> {
+        self.shared.ignored.clone()
     }
 
     /// Checks structured output with these compiled schemas (shared with whoever else compiles
     /// the same callers' schemas, such as a proxy that refuses unusable ones up front).
     pub fn with_schemas(mut self, schemas: Arc<structured::Schemas>) -> Self {
-        self.schemas = schemas;
+        self.shared.schemas = schemas;
         self
     }
 
     /// Replaces the wall clock (tests of HTTP-date Retry-After).
     pub fn with_wall_clock(mut self, wall: Arc<dyn WallClock>) -> Self {
-        self.wall = wall;
+        self.shared.wall = wall;
         self
     }
 }
@@ -203,6 +270,7 @@ fn build_source(policy: &SourcePolicy, key: &str, not_found: classify::NotFound)
         watchdog: policy.watchdog,
         headers,
         not_found,
+        max_stream_bytes: policy.max_stream_bytes,
     })
 }
 
@@ -212,7 +280,7 @@ impl Upstream for HttpUpstream {
         let Some(src) = self.sources.get(source) else {
             return Attempt::failure(OutcomeClass::SourceDead, "unknown_source", None);
         };
-        match tokio::time::timeout(src.timeout, openai::exchange(src, request, &self.limits, &*self.wall, &self.schemas)).await {
+        match tokio::time::timeout(src.timeout, openai::exchange(src, request, &self.shared)).await {
             Ok(attempt) => attempt,
             Err(_) => Attempt::failure(OutcomeClass::Transient, "timeout", None),
         }
@@ -223,7 +291,7 @@ impl Upstream for HttpUpstream {
             return Streamed::Ended(Attempt::failure(OutcomeClass::SourceDead, "unknown_source", None));
         };
         // The chunks keep the source's deadline themselves; this bounds the wait for headers.
-        match tokio::time::timeout(src.timeout, openai::open_checked(src, request, &self.limits, &*self.wall, &self.schemas)).await {
+        match tokio::time::timeout(src.timeout, openai::open_checked(src, request, &self.shared)).await {
             Ok(streamed) => streamed,
             Err(_) => Streamed::Ended(Attempt::failure(OutcomeClass::Transient, "timeout", None)),
         }

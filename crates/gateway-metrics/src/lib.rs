@@ -11,6 +11,10 @@
 //! - `llm_aimd_limit{scope,tenant_id,source}` and `llm_source_health{scope,tenant_id,source}`
 //!   gauges, as of each source's last attempt.
 //!
+//! - the shared backend's health (`llm_backend_*`) and the upstream side's figures: bytes held of
+//!   answers (`llm_held_response_bytes`, its budget), calls refused at that budget, and provider
+//!   `Retry-After` values not believed.
+//!
 //! `tenant_id` is empty for shared gates and untenanted calls. Label cardinality is bounded: past
 //! `max_tenants` distinct tenants, further ones are reported as `tenant_id="_other"` (the
 //! client's own `max_tenants` bounds the tenants it keeps; evicted tenants' series stay).
@@ -28,6 +32,9 @@ use prometheus_client::registry::Registry;
 use std::collections::HashSet;
 use std::sync::atomic::AtomicU64;
 use std::sync::{PoisonError, RwLock};
+
+mod upstream;
+pub use upstream::UpstreamCounts;
 
 /// The tenant label of series past the tenant cap.
 pub const OTHER_TENANTS: &str = "_other";
@@ -138,6 +145,7 @@ pub struct Metrics {
     aimd_limit: Family<SourceLabels, FloatGauge>,
     health: Family<SourceLabels, FloatGauge>,
     backend: BackendMetrics,
+    upstream: upstream::UpstreamMetrics,
     tenants: RwLock<HashSet<String>>,
     max_tenants: usize,
 }
@@ -185,6 +193,8 @@ impl Metrics {
         registry.register("llm_source_health", "Health EWMA of a source as of its last attempt", health.clone());
         let backend = BackendMetrics::default();
         backend.register(&mut registry);
+        let upstream = upstream::UpstreamMetrics::default();
+        upstream.register(&mut registry);
         Metrics {
             registry,
             circuit_state,
@@ -194,6 +204,7 @@ impl Metrics {
             aimd_limit,
             health,
             backend,
+            upstream,
             tenants: RwLock::new(HashSet::new()),
             max_tenants,
         }
@@ -202,6 +213,11 @@ impl Metrics {
     /// Sets the shared backend's figures (the proxy does before each exposition).
     pub fn backend(&self, counts: BackendCounts) {
         self.backend.set(counts);
+    }
+
+    /// Sets the upstream side's figures (the proxy does before each exposition).
+    pub fn upstream(&self, counts: UpstreamCounts) {
+        self.upstream.set(counts);
     }
 
     /// The OpenMetrics text exposition (what `/metrics` serves).

@@ -1,8 +1,11 @@
 //! The chunk sources of a streamed attempt: a whole answer replayed as chunks, the SSE reader
-//! under the watchdog and the deadline, and the structured check at a stream's end.
+//! under the watchdog, the deadline and the size caps, and the structured check at a stream's
+//! end.
 
 use super::{error_in_answer, transient};
 use crate::classify::NotFound;
+use crate::held::Held;
+use crate::pace::Pace;
 use crate::structured::Schemas;
 use crate::{HttpLimits, Source};
 use async_trait::async_trait;
@@ -40,6 +43,16 @@ impl ChunkSource for Replayed {
     }
 }
 
+/// What of a stream its reader holds under the attempt's budget.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Holding {
+    /// The events up to the commit point (the call holds them until it commits); after it each
+    /// event is relayed, and only the stream's cap applies.
+    UntilCommit,
+    /// Every event (the stream is assembled into a whole answer).
+    Everything,
+}
+
 /// `data:` events of an SSE response, one chunk at a time.
 pub(super) struct Sse {
     response: reqwest::Response,
@@ -47,7 +60,16 @@ pub(super) struct Sse {
     /// Bytes of `buffer` known to hold no line end.
     scanned: usize,
     /// Longest event (a line).
-    cap: usize,
+    max_event: usize,
+    /// The attempt's share of what is held, and what of the stream it holds.
+    held: Held,
+    holding: Holding,
+    /// Bytes held for the events before the commit point, handed back once they went on.
+    preamble_bytes: usize,
+    /// Bytes read of the stream, the most it may carry, and the pace it is read at.
+    streamed: u64,
+    max_stream: u64,
+    pace: Pace,
     watchdog: Option<Duration>,
     deadline: Instant,
     /// Where the watchdog's wait began: the attempt's start until the commit point, then the
@@ -65,20 +87,26 @@ pub(super) struct Sse {
 
 impl Sse {
     /// Reads the events of `response`, an attempt at `src` that started at `started` and must
-    /// end by `deadline`.
+    /// end by `deadline`, holding what `holding` says under `held`.
     pub(super) fn new(
         response: reqwest::Response,
         src: &Source,
         limits: &HttpLimits,
-        started: Instant,
-        deadline: Instant,
+        (held, holding): (Held, Holding),
+        (started, deadline): (Instant, Instant),
         request_id: Option<String>,
     ) -> Self {
         Sse {
             response,
             buffer: Vec::new(),
             scanned: 0,
-            cap: limits.max_response_bytes,
+            max_event: limits.max_event_bytes,
+            held,
+            holding,
+            preamble_bytes: 0,
+            streamed: 0,
+            max_stream: src.max_stream_bytes.unwrap_or(limits.max_stream_bytes),
+            pace: Pace::new(limits.max_stream_bytes_per_s, started),
             watchdog: src.watchdog,
             deadline,
             watch_from: started,
@@ -118,12 +146,27 @@ impl Sse {
             Some(limit) if self.watch_from + limit < self.deadline => (self.watch_from + limit, "watchdog"),
             _ => (self.deadline, "timeout"),
         };
+        let now = Instant::now();
+        let ready = self.pace.ready_at(now);
+        if ready > until {
+            tokio::time::sleep_until(until).await;
+            return Err(transient(cause));
+        }
+        // Only a stream past its pace waits: any sleep, even to now, waits for tokio's 1 ms tick.
+        if ready > now {
+            tokio::time::sleep_until(ready).await;
+        }
         match tokio::time::timeout_at(until, self.response.chunk()).await {
             Err(_) => Err(transient(cause)),
             Ok(Ok(Some(bytes))) => {
+                self.pace.spend(bytes.len(), Instant::now());
+                self.streamed += bytes.len() as u64;
+                if self.streamed > self.max_stream {
+                    return Err(Outcome::too_large("stream_too_large"));
+                }
                 self.buffer.extend_from_slice(&bytes);
-                if self.buffer.len() > self.cap {
-                    return Err(transient("event_too_large"));
+                if self.buffer.len() > self.max_event {
+                    return Err(Outcome::too_large("event_too_large"));
                 }
                 Ok(())
             }
@@ -136,6 +179,24 @@ impl Sse {
                 Ok(())
             }
             Ok(Ok(None) | Err(_)) => Err(transient("truncated_stream")),
+        }
+    }
+
+    /// Holds an event of `bytes` if the call holds it: every event of an assembled stream, and
+    /// those up to the commit point of a relayed one (handed back at the first event after it,
+    /// when the call has passed them on).
+    fn hold(&mut self, bytes: usize) -> Result<(), Outcome> {
+        match self.holding {
+            Holding::Everything => self.held.take(bytes),
+            Holding::UntilCommit if !self.committed => {
+                self.held.take(bytes)?;
+                self.preamble_bytes += bytes;
+                Ok(())
+            }
+            Holding::UntilCommit => {
+                self.held.give_back(std::mem::take(&mut self.preamble_bytes));
+                Ok(())
+            }
         }
     }
 
@@ -177,6 +238,9 @@ impl ChunkSource for Sse {
                 self.done = true;
                 return None;
             }
+            if let Err(outcome) = self.hold(data.len()) {
+                return Some(Err(outcome));
+            }
             return Some(match serde_json::from_str::<Value>(&data) {
                 Ok(Value::Object(event)) => match event.get("error") {
                     Some(error) => Err(error_in_answer(self.not_found, error, "error_in_stream")),
@@ -205,15 +269,18 @@ pub(super) struct Checked {
     /// Per choice index, its text so far, or `None` once it carries a tool call or a refusal
     /// (not a text answer: not checked, as in a whole answer).
     answers: BTreeMap<u64, Option<String>>,
+    /// The attempt's share of what is held: the text kept is held under it.
+    held: Held,
 }
 
 impl Checked {
-    /// Checks the text answers of `inner` against `structured` when it ends.
-    pub(super) fn new(inner: Box<dyn ChunkSource>, schemas: Arc<Schemas>, structured: Structured) -> Self {
-        Checked { inner, schemas, structured, answers: BTreeMap::new() }
+    /// Checks the text answers of `inner` against `structured` when it ends, holding the text
+    /// it keeps under `held`.
+    pub(super) fn new(inner: Box<dyn ChunkSource>, schemas: Arc<Schemas>, structured: Structured, held: Held) -> Self {
+        Checked { inner, schemas, structured, answers: BTreeMap::new(), held }
     }
 
-    fn note(&mut self, chunk: &Chunk) {
+    fn note(&mut self, chunk: &Chunk) -> Result<(), Outcome> {
         for choice in chunk.get("choices").and_then(Value::as_array).into_iter().flatten() {
             let index = choice.get("index").and_then(Value::as_u64).unwrap_or(0);
             let Some(delta) = choice.get("delta").and_then(Value::as_object) else { continue };
@@ -221,11 +288,19 @@ impl Checked {
             let other = delta.get("tool_calls").and_then(Value::as_array).is_some_and(|calls| !calls.is_empty())
                 || delta.get("refusal").and_then(Value::as_str).is_some_and(|r| !r.is_empty());
             match (other, answer.as_mut(), delta.get("content").and_then(Value::as_str)) {
-                (true, _, _) => *answer = None,
-                (false, Some(text), Some(piece)) => text.push_str(piece),
+                (true, text, _) => {
+                    // Not a text answer: what was kept of it goes.
+                    self.held.give_back(text.map_or(0, |t| t.len()));
+                    *answer = None;
+                }
+                (false, Some(text), Some(piece)) => {
+                    self.held.take(piece.len())?;
+                    text.push_str(piece);
+                }
                 _ => {}
             }
         }
+        Ok(())
     }
 }
 
@@ -233,10 +308,7 @@ impl Checked {
 impl ChunkSource for Checked {
     async fn next_chunk(&mut self) -> Option<Result<Chunk, Outcome>> {
         match self.inner.next_chunk().await {
-            Some(Ok(chunk)) => {
-                self.note(&chunk);
-                Some(Ok(chunk))
-            }
+            Some(Ok(chunk)) => Some(self.note(&chunk).map(|()| chunk)),
             None => {
                 let texts = std::mem::take(&mut self.answers).into_values().flatten();
                 for text in texts.filter(|t| !t.trim().is_empty()) {

@@ -1,7 +1,8 @@
 //! The OpenAI chat-completions and embeddings dialect on the wire: the body of one attempt (the
 //! caller's native body with the source's `model`; `stream` and `stream_options.include_usage`
 //! the gateway's), a whole answer read and checked, and a stream of `chat.completion.chunk`
-//! events read one at a time under the watchdog and the source's deadline.
+//! events read one at a time under the watchdog and the source's deadline. What an attempt
+//! holds of its answer is counted against its budget (`max_response_bytes`) as it comes.
 //!
 //! The watchdog (SPEC §13): before the commit point it bounds the time from the attempt's start
 //! (the wait for headers included) to the first chunk with something to show, whatever else
@@ -10,16 +11,15 @@
 mod chunks;
 
 use crate::classify::{NotFound, classify_code, classify_status, classify_transport, retry_after};
+use crate::held::Held;
 use crate::structured::Schemas;
-use crate::{HttpLimits, Source, header_wait};
-use chunks::{Checked, Replayed, Sse};
+use crate::{HttpLimits, Shared, Source, header_wait};
+use chunks::{Checked, Holding, Replayed, Sse};
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::ports::Streamed;
 use gateway_core::request::{Attempt, Kind, Object, Outcome, ProviderError, Request, Response};
-use gateway_core::stream::{assemble, opening_failure, streamed_upstream};
-use gateway_core::time::WallClock;
+use gateway_core::stream::{Assembly, opening_failure, streamed_upstream};
 use serde_json::{Value, json};
-use std::sync::Arc;
 use tokio::time::Instant;
 
 fn transient(detail: &str) -> Outcome {
@@ -66,14 +66,14 @@ async fn post(src: &Source, request: &Request, stream: bool, limits: &HttpLimits
 
 /// A non-2xx answer as an outcome: its class, Retry-After for a 429, and the provider's own
 /// error body for a request it refused (passed on to the caller as it came).
-async fn refusal(src: &Source, mut response: reqwest::Response, limits: &HttpLimits, wall: &dyn WallClock) -> Outcome {
+async fn refusal(src: &Source, mut response: reqwest::Response, shared: &Shared) -> Outcome {
     let status = response.status();
     let headers = response.headers().clone();
-    let body = read_body(&mut response, limits.max_response_bytes).await.unwrap_or_default();
+    let body = read_body(&mut response, &shared.hold()).await.unwrap_or_default();
     let parsed: Option<Value> = serde_json::from_slice(&body).ok();
     let code = parsed.as_ref().and_then(|v| v.get("error")).and_then(error_code_of);
     let (class, detail) = classify_status(status, code.as_deref(), src.not_found);
-    let retry_after = if class == OutcomeClass::RateLimited { retry_after(&headers, wall) } else { None };
+    let retry_after = if class == OutcomeClass::RateLimited { shared.ignored.note(retry_after(&headers, &*shared.wall)) } else { None };
     let provider_error = (class == OutcomeClass::RequestRejected).then(|| {
         Box::new(ProviderError {
         status: status.as_u16(),
@@ -82,7 +82,7 @@ async fn refusal(src: &Source, mut response: reqwest::Response, limits: &HttpLim
         ),
     })
     });
-    Outcome { class, detail, retry_after, provider_error }
+    Outcome { class, detail, retry_after, provider_error, source_spent: false }
 }
 
 fn request_id(response: &reqwest::Response) -> Option<String> {
@@ -91,13 +91,13 @@ fn request_id(response: &reqwest::Response) -> Option<String> {
 
 /// One attempt answered whole, without the total timeout (the caller applies it). A chat
 /// request to a source with a watchdog is streamed and assembled, so the watchdog applies.
-pub(crate) async fn exchange(src: &Source, request: &Request, limits: &HttpLimits, wall: &dyn WallClock, schemas: &Schemas) -> Attempt {
+pub(crate) async fn exchange(src: &Source, request: &Request, shared: &Shared) -> Attempt {
     let answer = if streamed_upstream(request.kind(), src.watchdog) {
-        assembled(src, request, limits, wall).await
+        assembled(src, request, shared).await
     } else {
-        whole(src, request, limits, wall).await
+        whole(src, request, shared).await
     };
-    match answer.and_then(|(response, detail)| checked(response, request, schemas).map(|r| (r, detail))) {
+    match answer.and_then(|(response, detail)| checked(response, request, &shared.schemas).map(|r| (r, detail))) {
         Ok((response, detail)) => Attempt::success(response, detail),
         Err(outcome) => Attempt::ended(outcome),
     }
@@ -119,14 +119,14 @@ fn checked(response: Response, request: &Request, schemas: &Schemas) -> Result<R
     Ok(response)
 }
 
-async fn whole(src: &Source, request: &Request, limits: &HttpLimits, wall: &dyn WallClock) -> Result<(Response, String), Outcome> {
-    let mut response = post(src, request, false, limits).await?;
+async fn whole(src: &Source, request: &Request, shared: &Shared) -> Result<(Response, String), Outcome> {
+    let mut response = post(src, request, false, &shared.limits).await?;
     if !response.status().is_success() {
-        return Err(refusal(src, response, limits, wall).await);
+        return Err(refusal(src, response, shared).await);
     }
     let detail = format!("http_{}", response.status().as_u16());
     let id = request_id(&response);
-    let body = read_body(&mut response, limits.max_response_bytes).await?;
+    let body = read_body(&mut response, &shared.hold()).await?;
     let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(&body) else { return Err(transient("malformed_json")) };
     if let Some(error) = body.get("error") {
         // Some relays answer an error with a 2xx status.
@@ -135,50 +135,50 @@ async fn whole(src: &Source, request: &Request, limits: &HttpLimits, wall: &dyn 
     Ok((Response::new(request.kind(), body).with_request_id(id), detail))
 }
 
-/// A chat answer streamed from the source and assembled.
-async fn assembled(src: &Source, request: &Request, limits: &HttpLimits, wall: &dyn WallClock) -> Result<(Response, String), Outcome> {
-    let mut chunks = match open(src, request, limits, wall).await {
+/// A chat answer streamed from the source and assembled chunk by chunk (every event counted
+/// against the attempt's budget: the whole answer is held).
+async fn assembled(src: &Source, request: &Request, shared: &Shared) -> Result<(Response, String), Outcome> {
+    let mut chunks = match open(src, request, shared, &shared.hold(), Holding::Everything).await {
         Streamed::Ended(attempt) => return Err(attempt.into_parts().0),
         Streamed::Chunks(chunks) => chunks,
     };
-    let mut all = Vec::new();
+    let mut assembly = Assembly::default();
     while let Some(chunk) = chunks.next_chunk().await {
-        all.push(chunk?);
+        assembly.push(&chunk?);
     }
     let id = chunks.request_id().map(str::to_owned);
-    Ok((assemble(&all).with_request_id(id), "http_200".to_owned()))
+    Ok((assembly.finish().with_request_id(id), "http_200".to_owned()))
 }
 
-/// A streamed attempt for a caller that takes it as a stream: [`open`], with the request's
-/// structured check run on the text answers when the stream ends.
-pub(crate) async fn open_checked(
-    src: &Source,
-    request: &Request,
-    limits: &HttpLimits,
-    wall: &dyn WallClock,
-    schemas: &Arc<Schemas>,
-) -> Streamed {
-    match (open(src, request, limits, wall).await, &request.structured) {
-        (Streamed::Chunks(inner), Some(structured)) => Streamed::Chunks(Box::new(Checked::new(inner, schemas.clone(), structured.clone()))),
+/// A streamed attempt for a caller that takes it as a stream: [`open`], holding the events
+/// before the commit point, with the request's structured check run on the text answers when
+/// the stream ends (the text it keeps for it is held under the same budget).
+pub(crate) async fn open_checked(src: &Source, request: &Request, shared: &Shared) -> Streamed {
+    let held = shared.hold();
+    match (open(src, request, shared, &held, Holding::UntilCommit).await, &request.structured) {
+        (Streamed::Chunks(inner), Some(structured)) => {
+            Streamed::Chunks(Box::new(Checked::new(inner, shared.schemas.clone(), structured.clone(), held)))
+        }
         (streamed, _) => streamed,
     }
 }
 
 /// Opens a streamed chat attempt: the chunks, or how it ended without them. A source that
-/// answers a stream request with a whole JSON answer is replayed as chunks.
-pub(crate) async fn open(src: &Source, request: &Request, limits: &HttpLimits, wall: &dyn WallClock) -> Streamed {
+/// answers a stream request with a whole JSON answer is replayed as chunks. `held` is the
+/// attempt's share of what is held, `holding` what of the stream it holds.
+async fn open(src: &Source, request: &Request, shared: &Shared, held: &Held, holding: Holding) -> Streamed {
     let started = Instant::now();
     let deadline = started + src.timeout;
-    let mut response = match post(src, request, true, limits).await {
+    let mut response = match post(src, request, true, &shared.limits).await {
         Ok(response) => response,
         Err(outcome) => return Streamed::Ended(Attempt::ended(outcome)),
     };
     if !response.status().is_success() {
-        return Streamed::Ended(Attempt::ended(refusal(src, response, limits, wall).await));
+        return Streamed::Ended(Attempt::ended(refusal(src, response, shared).await));
     }
     let is_sse = response.headers().get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|t| t.starts_with("text/event-stream"));
     if !is_sse {
-        let body = match read_body(&mut response, limits.max_response_bytes).await {
+        let body = match read_body(&mut response, &shared.hold()).await {
             Ok(body) => body,
             Err(outcome) => return Streamed::Ended(Attempt::ended(outcome)),
         };
@@ -194,17 +194,21 @@ pub(crate) async fn open(src: &Source, request: &Request, limits: &HttpLimits, w
         };
     }
     let request_id = request_id(&response);
-    Streamed::Chunks(Box::new(Sse::new(response, src, limits, started, deadline, request_id)))
+    let reader = Sse::new(response, src, &shared.limits, (held.clone(), holding), (started, deadline), request_id);
+    Streamed::Chunks(Box::new(reader))
 }
-/// The body, up to `cap` bytes.
-async fn read_body(response: &mut reqwest::Response, cap: usize) -> Result<Vec<u8>, Outcome> {
+
+/// The body, held under `held`'s budget (the attempt ends `body_too_large` past it). A body
+/// that declares a length past the budget is refused before it is read.
+async fn read_body(response: &mut reqwest::Response, held: &Held) -> Result<Vec<u8>, Outcome> {
+    if let Some(length) = response.content_length() {
+        held.fits(usize::try_from(length).unwrap_or(usize::MAX))?;
+    }
     let mut body = Vec::new();
     loop {
         match response.chunk().await {
             Ok(Some(chunk)) => {
-                if body.len() + chunk.len() > cap {
-                    return Err(transient("body_too_large"));
-                }
+                held.take(chunk.len())?;
                 body.extend_from_slice(&chunk);
             }
             Ok(None) => return Ok(body),

@@ -247,7 +247,7 @@ async fn a_streamed_answer_that_must_be_json_and_opens_with_prose_is_passed_on_a
 
 #[tokio::test]
 async fn one_event_over_the_cap_breaks_the_stream_but_a_long_stream_does_not() {
-    let limits = HttpLimits { max_response_bytes: 1024, ..HttpLimits::default() };
+    let limits = HttpLimits { max_event_bytes: 1024, ..HttpLimits::default() };
     let big = chunk(&"x".repeat(2048));
     let mock = MockServer::answering(move |_| sse(&[(0, big.as_str()), (0, "data: [DONE]\n\n")])).await.unwrap();
     let upstream = HttpUpstream::new(&[scope(&mock.base_url(), json!({}))]).unwrap().with_limits(limits);
@@ -275,4 +275,50 @@ async fn the_provider_s_request_id_comes_with_streams_and_assembled_answers() {
     assert_eq!(chunks.request_id(), Some("req-mock"));
     let attempt = upstream.send("s1", &chat(false)).await;
     assert_eq!(attempt.response().and_then(|r| r.request_id()), Some("req-mock"), "{attempt:?}");
+}
+
+#[tokio::test]
+async fn a_stream_past_its_source_s_max_stream_bytes_ends_with_the_source_spent() {
+    // 50 events of ~1 KiB against the source's own cap of 16 KiB.
+    let many: Vec<(Duration, String)> = (0..50).map(|_| (Duration::ZERO, chunk(&"z".repeat(1000)))).collect();
+    let mock = MockServer::answering(move |_| timed(many.clone())).await.unwrap();
+    let upstream = HttpUpstream::new(&[scope(&mock.base_url(), json!({"max_stream_bytes": 16384}))]).unwrap();
+    let Streamed::Chunks(mut chunks) = upstream.stream("s1", &chat(true)).await else { panic!("chunks") };
+    let mut relayed = 0;
+    let outcome = loop {
+        match chunks.next_chunk().await.expect("the stream ends with an error, not quietly") {
+            Ok(_) => relayed += 1,
+            Err(outcome) => break outcome,
+        }
+    };
+    assert_eq!((outcome.class, outcome.detail.as_str(), outcome.source_spent), (Transient, "stream_too_large", true));
+    assert!((10..17).contains(&relayed), "cut at 16 KiB: {relayed} events relayed");
+    drop(chunks);
+    assert_eq!(upstream.held_bytes().get(), 0, "nothing is held once the stream is dropped");
+}
+
+#[tokio::test]
+async fn an_assembled_stream_past_max_response_bytes_is_too_large_and_holds_nothing_after() {
+    let many: Vec<(Duration, String)> = (0..50).map(|_| (Duration::ZERO, chunk(&"z".repeat(1000)))).collect();
+    let mock = MockServer::answering(move |_| timed(many.clone())).await.unwrap();
+    let upstream = HttpUpstream::new(&[scope(&mock.base_url(), json!({"watchdog_s": 1}))])
+        .unwrap()
+        .with_limits(HttpLimits { max_response_bytes: 8192, ..HttpLimits::default() });
+    let attempt = upstream.send("s1", &chat(false)).await;
+    let outcome = attempt.outcome();
+    assert_eq!((outcome.class, outcome.detail.as_str(), outcome.source_spent), (Transient, "body_too_large", true));
+    assert_eq!(upstream.held_bytes().get(), 0, "released at once");
+}
+
+#[tokio::test]
+async fn an_unreadable_retry_after_is_absent_and_counted() {
+    for value in ["garbage", "1e300", "86401"] {
+        let mock = MockServer::answering(move |_| status(429, json!({"error": {"message": "slow down"}})).header("retry-after", value))
+            .await
+            .unwrap();
+        let upstream = HttpUpstream::new(&[scope(&mock.base_url(), json!({}))]).unwrap();
+        let attempt = upstream.send("s1", &chat(false)).await;
+        assert_eq!((attempt.outcome().class, attempt.outcome().retry_after), (RateLimited, None), "{value}");
+        assert_eq!(upstream.ignored_headers().retry_after(), 1, "{value} is counted");
+    }
 }

@@ -23,6 +23,7 @@
 
 mod auth;
 pub mod config;
+pub mod memory;
 pub mod openai;
 mod routes;
 mod serve;
@@ -59,6 +60,10 @@ pub struct AppState {
     pub backstop: Option<Arc<Backstop>>,
     /// Callers' structured-output schemas, bounded and compiled once (shared with the upstream).
     pub schemas: Arc<Schemas>,
+    /// What the calls in flight hold of upstream answers, against `max_held_bytes`.
+    pub held: memory::HeldBudget,
+    /// The provider headers the upstream could not believe, counted.
+    pub ignored_headers: Arc<gateway_http::classify::IgnoredHeaders>,
     keys: auth::Keys,
     /// Cancelled at the shutdown deadline: every call still running ends with 503.
     cut: CancellationToken,
@@ -77,6 +82,7 @@ impl AppState {
     ) -> Self {
         let scope = client.scope_names().into_iter().next().unwrap_or_default();
         let keys = auth::Keys::new(&config, client.longest_tenant_idle());
+        let max_held = config.max_held_bytes.unwrap_or_else(memory::default_max_held_bytes);
         AppState {
             client,
             gates,
@@ -84,6 +90,8 @@ impl AppState {
             probe_key: SourceKey::new(scope.as_str(), "readyz"),
             backstop: None,
             schemas,
+            held: memory::HeldBudget::new(Arc::default(), max_held),
+            ignored_headers: Arc::default(),
             keys,
             config,
             cut: CancellationToken::new(),
@@ -195,7 +203,15 @@ pub async fn build_with(
     scopes: Vec<gateway_core::policy::ScopePolicy>,
 ) -> Result<Arc<AppState>, BuildError> {
     let schemas = schemas_for(&config);
-    let upstream = Arc::new(gateway_http::HttpUpstream::new(&scopes)?.with_schemas(schemas.clone()));
+    let limits = gateway_http::HttpLimits {
+        max_response_bytes: config.max_response_bytes,
+        max_stream_bytes: config.max_stream_bytes,
+        max_stream_bytes_per_s: config.max_stream_bytes_per_s,
+        ..gateway_http::HttpLimits::default()
+    };
+    let upstream = gateway_http::HttpUpstream::new(&scopes)?.with_schemas(schemas.clone()).with_limits(limits);
+    let (held, ignored_headers) = (upstream.held_bytes(), upstream.ignored_headers());
+    let upstream = Arc::new(upstream);
     let metrics = Arc::new(Metrics::new(config.metrics_max_tenants));
     let clock: Arc<dyn gateway_core::time::Clock> = Arc::new(gateway_client::TokioClock::new());
     let ((gates, quota, pacer), backstop): (Shared, _) = match &backend.redis_url {
@@ -224,6 +240,8 @@ pub async fn build_with(
         .build()?;
     let mut state = AppState::new(Arc::new(client), gates, metrics, config, schemas);
     state.backstop = backstop;
+    state.held = memory::HeldBudget::new(held, state.held.max());
+    state.ignored_headers = ignored_headers;
     Ok(Arc::new(state))
 }
 

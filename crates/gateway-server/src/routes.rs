@@ -48,6 +48,20 @@ fn answer(scope: &str, response: GatewayResponse) -> Response {
 async fn json_body(state: &AppState, request: HttpRequest) -> Result<(HeaderMap, Object), ApiError> {
     let (parts, body) = request.into_parts();
     let limit = state.config.max_body_bytes;
+    let too_large = || {
+        let too_large = ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            "body_too_large",
+            format!("the body exceeds {limit} bytes"),
+        );
+        ApiError { param: Some("body".into()), ..too_large }.closing()
+    };
+    // A body that declares more than the limit is refused before a byte of it is read.
+    let declared = parts.headers.get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limit as u64) {
+        return Err(too_large());
+    }
     let timeout = Duration::from_secs_f64(state.config.body_timeout_s);
     let bytes: Bytes = match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
         Err(_) => {
@@ -59,15 +73,7 @@ async fn json_body(state: &AppState, request: HttpRequest) -> Result<(HeaderMap,
             );
             return Err(ApiError { param: Some("body".into()), ..too_slow }.closing());
         }
-        Ok(Err(_)) => {
-            let too_large = ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "invalid_request_error",
-                "body_too_large",
-                format!("the body exceeds {limit} bytes"),
-            );
-            return Err(ApiError { param: Some("body".into()), ..too_large }.closing());
-        }
+        Ok(Err(_)) => return Err(too_large()),
         Ok(Ok(bytes)) => bytes,
     };
     match serde_json::from_slice::<Value>(&bytes) {
@@ -100,7 +106,7 @@ async fn governed<T>(state: &AppState, call: impl Future<Output = Result<T, Call
         // After the deadline no call may start and take leases.
         biased;
         () = state.cut.cancelled() => Err(cut(state)),
-        result = call => result.map_err(|e| openai::call_error(&e)),
+        result = call => result.map_err(|e| openai::naming_the_limit(openai::call_error(&e), e.report(), &state.config)),
     }
 }
 
@@ -123,6 +129,7 @@ pub(crate) async fn chat(State(state): State<Arc<AppState>>, request: HttpReques
 
 async fn chat_inner(state: Arc<AppState>, request: HttpRequest) -> Result<Response, ApiError> {
     let tenant = state.keys.authenticate(request.headers())?.tenant;
+    state.held.admit()?;
     let (_, body) = json_body(&state, request).await?;
     let model = openai::model(&body)?;
     known_model(&state, &model)?;
@@ -230,7 +237,7 @@ async fn next_event(
                     Some(Ok(chunk)) if openai::is_usage_chunk(&chunk) && !include_usage => Relay::Streaming(stream),
                     Some(Ok(chunk)) => return Some((Ok(openai::chunk_event(&chunk)), Relay::Streaming(stream))),
                     Some(Err(broken)) => {
-                        let error = ApiError::new(StatusCode::BAD_GATEWAY, "upstream_error", "stream_broken", broken.to_string());
+                        let error = openai::stream_broken(&broken, &state.config);
                         return Some((Ok(openai::error_event(&error)), Relay::Done));
                     }
                     None => return Some((Ok("data: [DONE]\n\n".to_owned()), Relay::Done)),
@@ -259,6 +266,7 @@ fn event_stream(body: Body, scope: String, served: Vec<(&'static str, String)>) 
 pub(crate) async fn embeddings(State(state): State<Arc<AppState>>, request: HttpRequest) -> Response {
     let result: Result<Response, ApiError> = async {
         let tenant = state.keys.authenticate(request.headers())?.tenant;
+        state.held.admit()?;
         let (_, body) = json_body(&state, request).await?;
         let model = openai::model(&body)?;
         known_model(&state, &model)?;
@@ -334,6 +342,12 @@ fn exposition(state: &AppState) -> Response {
         counts.dropped_records = stats.dropped_records;
     }
     state.metrics.backend(counts);
+    state.metrics.upstream(gateway_metrics::UpstreamCounts {
+        held_bytes: state.held.held() as u64,
+        max_held_bytes: state.held.max() as u64,
+        refused_for_held_bytes: state.held.refused(),
+        unreadable_retry_after: state.ignored_headers.retry_after(),
+    });
     ([("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")], state.metrics.render()).into_response()
 }
 

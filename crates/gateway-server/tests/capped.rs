@@ -27,6 +27,12 @@ struct Capped {
 
 impl Capped {
     async fn start(server: &str) -> Capped {
+        Capped::start_with(server, None, Stdio::null()).await
+    }
+
+    /// The proxy with `server` lines, at most `fds` open descriptors when given, and its stderr
+    /// to `stderr`.
+    async fn start_with(server: &str, fds: Option<u32>, stderr: Stdio) -> Capped {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let config = std::env::temp_dir().join(format!("gateway-capped-{}-{port}.toml", std::process::id()));
         let text = format!(
@@ -36,11 +42,18 @@ impl Capped {
         );
         std::fs::write(&config, text).unwrap();
         let child = Command::new("sh")
-            .args(["-c", &format!("ulimit -v {MEMORY_CAP_KIB} && exec \"$0\" --config \"$1\""), env!("CARGO_BIN_EXE_gateway-server")])
+            .args([
+                "-c",
+                &format!(
+                    "ulimit -v {MEMORY_CAP_KIB} && {} exec \"$0\" --config \"$1\"",
+                    fds.map(|n| format!("ulimit -n {n} &&")).unwrap_or_default()
+                ),
+                env!("CARGO_BIN_EXE_gateway-server"),
+            ])
             .arg(&config)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .unwrap();
         let capped = Capped { child, base: format!("http://127.0.0.1:{port}"), config };
@@ -139,6 +152,38 @@ async fn a_slowloris_flood_is_shed_while_the_proxy_keeps_serving() {
         }
         assert!(began.elapsed() < Duration::from_secs(5), "all 300 were closed about a second after their first byte");
         assert!(proxy.alive());
+    })
+    .await
+    .expect("within the time cap");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_past_the_connection_cap_never_runs_accept_out_of_file_descriptors() {
+    tokio::time::timeout(TIME_CAP, async {
+        let log = std::env::temp_dir().join(format!("gateway-capped-fds-{}.log", std::process::id()));
+        let stderr = std::fs::File::create(&log).unwrap();
+        // 1 024 descriptors: the cap is 768 connections, a quarter is kept for the rest.
+        let mut proxy = Capped::start_with("header_timeout_s = 5", Some(1024), stderr.into()).await;
+        let address = proxy.base.trim_start_matches("http://").to_owned();
+        // Each sends half a request and stalls: none is idle, so none can make room, and every
+        // connection past the cap waits for its 503 (or, past the newcomers the proxy holds at
+        // once, is closed unanswered).
+        let mut flood = Vec::new();
+        for _ in 0..1200 {
+            if let Ok(mut stream) = tokio::net::TcpStream::connect(&address).await {
+                let _ = stream.write_all(b"GET /healthz HTTP/1.1\r\n").await;
+                flood.push(stream);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(proxy.alive());
+        drop(flood);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let served = reqwest::get(format!("{}/healthz", proxy.base)).await.unwrap();
+        assert_eq!(served.status(), 200, "a newcomer is served after the flood");
+        let warnings = std::fs::read_to_string(&log).unwrap();
+        let _ = std::fs::remove_file(&log);
+        assert!(!warnings.contains("Too many open files"), "the proxy ran out of descriptors: {warnings:.500}");
     })
     .await
     .expect("within the time cap");

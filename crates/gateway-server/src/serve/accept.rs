@@ -1,5 +1,6 @@
 //! The accept loop: connections accepted under the cap, the one idle the longest closed to make
-//! room, and a 503 for a newcomer that still finds none.
+//! room, a 503 for a newcomer that still finds none, and a bound on those newcomers (each holds
+//! a file descriptor).
 
 use super::Limits;
 use super::connection::connection;
@@ -45,10 +46,16 @@ impl Open {
         self.watches.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&id);
     }
 
-    /// Asks the connection idle the longest (no request in flight, none arriving) to close.
+    /// Asks the connection idle the longest (no request in flight, none arriving) to close. One
+    /// already asked is passed over: its place is promised to the newcomer that asked, so each
+    /// newcomer frees a place of its own.
     fn close_longest_idle(&self) -> bool {
         let watches = self.watches.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let idlest = watches.values().filter_map(|w| w.idle_since().map(|since| (since, w))).min_by_key(|(since, _)| *since);
+        let idlest = watches
+            .values()
+            .filter(|w| !w.close.is_cancelled())
+            .filter_map(|w| w.idle_since().map(|since| (since, w)))
+            .min_by_key(|(since, _)| *since);
         match idlest {
             Some((_, watch)) => {
                 watch.close.cancel();
@@ -73,6 +80,9 @@ impl Acceptor {
     }
 
     pub(super) async fn run(self, listener: TcpListener) {
+        // Newcomers past the cap waiting for room or being answered 503: each holds a file
+        // descriptor, so they are bounded too (beyond, a newcomer is closed at once).
+        let pending = Arc::new(Semaphore::new(MAX_PENDING));
         loop {
             let accepted = tokio::select! {
                 () = self.stop.cancelled() => return,
@@ -80,23 +90,26 @@ impl Acceptor {
             };
             match accepted {
                 Ok((stream, _)) => {
-                    let slot = match self.slots.clone().try_acquire_owned() {
-                        Ok(slot) => Ok(slot),
-                        Err(_) if self.open.close_longest_idle() => Err(true),
-                        Err(_) => Err(false),
+                    let slot = self.slots.clone().try_acquire_owned();
+                    let waiting = match slot {
+                        Ok(_) => None,
+                        Err(_) => match pending.clone().try_acquire_owned() {
+                            Ok(waiting) => Some(waiting),
+                            // Past the bound: closed unanswered, its descriptor freed now.
+                            Err(_) => continue,
+                        },
                     };
                     let (router, limits, stop, kill, open, slots) =
                         (self.router.clone(), self.limits, self.stop.clone(), self.kill.clone(), self.open.clone(), self.slots.clone());
                     self.connections.spawn(async move {
                         let slot = match slot {
                             Ok(slot) => slot,
-                            // An idle connection was asked to close: its place comes in a moment.
-                            Err(true) => match tokio::time::timeout(Duration::from_millis(100), slots.acquire_owned()).await {
-                                Ok(Ok(slot)) => slot,
-                                _ => return refuse(stream).await,
+                            Err(_) => match make_room(&open, slots).await {
+                                Some(slot) => slot,
+                                None => return refuse(stream).await,
                             },
-                            Err(false) => return refuse(stream).await,
                         };
+                        drop(waiting);
                         connection(stream, router, limits, stop, kill, &open).await;
                         drop(slot);
                     });
@@ -111,6 +124,29 @@ impl Acceptor {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Newcomers past the cap held at once (waiting for room, or being answered 503).
+const MAX_PENDING: usize = 64;
+/// How long a newcomer past the cap waits for the room it made.
+const ROOM_WAIT: Duration = Duration::from_millis(100);
+
+/// A place for a newcomer at the cap: the connection idle the longest is asked to close, and
+/// its place taken when it has. While no idle connection can be asked (every one is busy, or
+/// already closing for another newcomer, or just accepted and not yet counted), the newcomer
+/// asks again every few milliseconds, within [`ROOM_WAIT`].
+async fn make_room(open: &Open, slots: Arc<Semaphore>) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    let acquire = slots.acquire_owned();
+    let deadline = tokio::time::sleep(ROOM_WAIT);
+    tokio::pin!(acquire, deadline);
+    let mut asked = open.close_longest_idle();
+    loop {
+        tokio::select! {
+            slot = &mut acquire => return slot.ok(),
+            () = &mut deadline => return None,
+            () = tokio::time::sleep(Duration::from_millis(5)), if !asked => asked = open.close_longest_idle(),
         }
     }
 }

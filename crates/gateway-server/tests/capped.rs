@@ -9,73 +9,35 @@
 #![allow(clippy::disallowed_methods)]
 
 use serde_json::{Value, json};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[path = "support/capped.rs"]
+mod capped;
+
+use capped::{Capped, Caps};
 
 /// Address space the proxy may map (it maps about 170 MiB idle).
 const MEMORY_CAP_KIB: u64 = 1 << 20;
 /// No test here may take longer.
 const TIME_CAP: Duration = Duration::from_secs(60);
 
-/// The proxy binary, running under the caps; killed when dropped.
-struct Capped {
-    child: Child,
-    base: String,
-    config: std::path::PathBuf,
-}
-
-impl Capped {
-    async fn start(server: &str) -> Capped {
-        Capped::start_with(server, None, Stdio::null()).await
-    }
-
-    /// The proxy with `server` lines, at most `fds` open descriptors when given, and its stderr
-    /// to `stderr`.
-    async fn start_with(server: &str, fds: Option<u32>, stderr: Stdio) -> Capped {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let config = std::env::temp_dir().join(format!("gateway-capped-{}-{port}.toml", std::process::id()));
-        let text = format!(
+/// The proxy with `server` lines, at most `fds` open descriptors when given, and its stderr to
+/// `stderr`, in front of a source nothing answers.
+async fn start_with(server: &str, fds: Option<u32>, stderr: Stdio) -> Capped {
+    let config = |port| {
+        format!(
             "[server]\nlisten = \"127.0.0.1:{port}\"\nshutdown_grace_s = 1\n{server}\n\
              [chat.breaker]\nfail_threshold = 1000\ncooldown_s = 1\n\
              [chat.sources.nowhere]\nbase_url = \"http://127.0.0.1:1/v1\"\nmodel = \"m\"\ntimeout_s = 2\n"
-        );
-        std::fs::write(&config, text).unwrap();
-        let child = Command::new("sh")
-            .args([
-                "-c",
-                &format!(
-                    "ulimit -v {MEMORY_CAP_KIB} && {} exec \"$0\" --config \"$1\"",
-                    fds.map(|n| format!("ulimit -n {n} &&")).unwrap_or_default()
-                ),
-                env!("CARGO_BIN_EXE_gateway-server"),
-            ])
-            .arg(&config)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .unwrap();
-        let capped = Capped { child, base: format!("http://127.0.0.1:{port}"), config };
-        let began = Instant::now();
-        while reqwest::get(format!("{}/healthz", capped.base)).await.is_err() {
-            assert!(began.elapsed() < Duration::from_secs(20), "the proxy did not start");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        capped
-    }
-
-    fn alive(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_none()
-    }
+        )
+    };
+    Capped::start(config, &Caps { memory_kib: MEMORY_CAP_KIB, fds }, stderr).await
 }
 
-impl Drop for Capped {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.config);
-    }
+async fn start(server: &str) -> Capped {
+    start_with(server, None, Stdio::null()).await
 }
 
 fn with_schema(schema: Value) -> Value {
@@ -95,7 +57,7 @@ fn doubling_chain(n: usize, form: fn(Value) -> Value) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schema_bombs_are_refused_and_sigterm_stops_the_proxy_under_the_memory_cap() {
     tokio::time::timeout(TIME_CAP, async {
-        let mut proxy = Capped::start("").await;
+        let mut proxy = start("").await;
         let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
         let bombs = [
             json!({"allOf": [{"$ref": "#"}]}),
@@ -119,14 +81,14 @@ async fn schema_bombs_are_refused_and_sigterm_stops_the_proxy_under_the_memory_c
         let answer = http.post(format!("{}/v1/chat/completions", proxy.base)).json(&with_schema(nested)).send().await.unwrap();
         assert_ne!(answer.status(), 400, "a deep plain schema is accepted (the unreachable source then fails the call)");
         assert!(proxy.alive(), "the proxy survived every bomb within the memory cap");
-        let term = Command::new("kill").args(["-TERM", &proxy.child.id().to_string()]).status().unwrap();
+        let term = Command::new("kill").args(["-TERM", &proxy.pid().to_string()]).status().unwrap();
         assert!(term.success());
         let began = Instant::now();
         while proxy.alive() {
             assert!(began.elapsed() < Duration::from_secs(10), "SIGTERM stops the proxy");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        assert_eq!(proxy.child.wait().unwrap().code(), Some(0), "nothing was in flight, nothing cut");
+        assert_eq!(proxy.exit_code(), Some(0), "nothing was in flight, nothing cut");
     })
     .await
     .expect("within the time cap");
@@ -135,7 +97,7 @@ async fn schema_bombs_are_refused_and_sigterm_stops_the_proxy_under_the_memory_c
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slowloris_flood_is_shed_while_the_proxy_keeps_serving() {
     tokio::time::timeout(TIME_CAP, async {
-        let mut proxy = Capped::start("header_timeout_s = 1\nmax_connections = 400").await;
+        let mut proxy = start("header_timeout_s = 1\nmax_connections = 400").await;
         let address = proxy.base.trim_start_matches("http://").to_owned();
         let mut loris = Vec::new();
         for _ in 0..300 {
@@ -163,7 +125,7 @@ async fn a_flood_past_the_connection_cap_never_runs_accept_out_of_file_descripto
         let log = std::env::temp_dir().join(format!("gateway-capped-fds-{}.log", std::process::id()));
         let stderr = std::fs::File::create(&log).unwrap();
         // 1 024 descriptors: the cap is 768 connections, a quarter is kept for the rest.
-        let mut proxy = Capped::start_with("header_timeout_s = 5", Some(1024), stderr.into()).await;
+        let mut proxy = start_with("header_timeout_s = 5", Some(1024), stderr.into()).await;
         let address = proxy.base.trim_start_matches("http://").to_owned();
         // Each sends half a request and stalls: none is idle, so none can make room, and every
         // connection past the cap waits for its 503 (or, past the newcomers the proxy holds at

@@ -15,8 +15,13 @@
 
 use gateway_mock::{Answer, Frame, MockServer, Received, openai};
 use serde_json::{Value, json};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Stdio;
+use std::time::Duration;
+
+#[path = "support/capped.rs"]
+mod capped;
+
+use capped::{Capped, Caps};
 
 /// Address space the proxy may map.
 const MEMORY_CAP_KIB: u64 = 4 << 20;
@@ -63,81 +68,36 @@ async fn provider() -> MockServer {
     .unwrap()
 }
 
-/// The proxy binary, running under the caps; killed when dropped.
-struct Capped {
-    child: Child,
-    base: String,
-    config: std::path::PathBuf,
-}
-
-impl Capped {
-    /// The proxy with `server` lines in its `[server]` table, in front of `provider`: scope
-    /// `chat` streams as the caller asks, scope `watched` (a source with a watchdog) always
-    /// streams upstream.
-    async fn start(provider: &MockServer, server: &str) -> Capped {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let config = std::env::temp_dir().join(format!("gateway-hostile-{}-{port}.toml", std::process::id()));
-        let url = provider.base_url();
-        let text = format!(
+/// The proxy with `server` lines in its `[server]` table, in front of `provider`: scope `chat`
+/// streams as the caller asks, scope `watched` (a source with a watchdog) always streams
+/// upstream.
+async fn start(provider: &MockServer, server: &str) -> Capped {
+    let url = provider.base_url();
+    let config = |port| {
+        format!(
             "[server]\nlisten = \"127.0.0.1:{port}\"\nshutdown_grace_s = 1\n{server}\n\
              [chat.breaker]\nfail_threshold = 1000\ncooldown_s = 1\n\
              [chat.sources.relay]\nbase_url = \"{url}\"\nmodel = \"m\"\ntimeout_s = 30\n\
              [watched.breaker]\nfail_threshold = 1000\ncooldown_s = 1\n\
              [watched.sources.watchful]\nbase_url = \"{url}\"\nmodel = \"m\"\ntimeout_s = 30\nwatchdog_s = 10\n"
-        );
-        std::fs::write(&config, text).unwrap();
-        let child = Command::new("sh")
-            .args(["-c", &format!("ulimit -v {MEMORY_CAP_KIB} && exec \"$0\" --config \"$1\""), env!("CARGO_BIN_EXE_gateway-server")])
-            .arg(&config)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let capped = Capped { child, base: format!("http://127.0.0.1:{port}"), config };
-        let began = Instant::now();
-        while reqwest::get(format!("{}/healthz", capped.base)).await.is_err() {
-            assert!(began.elapsed() < Duration::from_secs(20), "the proxy did not start");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        capped
-    }
-
-    fn alive(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_none()
-    }
-
-    /// `VmRSS` and `VmHWM` (the peak) in KiB.
-    fn memory(&self) -> (u64, u64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let field = |name: &str| -> u64 {
-            let line = status.lines().find_map(|l| l.strip_prefix(name)).unwrap();
-            line.split_whitespace().next().unwrap().parse().unwrap()
-        };
-        (field("VmRSS:"), field("VmHWM:"))
-    }
-
-    async fn post(&self, scope: &str, marker: &str, stream: bool, structured: bool) -> reqwest::Response {
-        let mut body = json!({"model": scope, "stream": stream, "messages": [{"role": "user", "content": marker}]});
-        if structured {
-            body["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "s", "schema": {"type": "object"}}});
-        }
-        reqwest::Client::new().post(format!("{}/v1/chat/completions", self.base)).json(&body).send().await.unwrap()
-    }
+        )
+    };
+    Capped::start(config, &Caps { memory_kib: MEMORY_CAP_KIB, fds: None }, Stdio::null()).await
 }
 
-impl Drop for Capped {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.config);
+/// A chat call of `scope` saying `marker`, streamed or not, asking for JSON or not.
+async fn post(proxy: &Capped, scope: &str, marker: &str, stream: bool, structured: bool) -> reqwest::Response {
+    let mut body = json!({"model": scope, "stream": stream, "messages": [{"role": "user", "content": marker}]});
+    if structured {
+        body["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "s", "schema": {"type": "object"}}});
     }
+    reqwest::Client::new().post(format!("{}/v1/chat/completions", proxy.base)).json(&body).send().await.unwrap()
 }
 
 /// A healthy call is served: the proxy lives and answers.
 async fn serves(proxy: &mut Capped) {
     assert!(proxy.alive(), "the proxy is alive");
-    let answer = proxy.post("chat", "hello", false, false).await;
+    let answer = post(proxy, "chat", "hello", false, false).await;
     assert_eq!(answer.status(), 200, "a healthy call is served");
 }
 
@@ -167,12 +127,12 @@ fn error_event(last: &str) -> Value {
 async fn each_endless_path_ends_naming_its_limit_within_the_memory_budget() {
     tokio::time::timeout(TIME_CAP, async {
         let provider = provider().await;
-        let mut proxy = Capped::start(&provider, "").await;
+        let mut proxy = start(&provider, "").await;
         serves(&mut proxy).await;
         let (idle, _) = proxy.memory();
 
         // A whole answer assembled from an endless stream.
-        let answer = proxy.post("watched", "ENDLESS", false, false).await;
+        let answer = post(&proxy, "watched", "ENDLESS", false, false).await;
         assert_eq!(answer.status(), 502);
         let body: Value = answer.json().await.unwrap();
         assert_eq!(body["error"]["code"], "response_too_large", "{body}");
@@ -183,7 +143,7 @@ async fn each_endless_path_ends_naming_its_limit_within_the_memory_budget() {
         serves(&mut proxy).await;
 
         // A structured stream whose answer is an endless JSON string.
-        let answer = proxy.post("chat", "JSONSTRING", true, true).await;
+        let answer = post(&proxy, "chat", "JSONSTRING", true, true).await;
         assert_eq!(answer.status(), 200, "it commits at its first token");
         let (size, last) = read_stream(answer).await;
         let error = error_event(&last);
@@ -194,7 +154,7 @@ async fn each_endless_path_ends_naming_its_limit_within_the_memory_budget() {
         serves(&mut proxy).await;
 
         // A plain relayed stream.
-        let answer = proxy.post("chat", "ENDLESS", true, false).await;
+        let answer = post(&proxy, "chat", "ENDLESS", true, false).await;
         let (size, last) = read_stream(answer).await;
         let error = error_event(&last);
         assert_eq!(error["code"], "response_too_large", "{error}");
@@ -221,10 +181,10 @@ async fn each_endless_path_ends_naming_its_limit_within_the_memory_budget() {
 async fn eight_at_once_past_max_held_bytes_refuse_new_calls_while_a_healthy_stream_goes_on() {
     tokio::time::timeout(TIME_CAP, async {
         let provider = provider().await;
-        let mut proxy = Capped::start(&provider, &format!("max_held_bytes = {}", 24 << 20)).await;
+        let mut proxy = start(&provider, &format!("max_held_bytes = {}", 24 << 20)).await;
         serves(&mut proxy).await;
         let (idle, _) = proxy.memory();
-        let healthy = proxy.post("chat", "a healthy stream", true, false).await;
+        let healthy = post(&proxy, "chat", "a healthy stream", true, false).await;
         assert_eq!(healthy.status(), 200);
         let healthy = tokio::spawn(read_stream(healthy));
         let hostile: Vec<_> = (0..8)
@@ -236,7 +196,7 @@ async fn eight_at_once_past_max_held_bytes_refuse_new_calls_while_a_healthy_stre
             .collect();
         // Each holds 6 MiB for 3 s: together more than the budget.
         tokio::time::sleep(Duration::from_millis(1500)).await;
-        let refused = proxy.post("chat", "hello", false, false).await;
+        let refused = post(&proxy, "chat", "hello", false, false).await;
         assert_eq!(refused.status(), 503, "a new call is refused while the budget is held");
         assert_eq!(refused.headers()["retry-after"], "1");
         let body: Value = refused.json().await.unwrap();

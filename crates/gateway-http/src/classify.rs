@@ -153,17 +153,18 @@ impl RetryAfter {
 /// HTTP-date (read against the wall clock).
 pub fn retry_after(headers: &HeaderMap, wall: &dyn WallClock) -> RetryAfter {
     let header = |name: &str| headers.get(name).map(|v| v.to_str().map(str::trim));
-    let seconds = |text: &str, per_second: f64| match text.parse::<f64>() {
-        Ok(n) if n.is_finite() && n >= 0.0 => Duration::try_from_secs_f64(n / per_second).ok().filter(|d| *d <= MAX_RETRY_AFTER),
-        _ => None,
+    // A count of `per_second` units, believed when it is a wait of at most a day.
+    let wait = |n: f64, per_second: f64| {
+        let wait = (n.is_finite() && n >= 0.0).then(|| Duration::try_from_secs_f64(n / per_second).ok()).flatten();
+        wait.filter(|d| *d <= MAX_RETRY_AFTER).map_or(RetryAfter::Unreadable, RetryAfter::After)
     };
     if let Some(ms) = header("retry-after-ms") {
-        return ms.ok().and_then(|ms| seconds(ms, 1000.0)).map_or(RetryAfter::Unreadable, RetryAfter::After);
+        return ms.ok().and_then(|ms| ms.parse::<f64>().ok()).map_or(RetryAfter::Unreadable, |n| wait(n, 1000.0));
     }
     let Some(value) = header("retry-after") else { return RetryAfter::Absent };
     let Ok(value) = value else { return RetryAfter::Unreadable };
-    if value.parse::<f64>().is_ok() {
-        return seconds(value, 1.0).map_or(RetryAfter::Unreadable, RetryAfter::After);
+    if let Ok(seconds) = value.parse::<f64>() {
+        return wait(seconds, 1.0);
     }
     let Some(at) = httpdate::parse_http_date(value).ok().and_then(|at| at.duration_since(std::time::UNIX_EPOCH).ok()) else {
         return RetryAfter::Unreadable;

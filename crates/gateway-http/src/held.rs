@@ -40,8 +40,12 @@ impl Held {
     /// Holds `bytes` more; past the limit nothing more is held and the attempt ends
     /// `Transient(body_too_large)`, its source not asked again in the call.
     pub(crate) fn take(&self, bytes: usize) -> Result<(), Outcome> {
-        self.fits(bytes)?;
-        self.0.held.fetch_add(bytes, Ordering::Relaxed);
+        // One step, so that clones taking at once cannot pass the limit together.
+        let limit = self.0.limit;
+        let taken = self.0.held.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| held.checked_add(bytes).filter(|&h| h <= limit));
+        if taken.is_err() {
+            return Err(too_large());
+        }
         self.0.all.0.fetch_add(bytes, Ordering::Relaxed);
         Ok(())
     }
@@ -50,7 +54,7 @@ impl Held {
     pub(crate) fn fits(&self, bytes: usize) -> Result<(), Outcome> {
         let held = self.0.held.load(Ordering::Relaxed);
         if held.saturating_add(bytes) > self.0.limit {
-            return Err(Outcome::too_large("body_too_large"));
+            return Err(too_large());
         }
         Ok(())
     }
@@ -67,6 +71,10 @@ impl Held {
     pub(crate) fn held(&self) -> usize {
         self.0.held.load(Ordering::Relaxed)
     }
+}
+
+fn too_large() -> Outcome {
+    Outcome::too_large("body_too_large")
 }
 
 impl Drop for Share {

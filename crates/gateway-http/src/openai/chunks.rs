@@ -194,7 +194,9 @@ impl Sse {
                 Ok(())
             }
             Holding::UntilCommit => {
-                self.held.give_back(std::mem::take(&mut self.preamble_bytes));
+                if self.preamble_bytes > 0 {
+                    self.held.give_back(std::mem::take(&mut self.preamble_bytes));
+                }
                 Ok(())
             }
         }

@@ -178,7 +178,7 @@ async fn open(src: &Source, request: &Request, shared: &Shared, held: &Held, hol
     }
     let is_sse = response.headers().get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|t| t.starts_with("text/event-stream"));
     if !is_sse {
-        let body = match read_body(&mut response, &shared.hold()).await {
+        let body = match read_body(&mut response, held).await {
             Ok(body) => body,
             Err(outcome) => return Streamed::Ended(Attempt::ended(outcome)),
         };

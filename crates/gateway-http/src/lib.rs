@@ -224,6 +224,21 @@ impl HttpUpstream {
         self.shared.ignored.clone()
     }
 
+    /// The budget an answer of `source` passed when its attempt ended with `detail`: the
+    /// limit's name and its value for that source (`body_too_large`: `max_response_bytes`;
+    /// `stream_too_large`: `max_stream_bytes`, the source's own where it sets one;
+    /// `event_too_large`: `max_event_bytes`). `None` for any other detail or an unknown source.
+    pub fn budget_passed(&self, source: &str, detail: &str) -> Option<(&'static str, u64)> {
+        let src = self.sources.get(source)?;
+        let limits = &self.shared.limits;
+        match detail {
+            "body_too_large" => Some(("max_response_bytes", limits.max_response_bytes as u64)),
+            "stream_too_large" => Some(("max_stream_bytes", src.max_stream_bytes.unwrap_or(limits.max_stream_bytes))),
+            "event_too_large" => Some(("max_event_bytes", limits.max_event_bytes as u64)),
+            _ => None,
+        }
+    }
+
     /// Checks structured output with these compiled schemas (shared with whoever else compiles
     /// the same callers' schemas, such as a proxy that refuses unusable ones up front).
     pub fn with_schemas(mut self, schemas: Arc<structured::Schemas>) -> Self {

@@ -62,8 +62,9 @@ pub struct AppState {
     pub schemas: Arc<Schemas>,
     /// What the calls in flight hold of upstream answers, against `max_held_bytes`.
     pub held: memory::HeldBudget,
-    /// The provider headers the upstream could not believe, counted.
-    pub ignored_headers: Arc<gateway_http::classify::IgnoredHeaders>,
+    /// The HTTP upstream, when the state is built around one ([`AppState::with_http`]): what
+    /// its attempts hold, the provider headers it did not believe, the budgets answers passed.
+    pub http: Option<Arc<gateway_http::HttpUpstream>>,
     keys: auth::Keys,
     /// Cancelled at the shutdown deadline: every call still running ends with 503.
     cut: CancellationToken,
@@ -91,12 +92,20 @@ impl AppState {
             backstop: None,
             schemas,
             held: memory::HeldBudget::new(Arc::default(), max_held),
-            ignored_headers: Arc::default(),
+            http: None,
             keys,
             config,
             cut: CancellationToken::new(),
             cut_calls: AtomicUsize::new(0),
         }
+    }
+
+    /// The state around the client's HTTP upstream: `max_held_bytes` counts what its attempts
+    /// hold.
+    pub fn with_http(mut self, upstream: Arc<gateway_http::HttpUpstream>) -> Self {
+        self.held = memory::HeldBudget::new(upstream.held_bytes(), self.held.max());
+        self.http = Some(upstream);
+        self
     }
 }
 
@@ -210,7 +219,6 @@ pub async fn build_with(
         ..gateway_http::HttpLimits::default()
     };
     let upstream = gateway_http::HttpUpstream::new(&scopes)?.with_schemas(schemas.clone()).with_limits(limits);
-    let (held, ignored_headers) = (upstream.held_bytes(), upstream.ignored_headers());
     let upstream = Arc::new(upstream);
     let metrics = Arc::new(Metrics::new(config.metrics_max_tenants));
     let clock: Arc<dyn gateway_core::time::Clock> = Arc::new(gateway_client::TokioClock::new());
@@ -234,14 +242,12 @@ pub async fn build_with(
         .gates(gates.clone())
         .quota(quota)
         .pacer(pacer)
-        .upstream(upstream)
+        .upstream(upstream.clone())
         .telemetry(Arc::new(ServerTelemetry { metrics: metrics.clone() }))
         .clock(clock)
         .build()?;
-    let mut state = AppState::new(Arc::new(client), gates, metrics, config, schemas);
+    let mut state = AppState::new(Arc::new(client), gates, metrics, config, schemas).with_http(upstream);
     state.backstop = backstop;
-    state.held = memory::HeldBudget::new(held, state.held.max());
-    state.ignored_headers = ignored_headers;
     Ok(Arc::new(state))
 }
 

@@ -5,12 +5,12 @@
 //! provider's bodies, unchanged; `CallError`s become OpenAI error bodies with the right status,
 //! and a provider's own refusal is passed on as it came.
 
-use crate::config::ServerConfig;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use gateway_client::{CallError, CallReport, Exhausted, StreamError, TenantRefusal};
 use gateway_core::request::{Kind, Object, Request, Structured};
 use gateway_core::stream::Chunk;
+use gateway_http::HttpUpstream;
 use gateway_http::structured::Schemas;
 use serde_json::{Value, json};
 
@@ -157,30 +157,21 @@ pub fn call_error(error: &CallError) -> ApiError {
     }
 }
 
-/// The server key and value of the size budget an upstream answer passed, from the adapter's
-/// detail.
-fn limit_of(detail: &str, config: &ServerConfig) -> Option<(&'static str, u64)> {
-    match detail {
-        "body_too_large" | "event_too_large" => Some(("max_response_bytes", config.max_response_bytes as u64)),
-        "stream_too_large" => Some(("max_stream_bytes", config.max_stream_bytes)),
-        _ => None,
-    }
-}
-
 /// `error` of a call whose attempts ended past a size budget (the last such attempt in
-/// `report`), with the budget named: code `response_too_large`, the key and its value.
-pub fn naming_the_limit(error: ApiError, report: Option<&CallReport>, config: &ServerConfig) -> ApiError {
-    let over = report.and_then(|r| r.attempts.iter().rev().find_map(|a| Some((a.source.as_str(), limit_of(&a.detail, config)?))));
-    let Some((source, (key, bytes))) = over else { return error };
+/// `report`), with the budget named: code `response_too_large`, the limit and its value.
+pub fn naming_the_limit(error: ApiError, report: Option<&CallReport>, http: Option<&HttpUpstream>) -> ApiError {
+    let attempts = report.map(|r| r.attempts.as_slice()).unwrap_or_default();
+    let passed = attempts.iter().rev().find_map(|a| Some((a.source.as_str(), http?.budget_passed(&a.source, &a.detail)?)));
+    let Some((source, (key, bytes))) = passed else { return error };
     let message = format!("the answer of source {source} exceeded {key} ({bytes} bytes); {}", error.message);
     ApiError { code: "response_too_large".into(), message, ..error }
 }
 
 /// The `error` event of a stream that broke off after its commit point (`stream_broken`, or
 /// `response_too_large` naming the budget it passed).
-pub fn stream_broken(broken: &StreamError, config: &ServerConfig) -> ApiError {
+pub fn stream_broken(broken: &StreamError, http: Option<&HttpUpstream>) -> ApiError {
     let error = ApiError::new(StatusCode::BAD_GATEWAY, "upstream_error", "stream_broken", broken.to_string());
-    let Some((key, bytes)) = limit_of(&broken.detail, config) else { return error };
+    let Some((key, bytes)) = http.and_then(|h| h.budget_passed(&broken.source_name, &broken.detail)) else { return error };
     let message = format!("the stream from {} exceeded {key} ({bytes} bytes) and was ended", broken.source_name);
     ApiError { code: "response_too_large".into(), message, ..error }
 }

@@ -106,7 +106,7 @@ async fn governed<T>(state: &AppState, call: impl Future<Output = Result<T, Call
         // After the deadline no call may start and take leases.
         biased;
         () = state.cut.cancelled() => Err(cut(state)),
-        result = call => result.map_err(|e| openai::naming_the_limit(openai::call_error(&e), e.report(), &state.config)),
+        result = call => result.map_err(|e| openai::naming_the_limit(openai::call_error(&e), e.report(), state.http.as_deref())),
     }
 }
 
@@ -237,7 +237,7 @@ async fn next_event(
                     Some(Ok(chunk)) if openai::is_usage_chunk(&chunk) && !include_usage => Relay::Streaming(stream),
                     Some(Ok(chunk)) => return Some((Ok(openai::chunk_event(&chunk)), Relay::Streaming(stream))),
                     Some(Err(broken)) => {
-                        let error = openai::stream_broken(&broken, &state.config);
+                        let error = openai::stream_broken(&broken, state.http.as_deref());
                         return Some((Ok(openai::error_event(&error)), Relay::Done));
                     }
                     None => return Some((Ok("data: [DONE]\n\n".to_owned()), Relay::Done)),
@@ -346,7 +346,7 @@ fn exposition(state: &AppState) -> Response {
         held_bytes: state.held.held() as u64,
         max_held_bytes: state.held.max() as u64,
         refused_for_held_bytes: state.held.refused(),
-        unreadable_retry_after: state.ignored_headers.retry_after(),
+        unreadable_retry_after: state.http.as_ref().map_or(0, |http| http.ignored_headers().retry_after()),
     });
     ([("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")], state.metrics.render()).into_response()
 }

@@ -293,6 +293,11 @@ async fn a_stream_past_its_source_s_max_stream_bytes_ends_with_the_source_spent(
     };
     assert_eq!((outcome.class, outcome.detail.as_str(), outcome.source_spent), (Transient, "stream_too_large", true));
     assert!((10..17).contains(&relayed), "cut at 16 KiB: {relayed} events relayed");
+    assert_eq!(upstream.budget_passed("s1", "stream_too_large"), Some(("max_stream_bytes", 16384)), "the source's own cap is named");
+    assert_eq!(upstream.budget_passed("s1", "event_too_large"), Some(("max_event_bytes", 1 << 20)));
+    assert_eq!(upstream.budget_passed("s1", "body_too_large"), Some(("max_response_bytes", 8 << 20)));
+    assert_eq!(upstream.budget_passed("s1", "truncated_stream"), None);
+    assert_eq!(upstream.budget_passed("nobody", "body_too_large"), None);
     drop(chunks);
     assert_eq!(upstream.held_bytes().get(), 0, "nothing is held once the stream is dropped");
 }

@@ -165,7 +165,7 @@ fn run_one(
 fn print_summary(label: &str, seed: u64, summary: &Summary) {
     let tenants: String = summary.tenants.iter().map(|(t, f)| format!("  {t} {:.2} %", f.success_rate * 100.0)).collect();
     println!(
-        "{label:>8} seed {seed:<3} success {:6.2} % (ceiling {})  {:.2} calls/s in {:.1} min (capacity {})  attempts/call {:.3}  429s {:5}  p95 {:5.1} s  p99 {:5.1} s  wait p99 {:5.1} s  invariants {}{tenants}",
+        "{label:>8} seed {seed:<3} success {:6.2} % (ceiling {})  {:.2} calls/s in {:.1} min (capacity {})  attempts/call {:.3}  429s {:5} (own {:4})  p95 {:5.1} s  p99 {:5.1} s  wait p99 {:5.1} s  invariants {}{tenants}",
         summary.success_rate * 100.0,
         percent_or_na(summary.ceiling),
         summary.throughput_calls_per_s,
@@ -173,11 +173,15 @@ fn print_summary(label: &str, seed: u64, summary: &Summary) {
         summary.capacity(),
         summary.attempts_per_call,
         summary.rate_limited,
+        summary.own_429(),
         summary.call_time_p95_s,
         summary.call_time_p99_s,
         summary.wait_p99_s,
         summary.invariants_verdict()
     );
+    if !summary.accounts.is_empty() {
+        println!("{label:>8} seed {seed:<3} {}", summary.accounts_line());
+    }
     if let Some(backend) = &summary.backend {
         println!("{label:>8} seed {seed:<3} {}", backend.line());
     }

@@ -27,6 +27,8 @@ pub(crate) enum Pick {
 }
 
 /// How one source fared in a pick.
+// Made once per candidate and matched at once: boxing the slot would cost an allocation.
+#[allow(clippy::large_enum_variant)]
 enum Tried {
     /// Admitted: the attempt's slot.
     Admitted(Slot),

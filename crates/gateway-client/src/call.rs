@@ -177,6 +177,8 @@ pub(crate) enum Delivery {
 }
 
 /// What a call delivered.
+// Made once per call and matched at once: boxing the stream would cost an allocation.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Delivered {
     /// A whole answer.
     Whole(Response),

@@ -86,14 +86,16 @@ pub enum HealthEffect {
     Nothing,
 }
 
-/// What an outcome does to the AIMD pacer's limit.
+/// What an outcome tells the account's learned limit (SPEC §4, `aimd::AccountPacer`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AimdEffect {
-    /// Additive increase: `limit += 1 / limit`.
+    /// A real success: the limit grows (and a ceiling it passed is forgotten).
     Increase,
-    /// Multiplicative decrease: `limit *= cut`.
+    /// A 429: a cut, a refused ceiling or noise, as the account's rules decide.
     Decrease,
-    /// No change.
+    /// An answer that says nothing of capacity but times a round trip (`srtt`).
+    RoundTrip,
+    /// Nothing: no answer, or one whose timing is not a round trip's.
     Nothing,
 }
 
@@ -249,7 +251,7 @@ pub(crate) const OUTCOME_TABLE: [Effects; 6] = [
         // A source whose answers fail the caller's structure is a worse pick for the next
         // structured call (the breaker and the window never hear of it: the provider is up).
         health: HealthEffect::Fail,
-        aimd: AimdEffect::Nothing,
+        aimd: AimdEffect::RoundTrip,
         budget: BudgetEffect::StructuredReask,
         counts_as_call_failure: false,
         next: NextStep::Reask,

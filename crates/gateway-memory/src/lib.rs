@@ -237,7 +237,7 @@ impl PacerGate for MemoryPacer {
     }
 
     async fn release(&self, lease: &PaceLease, effect: AimdEffect, params: &PacerParams) -> Result<f64, BackendError> {
-        Ok(self.with(&lease.key, params, |pacer, _| pacer.release(lease.lease, effect, params)))
+        Ok(self.with(&lease.key, params, |pacer, now| pacer.release(lease.lease, effect, params, now)))
     }
 
     async fn read(&self, key: &SourceKey, params: &PacerParams) -> Result<Paced, BackendError> {

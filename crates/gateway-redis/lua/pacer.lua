@@ -1,9 +1,13 @@
--- pacer.lua: shared part of the pacer scripts. It mirrors crates/gateway-core/src/aimd.rs.
+-- pacer.lua: shared part of the pacer scripts. It mirrors crates/gateway-core/src/aimd/mod.rs
+-- rule for rule, float operation for float operation.
 --
--- KEYS[1] state HASH (limit, gen, seq)   KEYS[2] leases ZSET (lease id -> lease end ms)
+-- KEYS[1] state HASH   KEYS[2] leases ZSET (lease id -> lease end ms)
 -- ARGV[1] now in ms, or '' for the Redis server clock; ARGV[2] key TTL in ms; ARGV[3] the
 -- initial limit (min(8, ceiling), computed by the caller); ARGV[4..] the operation's own.
--- Limits are stored and returned as '%.17g' strings: exact doubles, never Redis's integer
+-- The HASH: limit (L), gen (cut generation), seq (lease ids), w and held (the refused ceiling,
+-- absent when none), ep (its epoch), srtt and t429 (EWMAs in ms), r1 and r2 (when the last two
+-- 429s were answered, the latest first), ready (below one in flight: the next lease no sooner).
+-- Floats are stored and returned as '%.17g' strings: exact doubles, never Redis's integer
 -- conversion of a Lua number.
 
 local now = read_now()
@@ -11,12 +15,36 @@ local key_ttl = tonumber(ARGV[2])
 local state, leases = KEYS[1], KEYS[2]
 local function fmt(x) return string.format('%.17g', x) end
 
-local stored = redis.call('HMGET', state, 'limit', 'gen')
+local FIELDS = { 'limit', 'gen', 'w', 'held', 'ep', 'srtt', 't429', 'r1', 'r2', 'ready' }
+local stored = redis.call('HMGET', state, unpack(FIELDS))
 local limit = tonumber(stored[1]) or tonumber(ARGV[3])
 local gen = tonumber(stored[2]) or 0
--- Writes the limit and generation when they differ from what is stored (a new account's are not).
+local w = tonumber(stored[3])
+local held = stored[4] == '1'
+local ep = tonumber(stored[5]) or 0
+local srtt = tonumber(stored[6])
+local t429 = tonumber(stored[7])
+local r1 = tonumber(stored[8])
+local r2 = tonumber(stored[9])
+local ready = tonumber(stored[10])
+
+local function int(x) if x == nil then return nil end return string.format('%d', x) end
+local function flt(x) if x == nil then return nil end return fmt(x) end
+
+-- Writes the fields that differ from what is stored; deletes those that became none.
 local function store()
-  if fmt(limit) ~= stored[1] or tostring(gen) ~= stored[2] then redis.call('HSET', state, 'limit', fmt(limit), 'gen', gen) end
+  local now_values = { fmt(limit), int(gen), int(w), w and (held and '1' or '0') or nil, int(ep), flt(srtt), flt(t429), int(r1), int(r2), int(ready) }
+  local set, del = {}, {}
+  for i, name in ipairs(FIELDS) do
+    local v = now_values[i]
+    local old = stored[i]
+    if old == false then old = nil end
+    if v ~= old then
+      if v == nil then del[#del + 1] = name else set[#set + 1] = name; set[#set + 1] = v end
+    end
+  end
+  if #set > 0 then redis.call('HSET', state, unpack(set)) end
+  if #del > 0 then redis.call('HDEL', state, unpack(del)) end
 end
 
 local function touch()

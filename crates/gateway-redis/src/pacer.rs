@@ -1,5 +1,5 @@
-//! `PacerGate` on Redis: an account's learned limit, cut generation and lease sequence in one
-//! HASH, its leases in a sorted set (a crashed worker's attempts expire), one script per
+//! `PacerGate` on Redis: an account's learned limit, cut generation, refused ceiling, round-trip
+//! EWMAs and lease sequence in one HASH, its leases in a sorted set (a crashed worker's attempts expire), one script per
 //! operation. Every process sharing the Redis respects one limit per account.
 
 use crate::connection::RedisConnection;
@@ -9,6 +9,7 @@ use fred::prelude::*;
 use gateway_core::aimd::{Lease, Paced, PacerParams};
 use gateway_core::outcome::AimdEffect;
 use gateway_core::ports::{BackendError, PaceDecision, PaceLease, PacerGate, SourceKey};
+use gateway_core::time::Timestamp;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -68,7 +69,13 @@ impl PacerGate for RedisPacer {
         let reply = self.conn.run(&self.conn.scripts().pacer_acquire, &pacer_keys(key)?, &[&args], key).await?;
         let items = items(key, "acquire", reply)?;
         if items.first().and_then(Value::as_i64) == Some(1) {
-            let lease = Lease { id: count(key, items.get(1))?, generation: count(key, items.get(2))? };
+            let lease = Lease {
+                id: count(key, items.get(1))?,
+                generation: count(key, items.get(2))?,
+                epoch: count(key, items.get(3))?,
+                n: u32::try_from(count(key, items.get(4))?).unwrap_or(u32::MAX),
+                granted: Timestamp::from_millis(count(key, items.get(5))?),
+            };
             return Ok(PaceDecision::Granted(PaceLease { key: key.clone(), lease }));
         }
         let inflight = u32::try_from(count(key, items.get(2))?).unwrap_or(u32::MAX);
@@ -81,11 +88,16 @@ impl PacerGate for RedisPacer {
         let effect = match effect {
             AimdEffect::Increase => "increase",
             AimdEffect::Decrease => "decrease",
+            AimdEffect::RoundTrip => "round_trip",
             AimdEffect::Nothing => "nothing",
         };
+        let l = &lease.lease;
         args.extend([
-            Value::String(lease.lease.id.to_string().into()),
-            Value::String(lease.lease.generation.to_string().into()),
+            Value::String(l.id.to_string().into()),
+            Value::String(l.generation.to_string().into()),
+            Value::String(l.epoch.to_string().into()),
+            Value::String(l.n.to_string().into()),
+            Value::String(l.granted.as_millis().to_string().into()),
             Value::String(effect.into()),
             Value::String(format!("{:?}", params.ceiling).into()),
         ]);

@@ -185,6 +185,7 @@ mod tests {
             leftover_leases: 0,
             circuit_open: Vec::new(),
             backend: None,
+            accounts: Default::default(),
         }
     }
 

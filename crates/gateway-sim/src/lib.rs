@@ -8,6 +8,7 @@ mod capacity;
 pub mod fault;
 mod http;
 pub mod invariants;
+pub mod ledger;
 pub mod report;
 pub mod run;
 pub mod scenario;

@@ -6,6 +6,7 @@
 //! seed give byte-identical files.
 
 use crate::invariants::Invariant;
+use crate::ledger::AccountFigures;
 use crate::run::RunResult;
 use gateway_core::breaker::CircuitState;
 use gateway_core::outcome::OutcomeClass;
@@ -46,6 +47,9 @@ pub struct Summary {
     pub attempt_share_by_source: BTreeMap<String, f64>,
     /// Attempts answered 429.
     pub rate_limited: u32,
+    /// What each simulated provider account saw: its 429s by cause (our own load, or the
+    /// background it would have sent anyway) and its mean in flight against its capacity.
+    pub accounts: BTreeMap<String, AccountFigures>,
     /// Seconds from the start until each source's gate first opened.
     pub isolated_after_s: BTreeMap<String, f64>,
     /// Call time percentiles, seconds.
@@ -259,6 +263,7 @@ impl Summary {
             attempt_share_by_source: attempts_by_source.iter().map(|(s, n)| (s.clone(), round(f64::from(*n) / total, 4))).collect(),
             attempts_by_source,
             rate_limited: run.attempt_events.iter().filter(|a| a.class == OutcomeClass::RateLimited).count() as u32,
+            accounts: run.accounts.iter().map(|(name, a)| (name.clone(), a.rounded())).collect(),
             isolated_after_s: isolated_after_s(run),
             call_time_p50_s: round(percentile(&times, 0.50), 3),
             call_time_p95_s: round(percentile(&times, 0.95), 3),
@@ -289,6 +294,22 @@ impl Summary {
             (Some(c), None) => format!("{c:.2}"),
             _ => "n/a".to_owned(),
         }
+    }
+
+    /// 429s our own load caused, over every account.
+    pub fn own_429(&self) -> u32 {
+        self.accounts.values().map(|a| a.own_429).sum()
+    }
+
+    /// `k1: own 429s 120, background 190, in flight 13.8 of 14.2`, an account a part.
+    pub fn accounts_line(&self) -> String {
+        let account = |(name, a): (&String, &AccountFigures)| {
+            format!(
+                "{name}: own 429s {}, background {}, in flight {:.1} of {:.1}",
+                a.own_429, a.background_429, a.mean_inflight, a.mean_capacity
+            )
+        };
+        self.accounts.iter().map(account).collect::<Vec<_>>().join("; ")
     }
 
     /// `9/9`, or `VIOLATED`.
@@ -378,6 +399,15 @@ impl Summary {
                 "| {source} | {n} | {:.1} % | {isolated} |\n",
                 r.attempt_share_by_source.get(source).copied().unwrap_or(0.0) * 100.0
             );
+        }
+        if !r.accounts.is_empty() {
+            md += "\n| account | own 429s | background 429s | mean in flight | mean capacity |\n|---|---|---|---|---|\n";
+            for (name, a) in &r.accounts {
+                md += &format!(
+                    "| {name} | {} | {} | {:.1} | {:.1} |\n",
+                    a.own_429, a.background_429, a.mean_inflight, a.mean_capacity
+                );
+            }
         }
         if !r.tenants.is_empty() {
             md += &format!(

@@ -4,6 +4,7 @@
 //! [`SimUpstream`] plays those replies in (virtual) time as an `Upstream`, applying the source's
 //! watchdog and timeout the way the HTTP adapter does; `http` serves them over loopback HTTP.
 
+use crate::ledger::{AccountFigures, Ledger, Throttle};
 use crate::scenario::{Account, Kind, Provider, Scenario};
 use async_trait::async_trait;
 use gateway_core::outcome::OutcomeClass;
@@ -75,6 +76,7 @@ pub struct Reply {
 struct AccountState {
     inflight: u32,
     starts: VecDeque<Timestamp>,
+    ledger: Ledger,
 }
 
 struct State {
@@ -127,9 +129,7 @@ impl Providers {
     /// Admits a request to `account` or says 429. Returns a guard holding the in-flight slot.
     fn enter_account(&self, name: &str) -> Result<Option<InflightGuard>, ()> {
         let Some(account) = self.accounts.get(name) else { return Ok(None) };
-        let t = self.scenario_s();
-        let in_peak = account.peak_every_s > 0.0 && t >= account.peak_every_s && (t % account.peak_every_s) < account.peak_len_s;
-        let capacity = if in_peak { account.peak_inflight } else { account.max_inflight };
+        let capacity = capacity_at(account, self.scenario_s());
         let now = self.clock.now();
         let mut state = self.state();
         let background = unit(&mut state.rng) < account.background_429;
@@ -137,12 +137,28 @@ impl Providers {
         while entry.starts.front().is_some_and(|&s| now.saturating_since(s) >= self.minute) {
             entry.starts.pop_front();
         }
-        if background || entry.inflight >= capacity || entry.starts.len() >= account.rpm as usize {
+        let own = entry.inflight >= capacity || entry.starts.len() >= account.rpm as usize;
+        if background || own {
+            entry.ledger.throttled(if background { Throttle::Background } else { Throttle::Own });
             return Err(());
         }
         entry.inflight += 1;
         entry.starts.push_back(now);
-        Ok(Some(InflightGuard { state: self.state.clone(), account: name.to_owned() }))
+        entry.ledger.step(now, entry.inflight, capacity);
+        Ok(Some(InflightGuard {
+            state: self.state.clone(),
+            name: name.to_owned(),
+            account: account.clone(),
+            clock: self.clock.clone(),
+            start: self.start,
+        }))
+    }
+
+    /// What each account saw so far: 429s by cause, mean in flight against capacity.
+    pub fn accounts(&self) -> BTreeMap<String, AccountFigures> {
+        let now = self.clock.now();
+        let state = self.state();
+        state.accounts.iter().map(|(name, a)| (name.clone(), a.ledger.figures(self.start, now))).collect()
     }
 
     /// What `source`'s provider does with a request arriving now; `None` for a source the
@@ -189,17 +205,29 @@ impl Providers {
     }
 }
 
+/// The in-flight capacity of `account` at `t` s of scenario time (smaller in its peaks).
+fn capacity_at(account: &Account, t: f64) -> u32 {
+    let in_peak = account.peak_every_s > 0.0 && t >= account.peak_every_s && (t % account.peak_every_s) < account.peak_len_s;
+    if in_peak { account.peak_inflight } else { account.max_inflight }
+}
+
 /// Holds one in-flight slot of an account until the attempt ends (or is dropped).
 struct InflightGuard {
     state: Arc<Mutex<State>>,
-    account: String,
+    name: String,
+    account: Account,
+    clock: Arc<dyn Clock>,
+    start: Timestamp,
 }
 
 impl Drop for InflightGuard {
     fn drop(&mut self) {
+        let now = self.clock.now();
+        let capacity = capacity_at(&self.account, now.saturating_since(self.start).as_secs_f64());
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(account) = state.accounts.get_mut(&self.account) {
-            account.inflight = account.inflight.saturating_sub(1);
+        if let Some(entry) = state.accounts.get_mut(&self.name) {
+            entry.inflight = entry.inflight.saturating_sub(1);
+            entry.ledger.step(now, entry.inflight, capacity);
         }
     }
 }
@@ -224,7 +252,7 @@ impl SimSource {
 
 /// The scenario's providers as one in-process `Upstream`.
 pub struct SimUpstream {
-    providers: Providers,
+    providers: Arc<Providers>,
     sources: BTreeMap<String, SimSource>,
     /// Whom a 404 blames, as the HTTP adapter decides it from the scope's kinds.
     not_found: gateway_http::classify::NotFound,
@@ -235,10 +263,17 @@ impl SimUpstream {
     pub fn new(scenario: &Scenario, scope: &ScopePolicy, clock: Arc<dyn Clock>, seed: u64) -> Self {
         let sources = scope.sources.iter().map(|s| (s.name.clone(), SimSource { timeout: s.timeout, watchdog: s.watchdog })).collect();
         SimUpstream {
-            providers: Providers::new(scenario, clock, seed),
+            providers: Arc::new(Providers::new(scenario, clock, seed)),
             sources,
             not_found: gateway_http::classify::NotFound::for_kinds(&scope.kinds),
         }
+    }
+}
+
+impl SimUpstream {
+    /// The providers it plays (for the accounts' figures at the end of a run).
+    pub fn providers(&self) -> Arc<Providers> {
+        self.providers.clone()
     }
 }
 

@@ -129,12 +129,12 @@ impl Paired {
     }
 }
 
-fn runner(cases: u32) -> TestRunner {
+pub(crate) fn runner(cases: u32) -> TestRunner {
     let config = Config { cases, failure_persistence: None, ..Config::default() };
     TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha))
 }
 
-fn fresh_source() -> String {
+pub(crate) fn fresh_source() -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     format!("d{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }

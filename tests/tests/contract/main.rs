@@ -4,7 +4,8 @@
 //! - `script::<case>`: a gate case as data (`cases/<case>.gate`) run on the pure `Gate`, its
 //!   trace kept as an `insta` snapshot (`snapshots/`); `memory::<case>` and `redis::<case>` run
 //!   the same script on the backend and must give the same trace;
-//! - `memory::` / `redis::random_breaker_sequences` and `…random_quota_sequences`: the
+//! - `memory::` / `redis::random_breaker_sequences`, `…random_quota_sequences` and
+//!   `…random_pacer_sequences`: the
 //!   differential suite (random operation sequences, every reply and state compared);
 //! - `memory::` / `redis::<case>` for the cases a script cannot say: concurrent callers, two
 //!   processes, the pacer, the quota's leases; `redis::<case>` for what only Redis has (the key
@@ -20,6 +21,7 @@
 mod concurrency;
 mod differential;
 mod pacer;
+mod pacer_sequences;
 mod quota;
 mod redis_only;
 mod script;
@@ -50,8 +52,8 @@ const CASES: &[(&str, Case)] = &[
     ("pacer_starts_at_eight_or_its_ceiling_and_grants_up_to_its_limit", |b| {
         Box::pin(pacer::pacer_starts_at_eight_or_its_ceiling_and_grants_up_to_its_limit(b))
     }),
-    ("pacer_cuts_once_per_round_trip_and_grows_back_by_one_over_the_limit", |b| {
-        Box::pin(pacer::pacer_cuts_once_per_round_trip_and_grows_back_by_one_over_the_limit(b))
+    ("pacer_tells_noise_from_a_burst_and_holds_a_refused_ceiling", |b| {
+        Box::pin(pacer::pacer_tells_noise_from_a_burst_and_holds_a_refused_ceiling(b))
     }),
     ("pacer_leases_of_a_crashed_worker_expire", |b| Box::pin(pacer::pacer_leases_of_a_crashed_worker_expire(b))),
     ("pacer_two_processes_respect_one_limit", |b| Box::pin(pacer::pacer_two_processes_respect_one_limit(b))),
@@ -143,6 +145,14 @@ fn main() -> ExitCode {
         differential::quota_sequences(Kind::Memory, n);
         Ok(())
     }));
+    plain.push(Trial::test("memory::random_pacer_sequences", move || {
+        pacer_sequences::pacer_sequences(Kind::Memory, n);
+        Ok(())
+    }));
+    redis.push(NamedCase {
+        name: "random_pacer_sequences".into(),
+        body: Box::new(move |url| pacer_sequences::pacer_sequences(Kind::Redis(&url), n)),
+    });
     redis.push(NamedCase {
         name: "random_breaker_sequences".into(),
         body: Box::new(move |url| differential::breaker_sequences(Kind::Redis(&url), n)),

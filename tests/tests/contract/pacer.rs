@@ -1,13 +1,14 @@
 //! Pacer contract on the `PacerGate` port (SPEC §4): the learned limit of a provider account,
-//! its leases and their expiry, one cut per round trip, and one limit for every process. The
+//! its leases and their expiry, noise against a burst, the refused ceiling, pacing below one in
+//! flight, one cut per round trip, and one limit for every process. The
 //! limits are also played on gateway-core's `AccountPacer` and must agree to the last bit. The
 //! same bodies run on every backend.
 
 #![allow(clippy::unwrap_used)]
 
 use crate::support::Backend;
-use gateway_core::aimd::{AccountPacer, Lease, Paced, PacerParams};
-use gateway_core::outcome::AimdEffect::{self, Decrease, Increase, Nothing};
+use gateway_core::aimd::{AccountPacer, Ceiling, Lease, Paced, PacerParams};
+use gateway_core::outcome::AimdEffect::{self, Decrease, Increase, Nothing, RoundTrip};
 use gateway_core::ports::{PaceDecision, PaceLease, PacerGate};
 use gateway_core::time::Clock;
 use std::time::Duration;
@@ -38,21 +39,23 @@ impl Mirror {
     async fn take(&mut self, b: &Backend) -> (PaceLease, Lease) {
         let backend = granted(&*b.pacer, b, "k1", &PARAMS).await;
         let core = self.core.try_acquire(&PARAMS, b.clock.now()).unwrap();
-        assert_eq!(backend.lease.generation, core.generation, "the generation a lease carries");
+        assert_eq!(backend.lease, core, "the lease: generation, epoch, n, grant time");
         (backend, core)
     }
 
     /// Releases a lease of both with `effect`; the limit after, the same on both.
     async fn give(&mut self, b: &Backend, (backend, core): (PaceLease, Lease), effect: AimdEffect) -> f64 {
         let limit = b.pacer.release(&backend, effect, &PARAMS).await.unwrap();
-        let expected = self.core.release(core, effect, &PARAMS);
+        let expected = self.core.release(core, effect, &PARAMS, b.clock.now());
         assert_eq!(limit.to_bits(), expected.to_bits(), "{limit} against core's {expected} after {effect:?}");
         limit
     }
 
-    /// One attempt begun and ended with `effect`.
-    async fn round(&mut self, b: &Backend, effect: AimdEffect) -> f64 {
+    /// One attempt begun at `at` s and ended with `effect` `took` s later.
+    async fn round(&mut self, b: &Backend, at: f64, took: f64, effect: AimdEffect) -> f64 {
+        b.at(at);
         let lease = self.take(b).await;
+        b.at(at + took);
         self.give(b, lease, effect).await
     }
 }
@@ -72,31 +75,72 @@ pub async fn pacer_starts_at_eight_or_its_ceiling_and_grants_up_to_its_limit(b: 
     assert_eq!(b.pacer.read(&b.key("k1"), &PARAMS).await.unwrap(), Paced { limit: 8.0, inflight: 8 });
 }
 
-pub async fn pacer_cuts_once_per_round_trip_and_grows_back_by_one_over_the_limit(b: Backend) {
-    b.at(0.0);
+pub async fn pacer_tells_noise_from_a_burst_and_holds_a_refused_ceiling(b: Backend) {
     let mut m = Mirror { core: AccountPacer::new(&PARAMS) };
-    // A burst: eight in flight, all answered 429: one cut, not eight.
+    // Noise: a lone 429 among successes does not cut.
+    let mut t = 0.0;
+    for effect in [Increase, Decrease, Increase, RoundTrip, Nothing, Increase, Decrease, Increase] {
+        m.round(&b, t, 1.5, effect).await;
+        t += 2.0;
+    }
+    assert_eq!(m.core.generation(), 0, "noise never cuts");
+    // A burst: eight in flight, answered 429 within 20 ms: one cut by 0.7, at the third.
+    b.at(t);
     let mut burst = Vec::new();
     for _ in 0..8 {
         burst.push(m.take(&b).await);
     }
+    b.at(t + 0.02);
+    let before = m.core.limit();
     for lease in burst {
-        assert_eq!(m.give(&b, lease, Decrease).await, 4.0);
+        m.give(&b, lease, Decrease).await;
     }
-    // The first 429 on an attempt begun after the cut cuts at once.
-    assert_eq!(m.round(&b, Decrease).await, 2.0);
-    // Background noise among successes, then recovery.
-    for effect in [Increase, Decrease, Increase, Increase, Nothing, Increase, Decrease, Decrease] {
-        m.round(&b, effect).await;
+    assert_eq!((m.core.limit(), m.core.generation()), (before * 0.7, 1), "one cut for the round trip");
+    assert!(m.core.ceiling().is_some_and(|w| !w.held), "a burst finds a ceiling, not held");
+    // A success at n ≥ W (two in flight, so n reaches the ceiling's) forgets it.
+    let w = m.core.ceiling().unwrap().at;
+    b.at(t + 1.0);
+    let leases = [m.take(&b).await, m.take(&b).await];
+    assert!(leases[1].1.n >= w);
+    b.at(t + 2.0);
+    for lease in leases {
+        m.give(&b, lease, Increase).await;
     }
+    assert_eq!(m.core.ceiling(), None, "a success above the ceiling forgot it");
     for _ in 0..200 {
-        m.round(&b, Increase).await;
+        m.round(&b, t + 60.0, 0.1, Increase).await;
     }
-    assert_eq!(m.round(&b, Increase).await, 16.0, "capped at the ceiling");
-    for _ in 0..10 {
-        m.round(&b, Decrease).await;
+    assert_eq!(m.round(&b, t + 70.0, 0.1, Increase).await, 16.0, "capped at the ceiling");
+    // A burst at three in flight finds a ceiling of two (the third 429 is the burst).
+    let mut t = t + 100.0;
+    b.at(t);
+    let three = [m.take(&b).await, m.take(&b).await, m.take(&b).await];
+    b.at(t + 0.01);
+    for lease in three {
+        m.give(&b, lease, Decrease).await;
     }
-    assert_eq!(m.round(&b, Decrease).await, 1.0, "floored at one");
+    assert_eq!(m.core.ceiling(), Some(Ceiling { at: 2, held: false }));
+    // A refused probe (n ≥ W): held there, at n − 1 (at least one); no cut.
+    t += 100.0;
+    b.at(t);
+    let [a, c, probe] = [m.take(&b).await, m.take(&b).await, m.take(&b).await];
+    b.at(t + 0.01);
+    let generation = m.core.generation();
+    assert_eq!(m.give(&b, probe, Decrease).await, 1.0);
+    assert_eq!((m.core.ceiling(), m.core.generation()), (Some(Ceiling { at: 2, held: true }), generation));
+    for lease in [a, c] {
+        m.give(&b, lease, Nothing).await;
+    }
+    // Bursts under the ceiling cut below one, where every current 429 cuts, paced by the round
+    // trip; floored at 1/16.
+    t += 100.0;
+    for _ in 0..60 {
+        t += if m.core.limit() < 1.0 { 40.0 } else { 0.02 };
+        m.round(&b, t, 0.01, Decrease).await;
+    }
+    assert_eq!(m.core.limit(), 1.0 / 16.0, "floored at 1/16");
+    b.at(t + 0.02);
+    assert!(matches!(b.pacer.try_acquire(&b.key("k1"), &PARAMS).await.unwrap(), PaceDecision::Paced(_)), "too soon after the last");
 }
 
 pub async fn pacer_leases_of_a_crashed_worker_expire(b: Backend) {
@@ -120,17 +164,19 @@ pub async fn pacer_two_processes_respect_one_limit(b: Backend) {
     }
     assert_eq!(paced(&*other, &b, "k1", &PARAMS).await.inflight, 8, "eight in flight between the two");
     assert_eq!(paced(&*b.pacer, &b, "k1", &PARAMS).await.inflight, 8);
-    // One process's 429 cuts for both; the other's 429 from the same round is the same event.
-    assert_eq!(b.pacer.release(&mine[0], Decrease, &PARAMS).await.unwrap(), 4.0);
-    assert_eq!(other.release(&theirs[0], Decrease, &PARAMS).await.unwrap(), 4.0, "no second cut in one round trip");
-    // Six in flight against four: two must end before a new attempt fits, on either side.
-    for lease in &mine[1..3] {
-        b.pacer.release(lease, Nothing, &PARAMS).await.unwrap();
-    }
-    assert_eq!(paced(&*other, &b, "k1", &PARAMS).await, Paced { limit: 4.0, inflight: 4 });
-    other.release(&theirs[1], Nothing, &PARAMS).await.unwrap();
-    let fresh = granted(&*other, &b, "k1", &PARAMS).await;
-    assert_eq!(b.pacer.release(&fresh, Decrease, &PARAMS).await.unwrap(), 2.0, "a lease of the new round cuts again");
+    // A burst of 429s from both processes cuts once for both; the round trip's other 429s are
+    // the same event.
+    b.at(0.02);
+    assert_eq!(b.pacer.release(&mine[0], Decrease, &PARAMS).await.unwrap(), 8.0, "one 429 is noise");
+    assert_eq!(other.release(&theirs[0], Decrease, &PARAMS).await.unwrap(), 8.0);
+    let cut = b.pacer.release(&mine[1], Decrease, &PARAMS).await.unwrap();
+    assert_eq!(cut, 8.0 * 0.7, "three within four 429 latencies: a burst");
+    assert_eq!(other.release(&theirs[1], Decrease, &PARAMS).await.unwrap(), cut, "no second cut in one round trip");
+    // Four in flight against 5.6: two more fit, one on each side, then neither.
+    granted(&*other, &b, "k1", &PARAMS).await;
+    granted(&*b.pacer, &b, "k1", &PARAMS).await;
+    assert_eq!(paced(&*other, &b, "k1", &PARAMS).await, Paced { limit: cut, inflight: 6 });
+    assert_eq!(paced(&*b.pacer, &b, "k1", &PARAMS).await, Paced { limit: cut, inflight: 6 });
     let tenant = b.key("k1").with_tenant("gold");
     assert!(matches!(b.pacer.try_acquire(&tenant, &PARAMS).await.unwrap(), PaceDecision::Granted(_)), "a tenant's account is its own");
 }

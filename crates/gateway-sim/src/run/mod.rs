@@ -17,7 +17,9 @@ pub use workload::{Load, loads};
 
 use crate::fault::{Fault, FaultError, OwnRedis};
 use crate::scenario::{Scenario, ScenarioError};
+use crate::ledger::AccountFigures;
 use crate::upstream::{Providers, SimUpstream};
+use std::collections::BTreeMap;
 use backend::Gates;
 use gateway_client::{BuildError, Preset, TokioClock};
 use gateway_core::policy::{Isolation, PolicyError, ScopePolicy, WaitMode};
@@ -124,6 +126,8 @@ pub struct RunResult {
     pub circuit_open: Vec<(u64, Duration, Duration)>,
     /// The shared backend's part (a Redis run).
     pub backend: Option<BackendRun>,
+    /// What each simulated provider account saw (none against real endpoints).
+    pub accounts: BTreeMap<String, AccountFigures>,
 }
 
 /// Told the number of calls ended so far.
@@ -329,7 +333,7 @@ enum Target {
 
 /// The scope a single-process run uses and its transport (with the server of the simulated
 /// providers, which must live until the run ends).
-type Targeted = (ScopePolicy, Arc<dyn Upstream>, Option<gateway_mock::MockServer>);
+type Targeted = (ScopePolicy, Arc<dyn Upstream>, Option<gateway_mock::MockServer>, Option<Arc<Providers>>);
 
 impl Target {
     async fn upstream(self, scenario: &Scenario, config: &RunConfig, scope: &str, clock: Arc<dyn Clock>) -> Result<Targeted, RunError> {
@@ -340,15 +344,16 @@ impl Target {
             (Target::Scenario, Transport::Sim) => {
                 let policy = scope_policy(scenario, scope, config)?;
                 let upstream = Arc::new(SimUpstream::new(scenario, &policy, clock, config.seed));
-                Ok((policy, upstream, None))
+                let providers = upstream.providers();
+                Ok((policy, upstream, None, Some(providers)))
             }
             (Target::Scenario, Transport::Http) => {
                 let mut policy = scope_policy(scenario, scope, config)?;
                 let providers = Arc::new(Providers::new(scenario, clock, config.seed));
-                let server = providers.serve().await.map_err(RunError::Serve)?;
+                let server = providers.clone().serve().await.map_err(RunError::Serve)?;
                 point_at(&mut policy, &server.root());
                 let upstream = http(&policy)?;
-                Ok((policy, upstream, Some(server)))
+                Ok((policy, upstream, Some(server), Some(providers)))
             }
             (Target::Real(policy), _) => {
                 let mut policy = *policy;
@@ -356,7 +361,7 @@ impl Target {
                 policy.name = scope.to_owned();
                 apply_overrides(&mut policy, config);
                 let upstream = http(&policy)?;
-                Ok((policy, upstream, None))
+                Ok((policy, upstream, None, None))
             }
         }
     }
@@ -375,7 +380,7 @@ async fn run_target(
     let start = clock.now();
     started();
     let gates = Gates::new(&config.backend, clock.clone(), config.on_unavailable).await?;
-    let (policy, upstream, _server) = target.upstream(scenario, config, &scope, clock.clone()).await?;
+    let (policy, upstream, _server, providers) = target.upstream(scenario, config, &scope, clock.clone()).await?;
     let exact = match (&gates.memory, config.time_scale) {
         (Some((memory, _)), None) => Some(ExactGates { gates: memory.clone(), clock: clock.clone(), policy: policy.clone() }),
         _ => None,
@@ -384,7 +389,9 @@ async fn run_target(
     let part = Part { index: 0, processes: 1, scenario, config, policy: &policy, scope: &scope, settle };
     let (result, ended) = part.run(&gates, upstream, clock.clone(), exact, progress).await?;
     let ending = ending(&gates, config, scenario, policy.clone(), &*clock, start, ended.saturating_since(start)).await?;
-    Ok(assemble(config.preset, config.calls.unwrap_or(scenario.calls), ending, vec![result]))
+    let mut run = assemble(config.preset, config.calls.unwrap_or(scenario.calls), ending, vec![result]);
+    run.accounts = providers.map(|p| p.accounts()).unwrap_or_default();
+    Ok(run)
 }
 
 /// The scope of a gateway config file a `--upstreams` run uses: the one named `soak`, else the

@@ -155,6 +155,7 @@ pub(super) fn assemble(preset: Preset, calls: u32, ending: Ending, parts: Vec<Wo
         leftover_leases,
         circuit_open: Vec::new(),
         backend,
+        accounts: std::collections::BTreeMap::new(),
     };
     for part in parts {
         merged.call_events.extend(part.call_events);

@@ -168,7 +168,7 @@ fn run_processes_on(
         let clock = SharedClock::starting_now();
         started();
         let providers = Arc::new(Providers::new(&scaled, Arc::new(clock), config.seed));
-        let server = providers.serve().await.map_err(RunError::Serve)?;
+        let server = providers.clone().serve().await.map_err(RunError::Serve)?;
         point_at(&mut policy, &server.root());
         let total_workers = config.workers.unwrap_or(scenario.workers).max(workers.processes);
         let results = workers.run(config, &policy, (calls, total_workers), scale, &server.root(), clock).await?;
@@ -178,7 +178,9 @@ fn run_processes_on(
         let gates = Gates::new(&config.backend, Arc::new(clock), OnUnavailable::FailClosed).await?;
         let mut ending = ending(&gates, config, &scaled, policy, &clock, Timestamp::from_millis(0), duration).await?;
         ending.backend = Some(BackendRun { on_unavailable: config.on_unavailable, scale, ..BackendRun::default() });
-        Ok(assemble(config.preset, calls, ending, results))
+        let mut run = assemble(config.preset, calls, ending, results);
+        run.accounts = providers.accounts();
+        Ok(run)
     })
 }
 

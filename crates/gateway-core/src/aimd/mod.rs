@@ -1,0 +1,245 @@
+//! The learned limit of one provider account (SPEC §4), as a pure state machine: a float
+//! concurrency limit `L`, the attempts in flight on the account (leases that expire, so a
+//! crashed worker's attempts do not hold the account for ever), the cut generation, and the
+//! ceiling the account refused. The memory pacer runs it; the Redis pacer script mirrors it rule
+//! for rule, to the last bit of every float.
+//!
+//! The provider's 429s have two causes: our own load passing its limit, and noise (other tenants
+//! of the key, a relay's hiccups). Only the first may cut. Rules, exactly:
+//! - `L` starts at `min(8, ceiling)` and stays in [1/16, ceiling] (the scope's concurrency).
+//! - **Grant** while the leases in flight are fewer than `L`. Below one (`L` < 1) that is one
+//!   at a time, and no sooner than (1/`L` − 1)·`srtt` after the previous one ended. A lease
+//!   records the cut generation `g`, the ceiling's epoch `e`, and `n`, the leases in flight
+//!   when it was granted (itself not counted).
+//! - **A 429** on a lease of an older generation changes nothing (one cut per round trip).
+//!   Otherwise the first that matches: below one, `L` ← max(1/16, 0.7·`L`) and a new
+//!   generation; a refused probe (`W` known, `n` ≥ `W`): `W` ← `n`, held, a new epoch,
+//!   `L` ← max(1, min(`L`, `n` − 1)); a burst (≥ 3 429s, this one included, answered within the
+//!   last 4·`t429`): `W` ← `n`, not held, a new epoch, `L` ← max(1/16, 0.7·`L`), a new
+//!   generation; anything else is noise and leaves `L` alone.
+//! - **A real success**: when `W` is known, the lease's epoch is the current one and its `n` ≥
+//!   `W`, the ceiling rose and is forgotten. Then `L` ← min(ceiling, `L` + d/`L`), with d = 1/8
+//!   when held and `L` ≥ `W` − 1 (a probe about every eight round trips), else d = 1.
+//! - Empty, 5xx and invalid answers, timeouts and attempts not made do not change `L`.
+//! - `srtt` and `t429` are EWMAs (gain 1/8) of the durations of answered attempts and of 429
+//!   answers, in milliseconds; every 429 counts toward the burst test, whatever its generation.
+
+use crate::outcome::AimdEffect;
+use crate::time::Timestamp;
+use std::time::Duration;
+
+#[cfg(test)]
+mod tests;
+
+/// Limit a pacer starts at (capped by the ceiling).
+pub(crate) const INITIAL_LIMIT: f64 = 8.0;
+/// The lowest limit: one attempt every sixteen round trips.
+pub(crate) const FLOOR: f64 = 1.0 / 16.0;
+/// Multiplicative decrease on a burst of 429s (or on any current 429 below one in flight).
+pub const CUT: f64 = 0.7;
+/// Growth per real success, over `L`, when the account holds at a refused ceiling.
+pub const PROBE_GROWTH: f64 = 1.0 / 8.0;
+/// A burst: this many 429s answered within [`BURST_WINDOW`] × `t429`.
+pub const BURST_COUNT: usize = 3;
+/// The burst window, in units of the 429 answers' EWMA latency.
+pub const BURST_WINDOW: f64 = 4.0;
+/// The round trip assumed before any attempt was answered, in milliseconds.
+pub const DEFAULT_RTT_MS: f64 = 1000.0;
+
+/// What an account's pacer runs on: its ceiling and how long a lease lives unreleased.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PacerParams {
+    /// The highest limit (the scope's concurrency).
+    pub ceiling: f64,
+    /// A lease not released within this ends by itself (twice the slowest source's timeout).
+    pub lease_ttl: Duration,
+}
+
+impl PacerParams {
+    /// The highest limit, never below one.
+    pub fn top(&self) -> f64 {
+        self.ceiling.max(1.0)
+    }
+
+    /// The limit a fresh account starts at.
+    pub fn initial_limit(&self) -> f64 {
+        INITIAL_LIMIT.min(self.top())
+    }
+
+    /// How long an account's state is kept after its last use: an hour past its longest
+    /// lease's life (both backends; the Redis key's TTL).
+    pub fn keep_for(&self) -> Duration {
+        self.lease_ttl.saturating_mul(2).saturating_add(Duration::from_secs(3600))
+    }
+}
+
+/// A granted place on the account.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// Unique among the account's leases.
+    pub id: u64,
+    /// The cut generation when it was taken.
+    pub generation: u64,
+    /// The refused ceiling's epoch when it was taken.
+    pub epoch: u64,
+    /// The account's leases in flight when it was granted, itself not counted.
+    pub n: u32,
+    /// When it was granted (the backend's clock).
+    pub granted: Timestamp,
+}
+
+/// The account is full: its limit and the leases in flight.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Paced {
+    /// The learned limit.
+    pub limit: f64,
+    /// Leases in flight.
+    pub inflight: u32,
+}
+
+/// The ceiling a 429 found: the in-flight count the account refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ceiling {
+    /// The in-flight count refused.
+    pub at: u32,
+    /// Refused by a probe of a known ceiling (hold there and probe slowly), rather than found by
+    /// a burst.
+    pub held: bool,
+}
+
+/// The learned limit, the leases in flight, the cut generation and the refused ceiling of one
+/// account.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AccountPacer {
+    pub(crate) limit: f64,
+    pub(crate) generation: u64,
+    pub(crate) ceiling: Option<Ceiling>,
+    pub(crate) epoch: u64,
+    /// EWMA of answered attempts' durations, ms.
+    pub(crate) srtt: Option<f64>,
+    /// EWMA of 429 answers' durations, ms.
+    pub(crate) t429: Option<f64>,
+    /// When the last two 429s were answered, the latest first.
+    pub(crate) recent_429: [Option<Timestamp>; 2],
+    /// Below one in flight: the next lease no sooner than this.
+    pub(crate) ready_at: Option<Timestamp>,
+    next_id: u64,
+    /// Leases in flight: id and expiry.
+    leases: Vec<(u64, Timestamp)>,
+}
+
+fn ewma(old: Option<f64>, sample: f64) -> f64 {
+    match old {
+        Some(old) => old + (sample - old) / 8.0,
+        None => sample,
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_millis() as f64
+}
+
+impl AccountPacer {
+    /// A fresh account under `params`.
+    pub fn new(params: &PacerParams) -> Self {
+        AccountPacer {
+            limit: params.initial_limit(),
+            generation: 0,
+            ceiling: None,
+            epoch: 0,
+            srtt: None,
+            t429: None,
+            recent_429: [None; 2],
+            ready_at: None,
+            next_id: 0,
+            leases: Vec::new(),
+        }
+    }
+
+    /// The learned limit.
+    pub fn limit(&self) -> f64 {
+        self.limit
+    }
+
+    /// Cuts so far.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The ceiling the account refused, while it is known.
+    pub fn ceiling(&self) -> Option<Ceiling> {
+        self.ceiling
+    }
+
+    /// Leases in flight at `now`.
+    pub fn inflight(&self, now: Timestamp) -> u32 {
+        u32::try_from(self.leases.iter().filter(|(_, expires)| *expires > now).count()).unwrap_or(u32::MAX)
+    }
+
+    /// A lease when one more attempt fits under the limit at `now`.
+    pub fn try_acquire(&mut self, params: &PacerParams, now: Timestamp) -> Result<Lease, Paced> {
+        self.leases.retain(|(_, expires)| *expires > now);
+        let inflight = u32::try_from(self.leases.len()).unwrap_or(u32::MAX);
+        let early = self.limit < 1.0 && self.ready_at.is_some_and(|ready| now < ready);
+        if f64::from(inflight) >= self.limit || early {
+            return Err(Paced { limit: self.limit, inflight });
+        }
+        self.next_id += 1;
+        self.leases.push((self.next_id, now.saturating_add(params.lease_ttl)));
+        Ok(Lease { id: self.next_id, generation: self.generation, epoch: self.epoch, n: inflight, granted: now })
+    }
+
+    /// Ends `lease` at `now` and applies `effect` (see the module doc); returns the limit after.
+    pub fn release(&mut self, lease: Lease, effect: AimdEffect, params: &PacerParams, now: Timestamp) -> f64 {
+        self.leases.retain(|(id, _)| *id != lease.id);
+        let took = ms(now.saturating_since(lease.granted));
+        let n = f64::from(lease.n);
+        let below_one = self.limit < 1.0;
+        match effect {
+            AimdEffect::Increase => {
+                self.srtt = Some(ewma(self.srtt, took));
+                if self.ceiling.is_some_and(|w| lease.epoch == self.epoch && lease.n >= w.at) {
+                    self.ceiling = None;
+                }
+                let d = match self.ceiling {
+                    Some(w) if w.held && self.limit >= f64::from(w.at) - 1.0 => PROBE_GROWTH,
+                    _ => 1.0,
+                };
+                self.limit = (self.limit + d / self.limit).min(params.top());
+            }
+            AimdEffect::RoundTrip => self.srtt = Some(ewma(self.srtt, took)),
+            AimdEffect::Decrease => {
+                let t429 = ewma(self.t429, took);
+                self.t429 = Some(t429);
+                let window = BURST_WINDOW * t429;
+                let recent = self.recent_429.iter().flatten().filter(|at| ms(now.saturating_since(**at)) <= window).count();
+                let burst = recent + 1 >= BURST_COUNT;
+                self.recent_429 = [Some(now), self.recent_429[0]];
+                if lease.generation == self.generation {
+                    if below_one {
+                        self.cut();
+                    } else if self.ceiling.is_some_and(|w| lease.n >= w.at) {
+                        self.ceiling = Some(Ceiling { at: lease.n, held: true });
+                        self.epoch += 1;
+                        self.limit = self.limit.min(n - 1.0).max(1.0);
+                    } else if burst {
+                        self.ceiling = Some(Ceiling { at: lease.n, held: false });
+                        self.epoch += 1;
+                        self.cut();
+                    }
+                }
+            }
+            AimdEffect::Nothing => {}
+        }
+        self.ready_at = (self.limit < 1.0).then(|| {
+            let wait = self.srtt.unwrap_or(DEFAULT_RTT_MS) * (1.0 / self.limit - 1.0);
+            Timestamp::from_millis(now.as_millis().saturating_add(wait.floor() as u64))
+        });
+        self.limit
+    }
+
+    fn cut(&mut self) {
+        self.limit = (self.limit * CUT).max(FLOOR);
+        self.generation += 1;
+    }
+}

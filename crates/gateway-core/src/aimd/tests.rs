@@ -1,0 +1,149 @@
+use super::*;
+use AimdEffect::{Decrease, Increase, Nothing, RoundTrip};
+
+const PARAMS: PacerParams = PacerParams { ceiling: 16.0, lease_ttl: Duration::from_secs(60) };
+
+fn ms(t: u64) -> Timestamp {
+    Timestamp::from_millis(t)
+}
+
+/// `k` leases taken at `at`.
+fn take(p: &mut AccountPacer, k: usize, at: u64) -> Vec<Lease> {
+    (0..k).map(|_| p.try_acquire(&PARAMS, ms(at)).unwrap()).collect()
+}
+
+/// One attempt taken at `at` and ended with `effect` `took` ms later; the limit after.
+fn round(p: &mut AccountPacer, at: u64, took: u64, effect: AimdEffect) -> f64 {
+    let lease = p.try_acquire(&PARAMS, ms(at)).unwrap();
+    p.release(lease, effect, &PARAMS, ms(at + took))
+}
+
+#[test]
+fn starts_at_eight_or_the_ceiling_and_grows_to_the_ceiling() {
+    assert_eq!(AccountPacer::new(&PARAMS).limit(), 8.0);
+    assert_eq!(AccountPacer::new(&PacerParams { ceiling: 3.0, ..PARAMS }).limit(), 3.0);
+    let mut p = AccountPacer::new(&PARAMS);
+    let mut limit = p.limit();
+    for _ in 0..200 {
+        let before = limit;
+        limit = round(&mut p, 1, 10, Increase);
+        assert!((limit - (before + 1.0 / before).min(16.0)).abs() < 1e-12, "+1/L per success");
+    }
+    assert_eq!(limit, 16.0);
+}
+
+#[test]
+fn lone_429s_are_noise_and_a_burst_cuts_once() {
+    let (mut p, mut quiet) = (AccountPacer::new(&PARAMS), AccountPacer::new(&PARAMS));
+    // Other tenants' noise: a 429 now and then among successes never cuts.
+    for i in 0..50 {
+        let noisy = i % 5 == 0;
+        round(&mut p, 1000 * i, 500, if noisy { Decrease } else { Increase });
+        if !noisy {
+            round(&mut quiet, 1000 * i, 500, Increase);
+        }
+    }
+    assert_eq!((p.limit(), p.generation(), p.ceiling()), (quiet.limit(), 0, None), "noise never cut");
+    // Our own load past the account's limit: eight in flight answered 429 within 20 ms.
+    let mut p = AccountPacer::new(&PARAMS);
+    let burst = take(&mut p, 8, 100_000);
+    let after: Vec<f64> = burst.iter().map(|lease| p.release(*lease, Decrease, &PARAMS, ms(100_020))).collect();
+    assert_eq!(after[..2], [8.0, 8.0], "two 429s are not yet a burst");
+    assert!(after[2..].iter().all(|l| (l - 5.6).abs() < 1e-12), "the third cuts by 0.7, the rest are the same round trip: {after:?}");
+    assert_eq!(p.generation(), 1);
+    assert_eq!(p.ceiling(), Some(Ceiling { at: 2, held: false }), "the ceiling is the third's n");
+}
+
+#[test]
+fn the_burst_window_is_four_429_latencies() {
+    let mut p = AccountPacer::new(&PARAMS);
+    // 429s answered after 20 ms: a window of 80 ms.
+    round(&mut p, 0, 20, Decrease);
+    round(&mut p, 50, 20, Decrease);
+    assert_eq!(round(&mut p, 150, 20, Decrease), 8.0, "the others are 100 and 150 ms old: not a burst");
+    assert_eq!(round(&mut p, 160, 20, Decrease), 8.0, "two within 80 ms");
+    assert!((round(&mut p, 170, 20, Decrease) - 5.6).abs() < 1e-12, "three within 80 ms");
+    assert_eq!(p.generation(), 1);
+}
+
+#[test]
+fn a_refused_probe_holds_the_ceiling_and_a_success_above_it_forgets_it() {
+    let mut p = AccountPacer { limit: 10.0, ceiling: Some(Ceiling { at: 10, held: false }), epoch: 1, ..AccountPacer::new(&PARAMS) };
+    // Ten in flight: the eleventh (n = 10 ≥ W) is the probe; it is refused.
+    let first = take(&mut p, 10, 0);
+    p.limit = 11.0;
+    let probe = p.try_acquire(&PARAMS, ms(0)).unwrap();
+    assert_eq!(probe.n, 10);
+    assert_eq!(p.release(probe, Decrease, &PARAMS, ms(20)), 9.0, "L ← min(L, n − 1)");
+    assert_eq!((p.ceiling(), p.epoch, p.generation()), (Some(Ceiling { at: 10, held: true }), 2, 0), "held; no cut");
+    // Held and L ≥ W − 1: the limit grows by 1/(8L) a success.
+    for lease in &first[..2] {
+        p.release(*lease, Increase, &PARAMS, ms(1000));
+    }
+    assert!((p.limit() - (9.0 + 1.0 / 72.0 + 1.0 / (8.0 * (9.0 + 1.0 / 72.0)))).abs() < 1e-12);
+    // A lease of an older epoch at n ≥ W succeeding says nothing; one of this epoch does.
+    let stale = Lease { epoch: 1, n: 12, ..first[2] };
+    p.release(stale, Increase, &PARAMS, ms(1000));
+    assert!(p.ceiling().is_some(), "a lease of the old epoch does not clear it");
+    p.limit = 11.0;
+    let above = take(&mut p, 4, 2000).pop().unwrap();
+    assert!(above.n >= 10, "{above:?}");
+    let before = p.limit();
+    assert_eq!(p.release(above, Increase, &PARAMS, ms(3000)), before + 1.0 / before, "forgotten: +1/L again");
+    assert_eq!(p.ceiling(), None);
+}
+
+#[test]
+fn a_429_of_an_older_generation_changes_nothing() {
+    let mut p = AccountPacer::new(&PARAMS);
+    let old = take(&mut p, 1, 0)[0];
+    for t in [10, 20, 30] {
+        round(&mut p, t, 5, Decrease);
+    }
+    let (limit, generation, ceiling) = (p.limit(), p.generation(), p.ceiling());
+    assert_eq!(generation, 1);
+    assert_eq!(p.release(Lease { n: 20, ..old }, Decrease, &PARAMS, ms(40)), limit);
+    assert_eq!((p.generation(), p.ceiling()), (generation, ceiling));
+}
+
+#[test]
+fn below_one_in_flight_the_account_is_paced_and_cut_without_a_burst() {
+    let mut p = AccountPacer { limit: 1.0, ..AccountPacer::new(&PARAMS) };
+    for t in [0, 10] {
+        round(&mut p, t, 1000, RoundTrip);
+    }
+    assert_eq!(p.srtt, Some(1000.0), "an invalid answer times a round trip");
+    round(&mut p, 3000, 20, Nothing);
+    assert_eq!(p.srtt, Some(1000.0), "a timeout does not");
+    // Three 429s at one in flight: a burst cuts to 0.7.
+    for t in [4000, 4010] {
+        round(&mut p, t, 5, Decrease);
+    }
+    assert_eq!(round(&mut p, 4020, 5, Decrease), 0.7);
+    // One at a time, the next (1/0.7 − 1) × 1000 ms = 428 ms after the last ended.
+    assert_eq!(p.ready_at, Some(ms(4025 + 428)));
+    assert_eq!(p.try_acquire(&PARAMS, ms(4452)), Err(Paced { limit: 0.7, inflight: 0 }));
+    let lease = p.try_acquire(&PARAMS, ms(4453)).unwrap();
+    assert!(p.try_acquire(&PARAMS, ms(4453)).is_err(), "one at a time");
+    // Below one a current 429 cuts alone, down to the floor.
+    assert!((p.release(lease, Decrease, &PARAMS, ms(4500)) - 0.49).abs() < 1e-12);
+    for k in 0..20u64 {
+        let at = p.ready_at.unwrap().as_millis() + k;
+        round(&mut p, at, 1, Decrease);
+    }
+    assert_eq!(p.limit(), FLOOR);
+    // A success climbs back by +1/L: out of pacing at once.
+    let at = p.ready_at.unwrap().as_millis();
+    assert_eq!(round(&mut p, at, 1000, Increase), 16.0, "1/16 + 16, at the ceiling");
+    assert_eq!(p.ready_at, None);
+}
+
+#[test]
+fn a_lease_left_unreleased_expires() {
+    let one = PacerParams { ceiling: 1.0, ..PARAMS };
+    let mut p = AccountPacer::new(&one);
+    let _lost = p.try_acquire(&one, ms(0)).unwrap();
+    assert_eq!(p.try_acquire(&one, ms(30_000)), Err(Paced { limit: 1.0, inflight: 1 }));
+    assert_eq!(p.inflight(ms(59_999)), 1);
+    assert!(p.try_acquire(&one, ms(60_000)).is_ok(), "a crashed worker's lease ended by itself");
+}

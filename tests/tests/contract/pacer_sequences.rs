@@ -1,0 +1,88 @@
+//! The differential suite's pacer part: random sequences of acquires and releases, with time
+//! passing, replayed on gateway-core's `AccountPacer` and on a backend's `PacerGate`. Every
+//! decision (the lease with its generation, epoch, `n` and grant time, or the limit and
+//! in-flight count that paced it), every limit after a release (to the last bit) and the
+//! in-flight count after every step must agree. Sequences draw their 429 share, so some live in
+//! bursts, refused ceilings and the paced regime below one in flight.
+
+#![allow(clippy::unwrap_used)]
+
+use crate::differential::{STEPS, fresh_source, runner};
+use crate::support::{Backend, Kind, START, runtime};
+use gateway_core::aimd::{AccountPacer, PacerParams};
+use gateway_core::outcome::AimdEffect;
+use gateway_core::ports::{PaceDecision, PaceLease};
+use gateway_core::time::Timestamp;
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+use std::fmt::Write;
+use std::time::Duration;
+
+/// Steps of a pacer sequence (more than a gate's: the regimes take a while to reach).
+const PACER_STEPS: usize = STEPS * 3;
+
+/// One step: time advanced (ms), acquire (0..3) or release (3..8), which lease, and the
+/// release's effect drawn against the sequence's 429 share (`roll` in 0..100).
+type Step = (u64, u8, usize, u8, u8);
+
+/// `cases` random pacer sequences on `kind`.
+pub fn pacer_sequences(kind: Kind<'_>, cases: u32) {
+    let rt = runtime();
+    let backend = rt.block_on(Backend::new(kind));
+    let advance = prop_oneof![3 => Just(0u64), 3 => 1..40u64, 2 => 40..2_000u64, 1 => 5_000..9_000u64];
+    let step = (advance, 0u8..8, 0usize..32, 0u8..100, 0u8..100);
+    let strategy = (prop_oneof![Just(16.0), Just(3.0), Just(1.0)], 0u8..100, proptest::collection::vec(step, PACER_STEPS));
+    let result = runner(cases).run(&strategy, |(ceiling, share, steps)| rt.block_on(pacer_sequence(&backend, ceiling, share, &steps)));
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+fn fail(trace: &str, i: usize, what: String) -> TestCaseError {
+    TestCaseError::fail(format!("{trace}step {i}: {what}"))
+}
+
+fn effect(share: u8, roll: u8, kind: u8) -> AimdEffect {
+    match (roll < share, kind % 4) {
+        (true, _) => AimdEffect::Decrease,
+        (false, 0) => AimdEffect::RoundTrip,
+        (false, 1) => AimdEffect::Nothing,
+        (false, _) => AimdEffect::Increase,
+    }
+}
+
+async fn pacer_sequence(b: &Backend, ceiling: f64, share: u8, steps: &[Step]) -> Result<(), TestCaseError> {
+    let params = PacerParams { ceiling, lease_ttl: Duration::from_secs(5) };
+    let key = b.key(&fresh_source());
+    let mut core = AccountPacer::new(&params);
+    let mut now: Timestamp = START;
+    let mut leases: Vec<PaceLease> = Vec::new();
+    let mut trace = format!("ceiling {ceiling}, 429 share {share} %\n");
+    for (i, &(advance_ms, op, pick, roll, kind)) in steps.iter().enumerate() {
+        now = now.saturating_add(Duration::from_millis(advance_ms));
+        b.clock.set(now);
+        if op < 3 || leases.is_empty() {
+            let expected = core.try_acquire(&params, now);
+            let got = b.pacer.try_acquire(&key, &params).await.map_err(|e| fail(&trace, i, e.to_string()))?;
+            let _ = writeln!(trace, "step {i}: +{advance_ms} ms acquire → {expected:?}");
+            match (expected, got) {
+                (Ok(lease), PaceDecision::Granted(granted)) if granted.lease == lease => leases.push(granted),
+                (Err(paced), PaceDecision::Paced(got)) if got.inflight == paced.inflight && got.limit.to_bits() == paced.limit.to_bits() => {}
+                (_, got) => return Err(fail(&trace, i, format!("the backend decided {got:?}"))),
+            }
+        } else {
+            let lease = leases.swap_remove(pick % leases.len());
+            let effect = effect(share, roll, kind);
+            let expected = core.release(lease.lease, effect, &params, now);
+            let got = b.pacer.release(&lease, effect, &params).await.map_err(|e| fail(&trace, i, e.to_string()))?;
+            let _ = writeln!(trace, "step {i}: +{advance_ms} ms release {:?} {effect:?} → {expected}", lease.lease);
+            if got.to_bits() != expected.to_bits() {
+                return Err(fail(&trace, i, format!("the backend's limit is {got}")));
+            }
+        }
+        let read = b.pacer.read(&key, &params).await.map_err(|e| fail(&trace, i, e.to_string()))?;
+        prop_assert_eq!(read.inflight, core.inflight(now), "in flight after\n{}", trace);
+        prop_assert_eq!(read.limit.to_bits(), core.limit().to_bits(), "limit after\n{}", trace);
+    }
+    Ok(())
+}

@@ -14,7 +14,7 @@ use gateway_core::breaker::CircuitState;
 use gateway_core::call::{CallMachine, CallRules, Failure, Next, Picked, Streaming};
 use gateway_core::ports::{BackendError, ChunkSource, Streamed, Telemetry, Upstream};
 use gateway_core::request::{Attempt, Outcome, Request, Response, Structured};
-use gateway_core::stream::Chunk;
+use gateway_core::stream::{Chunk, StructuredStream};
 use gateway_core::telemetry::{AttemptEvent, CallEvent, CallResult, SourceReason};
 use gateway_core::time::{Clock, Timestamp};
 use std::collections::BTreeMap;
@@ -256,17 +256,30 @@ pub(crate) async fn settle(
 
 /// Reads a stream up to its commit point, as the machine judges it: the chunks so far, or how
 /// the attempt ended before anything could reach the caller.
+/// `Ok(.., true)`: the stream was held to its end and validated, so nothing follows.
 async fn to_commit_point(
     machine: &mut CallMachine,
     rest: &mut dyn ChunkSource,
     structured: Option<&Structured>,
-) -> Result<Vec<Chunk>, Outcome> {
+    mode: StructuredStream,
+) -> Result<(Vec<Chunk>, bool), Outcome> {
     loop {
-        match machine.on_chunk(rest.next_chunk().await, structured) {
+        match machine.on_chunk(rest.next_chunk().await, structured, mode) {
             Streaming::ReadOn => {}
-            Streaming::Committed(preamble) => return Ok(preamble),
+            Streaming::Committed(preamble) => return Ok((preamble, false)),
+            Streaming::Validated(whole) => return Ok((whole, true)),
             Streaming::Ended(outcome) => return Err(outcome),
         }
+    }
+}
+
+/// What follows a stream that was held to its end: nothing.
+struct Ended;
+
+#[async_trait::async_trait]
+impl ChunkSource for Ended {
+    async fn next_chunk(&mut self) -> Option<Result<Chunk, Outcome>> {
+        None
     }
 }
 
@@ -339,13 +352,17 @@ impl CallLoop<'_> {
             committed: None,
         };
         call.machine.on_attempt_started(facts.started);
+        let mode = request.structured_stream.unwrap_or(scope.policy.structured_stream);
         let attempt = match delivery {
             Delivery::Whole => self.upstream.send(&facts.name, request).await,
             Delivery::Stream => match self.upstream.stream(&facts.name, request).await {
                 Streamed::Ended(attempt) => attempt,
-                Streamed::Chunks(mut rest) => match to_commit_point(&mut call.machine, &mut *rest, request.structured.as_ref()).await {
-                    Ok(preamble) => {
+                Streamed::Chunks(mut rest) => match to_commit_point(&mut call.machine, &mut *rest, request.structured.as_ref(), mode).await
+                {
+                    Ok((preamble, whole)) => {
                         let facts = Facts { committed: Some(clock.now()), ..facts };
+                        // A stream held to its end gives back its upstream's now.
+                        let rest = if whole { Box::new(Ended) } else { rest };
                         return Some(Delivered::Stream(Committed { slot, facts, preamble, rest }));
                     }
                     Err(outcome) => Attempt::ended(outcome),

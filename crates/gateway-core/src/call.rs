@@ -14,7 +14,7 @@ use crate::policy::{ScopePolicy, WaitMode};
 use crate::request::{Outcome, ProviderError, Response, Structured};
 use crate::select::AttemptFails;
 use crate::stall::{CallStall, ScopeProgress};
-use crate::stream::{Chunk, assemble, commits, opening_failure};
+use crate::stream::{Assembly, Chunk, StructuredStream, assemble, chunks_of, commits, opening_failure};
 use crate::time::Timestamp;
 use rand_core::Rng;
 use std::time::Duration;
@@ -157,6 +157,9 @@ pub enum Streaming {
     /// At its commit point: these chunks (up to and including it) go to the caller, and the
     /// rest follow as they arrive.
     Committed(Vec<Chunk>),
+    /// A stream asking for JSON, held to its end, ended with an answer that passed the check:
+    /// these chunks are the whole answer, to go to the caller at once.
+    Validated(Vec<Chunk>),
     /// It ended before anything could reach the caller, with this outcome
     /// ([`CallMachine::on_outcome`] is to be told).
     Ended(Outcome),
@@ -196,6 +199,10 @@ pub struct CallMachine {
     backoffs: u32,
     /// The chunks of a streamed attempt before its commit point.
     preamble: Vec<Chunk>,
+    /// A stream held to its validated end: the answer so far, and whether it reached its
+    /// first content (the commit point it would have had).
+    held: Option<Assembly>,
+    opened: bool,
     /// Per source, whether its answer was more than this call can hold (tried no more).
     spent: Vec<bool>,
 }
@@ -212,6 +219,8 @@ impl CallMachine {
             reasks: 0,
             backoffs: 0,
             preamble: Vec::new(),
+            held: None,
+            opened: false,
             spent: vec![false; rules.sources],
         }
     }
@@ -264,6 +273,7 @@ impl CallMachine {
     pub fn on_attempt_started(&mut self, now: Timestamp) {
         self.stall.attempt_started(now);
         self.preamble.clear();
+        (self.held, self.opened) = (None, false);
     }
 
     /// The gates' earliest certain retry moment, as [`Next::AskRetryAfter`] asked.
@@ -283,14 +293,39 @@ impl CallMachine {
     /// A chunk of a streamed attempt before its commit point (the first chunk with content, a
     /// tool-call delta or a refusal). `None`: the stream ended. An answer that must be JSON
     /// (`structured`) and opens with prose ends at its commit point, unseen, and is re-asked
-    /// like a whole one; a stream that ends without content is `Transient(empty)`.
-    pub fn on_chunk(&mut self, chunk: Option<Result<Chunk, Outcome>>, structured: Option<&Structured>) -> Streaming {
+    /// like a whole one; a stream that ends without content is `Transient(empty)`. A stream
+    /// asking for JSON under `StructuredStream::Validated` is held (merged as it comes) to its
+    /// end, which the upstream's check reaches first: an answer that fails it ends the attempt
+    /// unseen; one that passes is [`Streaming::Validated`].
+    pub fn on_chunk(
+        &mut self,
+        chunk: Option<Result<Chunk, Outcome>>,
+        structured: Option<&Structured>,
+        mode: StructuredStream,
+    ) -> Streaming {
         let chunk = match chunk {
             Some(Ok(chunk)) => chunk,
             Some(Err(outcome)) => return Streaming::Ended(outcome),
-            None => return Streaming::Ended(Outcome::new(OutcomeClass::Transient, "empty")),
+            None => {
+                return match self.held.take() {
+                    Some(answer) if self.opened => Streaming::Validated(chunks_of(&answer.finish())),
+                    _ => Streaming::Ended(Outcome::new(OutcomeClass::Transient, "empty")),
+                };
+            }
         };
-        let committed = commits(&chunk);
+        // The commit point is judged once per chunk, and never again once reached.
+        let committed = !self.opened && commits(&chunk);
+        if structured.is_some() && mode == StructuredStream::Validated {
+            let answer = self.held.get_or_insert_with(Assembly::default);
+            answer.push(&chunk);
+            if committed {
+                self.opened = true;
+                if let Some(outcome) = opening_failure(structured, answer.clone().finish().text_answers()) {
+                    return Streaming::Ended(outcome);
+                }
+            }
+            return Streaming::ReadOn;
+        }
         self.preamble.push(chunk);
         if !committed {
             return Streaming::ReadOn;

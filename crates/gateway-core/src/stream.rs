@@ -5,7 +5,8 @@
 //!
 //! The commit point is the first chunk carrying content, a tool-call delta or a refusal. Before
 //! it, nothing has reached the caller and a failure may be retried; after it, chunks are relayed
-//! as they come and a failure ends the stream.
+//! as they come and a failure ends the stream. A stream asked for JSON commits, by default,
+//! only once its answer has passed the check ([`StructuredStream`]).
 
 use crate::outcome::OutcomeClass;
 use crate::request::{Kind, Object, Outcome, Response, Structured, message_is_usable};
@@ -13,6 +14,31 @@ use serde_json::{Value, json};
 
 /// One `chat.completion.chunk`.
 pub type Chunk = Object;
+
+/// Where a stream whose request asks for JSON (a structured check applies) commits (SPEC §13).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StructuredStream {
+    /// When its answer has passed the check: its chunks are held (merged, so what is held is
+    /// the answer so far), then released at once; a truncated or invalid answer is re-asked
+    /// unseen, like a whole one.
+    #[default]
+    Validated,
+    /// At its first token, as any stream (for callers that render partial JSON): an answer
+    /// that fails the check at its end breaks the stream.
+    FirstToken,
+}
+
+impl StructuredStream {
+    /// The value of the `structured_stream` key or the per-request header.
+    pub fn parse(text: &str) -> Option<StructuredStream> {
+        match text.trim() {
+            "validated" => Some(StructuredStream::Validated),
+            "first_token" => Some(StructuredStream::FirstToken),
+            _ => None,
+        }
+    }
+}
 
 /// Whether `chunk` is the commit point: some choice's delta carries content, a tool call, a
 /// refusal, audio or a legacy `function_call`.

@@ -29,6 +29,7 @@ use std::time::Duration;
 pub struct Echo {
     gate: Gate,
     slow_once: AtomicUsize,
+    truncate_once: AtomicUsize,
     ids: AtomicUsize,
 }
 
@@ -94,7 +95,7 @@ fn chunk(body: &Value, choices: Value) -> String {
 }
 
 /// The events of a streamed answer.
-fn stream_events(body: &Value, said: &str) -> Vec<String> {
+fn stream_events(body: &Value, said: &str, truncated: bool) -> Vec<String> {
     let role = chunk(body, json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]));
     let mut events = vec![role];
     if said.contains("TOOLS") {
@@ -105,7 +106,14 @@ fn stream_events(body: &Value, said: &str) -> Vec<String> {
         }
         events.push(chunk(body, json!([{"index": 0, "delta": {}, "finish_reason": "tool_calls"}])));
     } else {
-        for piece in ["echo: ", said] {
+        // `TRUNCATEONCE`: a JSON answer, cut off the first time (a relay that dropped it), whole
+        // after.
+        let pieces = match (said.contains("TRUNCATEONCE"), truncated) {
+            (true, true) => ["{\"answer\": ", "\"ec"],
+            (true, false) => ["{\"answer\": ", "\"echo\"}"],
+            (false, _) => ["echo: ", said],
+        };
+        for piece in pieces {
             events.push(chunk(body, json!([{"index": 0, "delta": {"content": piece}, "finish_reason": null}])));
         }
         if said.contains("CUT") {
@@ -213,6 +221,7 @@ impl Echo {
             Duration::ZERO
         };
         let gate = said.contains("GATED").then(|| self.gate.clone());
-        sse(stream_events(body, &said), first_after, gate).after(after)
+        let truncated = said.contains("TRUNCATEONCE") && self.truncate_once.fetch_add(1, Ordering::Relaxed) == 0;
+        sse(stream_events(body, &said, truncated), first_after, gate).after(after)
     }
 }

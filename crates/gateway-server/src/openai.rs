@@ -9,7 +9,7 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use gateway_client::{CallError, CallReport, Exhausted, StreamError, TenantRefusal};
 use gateway_core::request::{Kind, Object, Request, Structured};
-use gateway_core::stream::Chunk;
+use gateway_core::stream::{Chunk, StructuredStream};
 use gateway_http::HttpUpstream;
 use gateway_http::structured::Schemas;
 use serde_json::{Value, json};
@@ -198,6 +198,22 @@ pub struct ChatAsk {
     pub stream: bool,
     /// The caller wants the usage chunk at the end of the stream.
     pub include_usage: bool,
+}
+
+/// The header by which one request overrides its scope's `structured_stream`.
+pub const STRUCTURED_STREAM_HEADER: &str = "x-gateway-structured-stream";
+
+/// This request's own `structured_stream`, from its header: `validated` or `first_token`.
+pub fn structured_stream(headers: &axum::http::HeaderMap) -> Result<Option<StructuredStream>, ApiError> {
+    let Some(value) = headers.get(STRUCTURED_STREAM_HEADER) else { return Ok(None) };
+    let parsed = value.to_str().ok().and_then(StructuredStream::parse);
+    parsed.map(Some).ok_or_else(|| {
+        let shown = String::from_utf8_lossy(value.as_bytes()).chars().take(40).collect::<String>();
+        ApiError::invalid(
+            STRUCTURED_STREAM_HEADER,
+            format!("{STRUCTURED_STREAM_HEADER} must be \"validated\" or \"first_token\", not {shown:?}"),
+        )
+    })
 }
 
 /// A chat-completions body: the request, and how the caller takes the answer.

@@ -129,11 +129,13 @@ pub(crate) async fn chat(State(state): State<Arc<AppState>>, request: HttpReques
 
 async fn chat_inner(state: Arc<AppState>, request: HttpRequest) -> Result<Response, ApiError> {
     let tenant = state.keys.authenticate(request.headers())?.tenant;
+    let commit = openai::structured_stream(request.headers())?;
     state.held.admit()?;
     let (_, body) = json_body(&state, request).await?;
     let model = openai::model(&body)?;
     known_model(&state, &model)?;
-    let ask = openai::chat_request(body, &state.schemas)?;
+    let mut ask = openai::chat_request(body, &state.schemas)?;
+    ask.request.structured_stream = commit;
     if !ask.stream {
         let response = whole_call(&state, &model, tenant.as_deref(), &ask.request).await?;
         return Ok(answer(&model, response));

@@ -171,3 +171,43 @@ watchdog_s = 0.5
     let gate = r.gates.snapshot(&SourceKey::new("guarded", "wd")).unwrap();
     assert_eq!(gate.f0 + gate.f1, 1, "the watchdog's cut counted on the gate: {gate:?}");
 }
+
+fn json_stream() -> Value {
+    json!({"model": "chat", "stream": true, "response_format": {"type": "json_object"}, "messages": [{"role": "user", "content": "TRUNCATEONCE"}]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_json_stream_cut_short_is_reasked_unseen_and_goes_out_once_it_passed_the_check() {
+    let r = support::start().await;
+    let mut response = open(&r.url, &json_stream()).await;
+    assert_eq!(response.headers()["x-gateway-attempts"], "2", "the truncated answer was re-asked");
+    let mut seen = String::new();
+    read_until(&mut response, &mut seen, |s| s.contains("[DONE]")).await;
+    assert_eq!(contents(&seen), "{\"answer\": \"echo\"}", "only the answer that passed: {seen}");
+    assert!(!seen.contains("event: error"), "{seen}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_token_by_header_commits_at_once_and_a_truncated_answer_breaks_the_stream() {
+    let r = support::start().await;
+    let client = reqwest::Client::new();
+    let post = |value: &'static str| {
+        client
+            .post(format!("{}/v1/chat/completions", r.url))
+            .bearer_auth(KEY)
+            .header("x-gateway-structured-stream", value)
+            .json(&json_stream())
+            .send()
+    };
+    let mut response = post("first_token").await.unwrap();
+    assert_eq!(response.status(), 200);
+    let mut seen = String::new();
+    read_until(&mut response, &mut seen, |_| false).await;
+    assert_eq!(contents(&seen), "{\"answer\": \"ec", "relayed as it came: {seen}");
+    assert!(seen.contains("event: error") && !seen.contains("[DONE]"), "{seen}");
+    let refused = post("sometimes").await.unwrap();
+    assert_eq!(refused.status(), 400);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["param"], "x-gateway-structured-stream", "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("\"sometimes\""), "{body}");
+}

@@ -403,10 +403,7 @@ impl Summary {
         if !r.accounts.is_empty() {
             md += "\n| account | own 429s | background 429s | mean in flight | mean capacity |\n|---|---|---|---|---|\n";
             for (name, a) in &r.accounts {
-                md += &format!(
-                    "| {name} | {} | {} | {:.1} | {:.1} |\n",
-                    a.own_429, a.background_429, a.mean_inflight, a.mean_capacity
-                );
+                md += &format!("| {name} | {} | {} | {:.1} | {:.1} |\n", a.own_429, a.background_429, a.mean_inflight, a.mean_capacity);
             }
         }
         if !r.tenants.is_empty() {

@@ -85,6 +85,19 @@ pub struct Account {
     pub peak_inflight: u32,
 }
 
+/// What an answer that fails structured output looks like.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JsonShape {
+    /// It opens with prose (ended at a stream's commit point).
+    #[default]
+    Prose,
+    /// JSON cut off (a dropped relay, a cut at `max_tokens`): it opens like JSON.
+    Truncated,
+    /// Half each.
+    Mixed,
+}
+
 /// What kind of endpoint a provider is.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -122,6 +135,10 @@ pub struct Provider {
     /// Share of answers that fail structured output.
     #[serde(default)]
     pub invalid_json_rate: f64,
+    /// What those look like: `prose` (opens with prose, default), `truncated` (JSON cut off:
+    /// opens like JSON, fails only at its end) or `mixed` (half each).
+    #[serde(default)]
+    pub invalid_json_shape: JsonShape,
     /// Share of long prompts it never answers within the source's timeout.
     #[serde(default)]
     pub long_timeout_rate: f64,
@@ -303,6 +320,7 @@ fn scaled_policy(policy: ScopePolicy, scale: f64) -> ScopePolicy {
         selector,
         max_retries,
         structured_max_retries,
+        structured_stream,
         stall_window,
         poll_interval,
         concurrency,
@@ -326,6 +344,7 @@ fn scaled_policy(policy: ScopePolicy, scale: f64) -> ScopePolicy {
         selector,
         max_retries,
         structured_max_retries,
+        structured_stream,
         stall_window: time(stall_window),
         poll_interval: time(poll_interval),
         concurrency,

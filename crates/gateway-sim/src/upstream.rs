@@ -5,7 +5,7 @@
 //! watchdog and timeout the way the HTTP adapter does; `http` serves them over loopback HTTP.
 
 use crate::ledger::{AccountFigures, Ledger, Throttle};
-use crate::scenario::{Account, Kind, Provider, Scenario};
+use crate::scenario::{Account, JsonShape, Kind, Provider, Scenario};
 use async_trait::async_trait;
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::policy::ScopePolicy;
@@ -46,8 +46,17 @@ impl Prompt {
 /// The content of a good structured answer.
 pub const VALID_JSON: &str = "{\"answer\": 42}";
 
-/// The content of an answer that fails structured output.
+/// The content of an answer that fails structured output by opening with prose.
 pub const INVALID_JSON: &str = "Sure! Here is the JSON: {answer: 42";
+
+/// The content of an answer that fails structured output by being cut off.
+pub const TRUNCATED_JSON: &str = "{\"answer\": 4";
+
+/// Whether `content`, the answer to a request asking for JSON, fails the check at its end (the
+/// HTTP adapter's full check, reduced to what the simulated answers can get wrong).
+fn fails_the_check(request: &Request, content: &str) -> bool {
+    request.structured.is_some() && serde_json::from_str::<serde_json::Value>(content).is_err()
+}
 
 /// What a provider answers, once the reply's delay has passed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -197,7 +206,13 @@ impl Providers {
         } else if r < p.empty_rate + p.error_5xx_rate {
             Answer::Status(503, "server_error")
         } else if invalid < p.invalid_json_rate {
-            Answer::Content(INVALID_JSON)
+            let truncated = match p.invalid_json_shape {
+                JsonShape::Prose => false,
+                JsonShape::Truncated => true,
+                // Drawn for this shape only, so other scenarios keep their random sequence.
+                JsonShape::Mixed => unit(&mut self.state().rng) < 0.5,
+            };
+            Answer::Content(if truncated { TRUNCATED_JSON } else { INVALID_JSON })
         } else {
             Answer::Content(VALID_JSON)
         };
@@ -368,6 +383,9 @@ impl Upstream for SimUpstream {
         if let Some(outcome) = opening_failure(request.structured.as_ref(), std::iter::once(content)) {
             return Attempt::ended(outcome);
         }
+        if fails_the_check(request, content) {
+            return fail(OutcomeClass::ResultInvalid, "schema");
+        }
         Attempt::success(Response::chat_text(content, Some(USAGE)), "http_200")
     }
 
@@ -376,7 +394,9 @@ impl Upstream for SimUpstream {
     async fn stream(&self, source: &str, request: &Request) -> Streamed {
         match self.begin(source, request, true).await {
             Begun::Content { src, after, content, reply } => {
-                Streamed::Chunks(Box::new(SimChunks { wait: Some((src, after)), content, step: 0, _reply: reply }))
+                // An empty answer ends `Transient(empty)`, before any check.
+                let invalid = !content.is_empty() && fails_the_check(request, content);
+                Streamed::Chunks(Box::new(SimChunks { wait: Some((src, after)), content, invalid, step: 0, _reply: reply }))
             }
             Begun::Ended(attempt) => Streamed::Ended(attempt),
         }
@@ -390,6 +410,8 @@ impl Upstream for SimUpstream {
 struct SimChunks {
     wait: Option<(SimSource, Duration)>,
     content: &'static str,
+    /// It fails the structured check at its end (as the HTTP adapter's check ends it).
+    invalid: bool,
     step: u8,
     _reply: Reply,
 }
@@ -410,6 +432,7 @@ impl ChunkSource for SimChunks {
             2 => {
                 json!({"object": "chat.completion.chunk", "choices": [], "usage": {"prompt_tokens": USAGE.prompt_tokens, "completion_tokens": USAGE.completion_tokens}})
             }
+            3 if self.invalid => return Some(Err(Outcome::new(OutcomeClass::ResultInvalid, "schema"))),
             _ => return None,
         };
         chunk.as_object().cloned().map(Ok)

@@ -40,6 +40,8 @@ pub struct ScopeConfig {
     pub max_retries: Option<u32>,
     /// Structured-output re-asks per call (default 2).
     pub structured_max_retries: Option<u32>,
+    /// Where a stream asking for JSON commits: `validated` (default) or `first_token`.
+    pub structured_stream: Option<crate::stream::StructuredStream>,
     /// Stall bound in seconds (default 300).
     pub stall_window_s: Option<f64>,
     /// Poll interval of a waiting call in seconds (default 0.05).
@@ -137,6 +139,8 @@ pub struct ScopePolicy {
     pub max_retries: u32,
     /// Structured-output re-asks per call.
     pub structured_max_retries: u32,
+    /// Where a stream asking for JSON commits (a request may override it).
+    pub structured_stream: crate::stream::StructuredStream,
     /// Stall bound of a waiting call.
     pub stall_window: Duration,
     /// Poll interval of a waiting call.
@@ -194,6 +198,7 @@ impl ScopeConfig {
             selector: self.selector.unwrap_or_default(),
             max_retries: f.int("max_retries", self.max_retries.unwrap_or(3), 0, 100)?,
             structured_max_retries: f.int("structured_max_retries", self.structured_max_retries.unwrap_or(2), 0, 100)?,
+            structured_stream: self.structured_stream.unwrap_or_default(),
             stall_window,
             poll_interval: f.secs("poll_interval_s", self.poll_interval_s.unwrap_or(stall_window_s.min(0.05)), 0.001, stall_window_s)?,
             concurrency: f.int("concurrency", self.concurrency.unwrap_or(64), 1, 1_000_000)?,

@@ -61,6 +61,9 @@ pub struct Request {
     pub structured: Option<Structured>,
     /// Token estimate for the quota gate (corrected at settle).
     pub estimated_tokens: u32,
+    /// This request's own commit point for a stream asking for JSON, over its scope's
+    /// `structured_stream` (the proxy's `x-gateway-structured-stream` header).
+    pub structured_stream: Option<crate::stream::StructuredStream>,
 }
 
 /// Completion tokens assumed when a chat body sets no limit.
@@ -70,7 +73,7 @@ impl Request {
     /// A request of `kind` with this native body, its token estimate from the body (a quarter
     /// of the text's characters, plus the completion limit for chat).
     pub fn native(kind: Kind, body: Object) -> Self {
-        let mut request = Request { kind, body: Arc::new(body), structured: None, estimated_tokens: 0 };
+        let mut request = Request { kind, body: Arc::new(body), structured: None, estimated_tokens: 0, structured_stream: None };
         request.estimated_tokens = request.estimate();
         request
     }

@@ -21,6 +21,7 @@ use gateway_core::outcome::{OutcomeClass, OutcomeTable};
 use gateway_core::policy::ScopeConfig;
 use gateway_core::request::{Outcome, Response, Structured};
 use gateway_core::stall::ScopeProgress;
+use gateway_core::stream::StructuredStream;
 use gateway_core::time::Timestamp;
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
@@ -52,6 +53,7 @@ struct Run {
     progress: ScopeProgress,
     rng: ChaCha8Rng,
     structured: Option<Structured>,
+    mode: StructuredStream,
     /// The source of the attempt in progress.
     source: usize,
     out: String,
@@ -59,21 +61,28 @@ struct Run {
 
 /// The machine's answers to `script` under `rules`.
 pub fn trace(rules: CallRules, script: &str) -> String {
-    run(rules, None, script)
+    run(rules, None, StructuredStream::FirstToken, script)
 }
 
-/// [`trace`] for a call that asks for JSON (a JSON Schema).
+/// [`trace`] for a call that asks for JSON (a JSON Schema), its stream committing at its first
+/// token (`structured_stream = "first_token"`).
 pub fn trace_structured(rules: CallRules, script: &str) -> String {
-    run(rules, Some(Structured::JsonSchema(json!({"type": "object"}))), script)
+    run(rules, Some(Structured::JsonSchema(json!({"type": "object"}))), StructuredStream::FirstToken, script)
 }
 
-fn run(rules: CallRules, structured: Option<Structured>, script: &str) -> String {
+/// [`trace_structured`] with the stream held until its answer passed the check (the default).
+pub fn trace_validated(rules: CallRules, script: &str) -> String {
+    run(rules, Some(Structured::JsonSchema(json!({"type": "object"}))), StructuredStream::Validated, script)
+}
+
+fn run(rules: CallRules, structured: Option<Structured>, mode: StructuredStream, script: &str) -> String {
     let mut run = Run {
         machine: CallMachine::new(rules, Timestamp::ZERO),
         now: Timestamp::ZERO,
         progress: ScopeProgress::new(),
         rng: ChaCha8Rng::seed_from_u64(1),
         structured,
+        mode,
         source: 0,
         out: String::new(),
     };
@@ -124,9 +133,17 @@ impl Run {
     }
 
     fn chunk(&mut self, chunk: Option<Result<gateway_core::stream::Chunk, Outcome>>) {
-        match self.machine.on_chunk(chunk, self.structured.as_ref()) {
+        match self.machine.on_chunk(chunk, self.structured.as_ref(), self.mode) {
             Streaming::ReadOn => self.say("read on"),
             Streaming::Committed(preamble) => self.say(&format!("commit: {} chunk(s) to the caller", preamble.len())),
+            Streaming::Validated(whole) => {
+                let text: Vec<&str> = whole
+                    .iter()
+                    .flat_map(|c| c["choices"].as_array().into_iter().flatten())
+                    .filter_map(|c| c["delta"]["content"].as_str())
+                    .collect();
+                self.say(&format!("validated: {} chunk(s) to the caller at once, {:?}", whole.len(), text.concat()));
+            }
             Streaming::Ended(outcome) => {
                 self.say(&format!("ended before the commit point: {} {}", outcome.class, outcome.detail));
                 self.outcome(self.source, &outcome);

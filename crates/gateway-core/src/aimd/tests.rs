@@ -1,3 +1,6 @@
+//! The account limit's rules (SPEC §4), one test a rule: noise against a burst, the burst
+//! window, the refused ceiling held and forgotten, the generation, pacing below one, expiry.
+
 use super::*;
 use AimdEffect::{Decrease, Increase, Nothing, RoundTrip};
 

@@ -254,20 +254,19 @@ pub(crate) async fn settle(
     call.attempts.push(AttemptRecord { source: facts.name.clone(), class, detail: outcome.detail.clone(), latency, probe: facts.probe });
 }
 
-/// Reads a stream up to its commit point, as the machine judges it: the chunks so far, or how
-/// the attempt ended before anything could reach the caller.
-/// `Ok(.., true)`: the stream was held to its end and validated, so nothing follows.
+/// Reads a stream up to its commit point, as the machine judges it: the chunks so far (the
+/// whole answer, for a stream held to its validated end), or how the attempt ended before
+/// anything could reach the caller.
 async fn to_commit_point(
     machine: &mut CallMachine,
     rest: &mut dyn ChunkSource,
     structured: Option<&Structured>,
     mode: StructuredStream,
-) -> Result<(Vec<Chunk>, bool), Outcome> {
+) -> Result<Vec<Chunk>, Outcome> {
     loop {
         match machine.on_chunk(rest.next_chunk().await, structured, mode) {
             Streaming::ReadOn => {}
-            Streaming::Committed(preamble) => return Ok((preamble, false)),
-            Streaming::Validated(whole) => return Ok((whole, true)),
+            Streaming::Committed(chunks) | Streaming::Validated(chunks) => return Ok(chunks),
             Streaming::Ended(outcome) => return Err(outcome),
         }
     }
@@ -357,16 +356,22 @@ impl CallLoop<'_> {
             Delivery::Whole => self.upstream.send(&facts.name, request).await,
             Delivery::Stream => match self.upstream.stream(&facts.name, request).await {
                 Streamed::Ended(attempt) => attempt,
-                Streamed::Chunks(mut rest) => match to_commit_point(&mut call.machine, &mut *rest, request.structured.as_ref(), mode).await
-                {
-                    Ok((preamble, whole)) => {
-                        let facts = Facts { committed: Some(clock.now()), ..facts };
-                        // A stream held to its end gives back its upstream's now.
-                        let rest = if whole { Box::new(Ended) } else { rest };
-                        return Some(Delivered::Stream(Committed { slot, facts, preamble, rest }));
+                Streamed::Chunks(mut rest) => {
+                    let held = mode.holds(request.structured.as_ref());
+                    if held {
+                        // The machine holds the answer to its end: the upstream counts it all.
+                        rest.hold_to_end();
                     }
-                    Err(outcome) => Attempt::ended(outcome),
-                },
+                    match to_commit_point(&mut call.machine, &mut *rest, request.structured.as_ref(), mode).await {
+                        Ok(preamble) => {
+                            let facts = Facts { committed: Some(clock.now()), ..facts };
+                            // A stream held to its end has nothing more to give.
+                            let rest = if held { Box::new(Ended) } else { rest };
+                            return Some(Delivered::Stream(Committed { slot, facts, preamble, rest }));
+                        }
+                        Err(outcome) => Attempt::ended(outcome),
+                    }
+                }
             },
         };
         let (outcome, response) = attempt.into_parts();

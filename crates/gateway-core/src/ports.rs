@@ -227,6 +227,11 @@ pub trait ChunkSource: Send {
     fn request_id(&self) -> Option<&str> {
         None
     }
+
+    /// The caller will hold every chunk until the stream ends (a stream asking for JSON that
+    /// commits once validated, SPEC §13): a source that bounds what it holds counts them all,
+    /// not only those before the commit point. Called before the first chunk is read.
+    fn hold_to_end(&mut self) {}
 }
 
 /// The chunks of a whole answer, replayed.

@@ -30,6 +30,11 @@ pub enum StructuredStream {
 }
 
 impl StructuredStream {
+    /// Whether a stream of a request asking for `structured` is held to its validated end.
+    pub fn holds(self, structured: Option<&Structured>) -> bool {
+        structured.is_some() && self == StructuredStream::Validated
+    }
+
     /// The value of the `structured_stream` key or the per-request header.
     pub fn parse(text: &str) -> Option<StructuredStream> {
         match text.trim() {

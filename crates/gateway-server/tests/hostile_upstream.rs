@@ -87,11 +87,20 @@ async fn start(provider: &MockServer, server: &str) -> Capped {
 
 /// A chat call of `scope` saying `marker`, streamed or not, asking for JSON or not.
 async fn post(proxy: &Capped, scope: &str, marker: &str, stream: bool, structured: bool) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", proxy.base))
+        .json(&chat_body(scope, marker, stream, structured))
+        .send()
+        .await
+        .unwrap()
+}
+
+fn chat_body(scope: &str, marker: &str, stream: bool, structured: bool) -> Value {
     let mut body = json!({"model": scope, "stream": stream, "messages": [{"role": "user", "content": marker}]});
     if structured {
         body["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "s", "schema": {"type": "object"}}});
     }
-    reqwest::Client::new().post(format!("{}/v1/chat/completions", proxy.base)).json(&body).send().await.unwrap()
+    body
 }
 
 /// A healthy call is served: the proxy lives and answers.
@@ -150,6 +159,23 @@ async fn each_endless_path_ends_naming_its_limit_within_the_memory_budget() {
         let body: Value = answer.json().await.unwrap();
         assert_eq!(body["error"]["code"], "response_too_large", "{body}");
         assert!(body["error"]["message"].as_str().unwrap().contains("max_response_bytes (8388608 bytes)"), "{body}");
+        let (_, held_peak) = proxy.memory();
+        serves(&mut proxy).await;
+        // The same, committing at its first token (by header): relayed, its text kept for the
+        // check under the budget.
+        let answer = reqwest::Client::new()
+            .post(format!("{}/v1/chat/completions", proxy.base))
+            .header("x-gateway-structured-stream", "first_token")
+            .json(&chat_body("chat", "JSONSTRING", true, true))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200, "it commits at its first token");
+        let (size, last) = read_stream(answer).await;
+        let error = error_event(&last);
+        assert_eq!(error["code"], "response_too_large", "{error}");
+        assert!(error["message"].as_str().unwrap().contains("max_response_bytes (8388608 bytes)"), "{error}");
+        assert!(size < 10 << 20, "ended at the budget: {size} bytes relayed");
         let (_, structured_peak) = proxy.memory();
         serves(&mut proxy).await;
 
@@ -164,12 +190,13 @@ async fn each_endless_path_ends_naming_its_limit_within_the_memory_budget() {
         serves(&mut proxy).await;
 
         eprintln!(
-            "idle RSS {idle} KiB; peak after the assembled path {assembled_peak} KiB (+{}), the structured stream {structured_peak} KiB (+{}), the relayed stream {relayed_peak} KiB (+{})",
+            "idle RSS {idle} KiB; peak after the assembled path {assembled_peak} KiB (+{}), the held structured stream {held_peak} KiB (+{}), the relayed structured stream {structured_peak} KiB (+{}), the relayed stream {relayed_peak} KiB (+{})",
             assembled_peak - idle,
+            held_peak - idle,
             structured_peak - idle,
             relayed_peak - idle
         );
-        for (path, peak) in [("assembled", assembled_peak), ("structured", structured_peak), ("relayed", relayed_peak)] {
+        for (path, peak) in [("assembled", assembled_peak), ("held", held_peak), ("structured", structured_peak), ("relayed", relayed_peak)] {
             assert!(peak - idle <= MAX_GROWTH_KIB, "{path}: the peak RSS grew by {} KiB (limit {MAX_GROWTH_KIB} KiB)", peak - idle);
         }
     })

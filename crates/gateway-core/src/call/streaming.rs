@@ -48,7 +48,7 @@ impl CallMachine {
         };
         // The commit point is judged once per chunk, and never again once reached.
         let committed = !self.opened && commits(&chunk);
-        if structured.is_some() && mode == StructuredStream::Validated {
+        if mode.holds(structured) {
             let answer = self.held.get_or_insert_with(Assembly::default);
             answer.push(&chunk);
             if committed {

@@ -49,7 +49,8 @@ pub(super) enum Holding {
     /// The events up to the commit point (the call holds them until it commits); after it each
     /// event is relayed, and only the stream's cap applies.
     UntilCommit,
-    /// Every event (the stream is assembled into a whole answer).
+    /// Every event (the stream is assembled into a whole answer, or held by the call to its
+    /// validated end).
     Everything,
 }
 
@@ -259,6 +260,10 @@ impl ChunkSource for Sse {
     fn request_id(&self) -> Option<&str> {
         self.request_id.as_deref()
     }
+    /// The caller holds the whole stream: every event counts, as for an assembled one.
+    fn hold_to_end(&mut self) {
+        self.holding = Holding::Everything;
+    }
 }
 
 /// A stream whose text answers are checked against the request's structure when it ends: one
@@ -326,5 +331,8 @@ impl ChunkSource for Checked {
 
     fn request_id(&self) -> Option<&str> {
         self.inner.request_id()
+    }
+    fn hold_to_end(&mut self) {
+        self.inner.hold_to_end();
     }
 }

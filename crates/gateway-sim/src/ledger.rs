@@ -54,12 +54,15 @@ impl Ledger {
     /// Carries the sums to `now` at the in flight and capacity held since the last change,
     /// then holds `inflight` and `capacity` from `now`.
     pub(crate) fn step(&mut self, now: Timestamp, inflight: u32, capacity: u32) {
-        if let Some(at) = self.at {
-            let dt = now.saturating_since(at).as_millis() as f64;
-            self.inflight_ms += dt * f64::from(self.inflight);
-            self.capacity_ms += dt * f64::from(self.capacity);
-        }
-        (self.at, self.inflight, self.capacity) = (Some(now.max(self.at.unwrap_or(now))), inflight, capacity);
+        let dt = self.since(now);
+        self.inflight_ms += dt * f64::from(self.inflight);
+        self.capacity_ms += dt * f64::from(self.capacity);
+        (self.at, self.inflight, self.capacity) = (Some(now), inflight, capacity);
+    }
+
+    /// Milliseconds from the last change to `now`.
+    fn since(&self, now: Timestamp) -> f64 {
+        self.at.map_or(0.0, |at| now.saturating_since(at).as_millis() as f64)
     }
 
     pub(crate) fn throttled(&mut self, cause: Throttle) {
@@ -71,14 +74,12 @@ impl Ledger {
 
     /// The figures from `start` to `now`.
     pub(crate) fn figures(&self, start: Timestamp, now: Timestamp) -> AccountFigures {
-        let mut sums = Ledger { at: self.at, inflight: self.inflight, capacity: self.capacity, ..Ledger::default() };
-        sums.step(now, self.inflight, self.capacity);
-        let span = now.saturating_since(start).as_millis().max(1) as f64;
+        let (tail, span) = (self.since(now), now.saturating_since(start).as_millis().max(1) as f64);
         AccountFigures {
             background_429: self.background_429,
             own_429: self.own_429,
-            mean_inflight: (self.inflight_ms + sums.inflight_ms) / span,
-            mean_capacity: (self.capacity_ms + sums.capacity_ms) / span,
+            mean_inflight: (self.inflight_ms + tail * f64::from(self.inflight)) / span,
+            mean_capacity: (self.capacity_ms + tail * f64::from(self.capacity)) / span,
         }
     }
 }

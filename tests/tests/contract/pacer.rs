@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used)]
 
 use crate::support::Backend;
-use gateway_core::aimd::{AccountPacer, Ceiling, Lease, Paced, PacerParams};
+use gateway_core::aimd::{AccountPacer, LearnedCeiling, Lease, Paced, PacerParams};
 use gateway_core::outcome::AimdEffect::{self, Decrease, Increase, Nothing, RoundTrip};
 use gateway_core::ports::{PaceDecision, PaceLease, PacerGate};
 use gateway_core::time::Clock;
@@ -96,9 +96,9 @@ pub async fn pacer_tells_noise_from_a_burst_and_holds_a_refused_ceiling(b: Backe
         m.give(&b, lease, Decrease).await;
     }
     assert_eq!((m.core.limit(), m.core.generation()), (before * 0.7, 1), "one cut for the round trip");
-    assert!(m.core.ceiling().is_some_and(|w| !w.held), "a burst finds a ceiling, not held");
+    assert!(m.core.learned_ceiling().is_some_and(|w| !w.held), "a burst finds a ceiling, not held");
     // A success at n ≥ W (two in flight, so n reaches the ceiling's) forgets it.
-    let w = m.core.ceiling().unwrap().at;
+    let w = m.core.learned_ceiling().unwrap().at;
     b.at(t + 1.0);
     let leases = [m.take(&b).await, m.take(&b).await];
     assert!(leases[1].1.n >= w);
@@ -106,7 +106,7 @@ pub async fn pacer_tells_noise_from_a_burst_and_holds_a_refused_ceiling(b: Backe
     for lease in leases {
         m.give(&b, lease, Increase).await;
     }
-    assert_eq!(m.core.ceiling(), None, "a success above the ceiling forgot it");
+    assert_eq!(m.core.learned_ceiling(), None, "a success above the ceiling forgot it");
     for _ in 0..200 {
         m.round(&b, t + 60.0, 0.1, Increase).await;
     }
@@ -119,7 +119,7 @@ pub async fn pacer_tells_noise_from_a_burst_and_holds_a_refused_ceiling(b: Backe
     for lease in three {
         m.give(&b, lease, Decrease).await;
     }
-    assert_eq!(m.core.ceiling(), Some(Ceiling { at: 2, held: false }));
+    assert_eq!(m.core.learned_ceiling(), Some(LearnedCeiling { at: 2, held: false }));
     // A refused probe (n ≥ W): held there, at n − 1 (at least one); no cut.
     t += 100.0;
     b.at(t);
@@ -127,7 +127,7 @@ pub async fn pacer_tells_noise_from_a_burst_and_holds_a_refused_ceiling(b: Backe
     b.at(t + 0.01);
     let generation = m.core.generation();
     assert_eq!(m.give(&b, probe, Decrease).await, 1.0);
-    assert_eq!((m.core.ceiling(), m.core.generation()), (Some(Ceiling { at: 2, held: true }), generation));
+    assert_eq!((m.core.learned_ceiling(), m.core.generation()), (Some(LearnedCeiling { at: 2, held: true }), generation));
     for lease in [a, c] {
         m.give(&b, lease, Nothing).await;
     }

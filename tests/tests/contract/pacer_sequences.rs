@@ -16,6 +16,7 @@ use gateway_core::time::Timestamp;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use std::fmt::Write;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 /// Steps of a pacer sequence (more than a gate's: the regimes take a while to reach).
@@ -32,10 +33,23 @@ pub fn pacer_sequences(kind: Kind<'_>, cases: u32) {
     let advance = prop_oneof![3 => Just(0u64), 3 => 1..40u64, 2 => 40..2_000u64, 1 => 5_000..9_000u64];
     let step = (advance, 0u8..8, 0usize..32, 0u8..100, 0u8..100);
     let strategy = (prop_oneof![Just(16.0), Just(3.0), Just(1.0)], 0u8..100, proptest::collection::vec(step, PACER_STEPS));
-    let result = runner(cases).run(&strategy, |(ceiling, share, steps)| rt.block_on(pacer_sequence(&backend, ceiling, share, &steps)));
+    let reached = Reached::default();
+    let result =
+        runner(cases).run(&strategy, |(ceiling, share, steps)| rt.block_on(pacer_sequence(&backend, ceiling, share, &steps, &reached)));
     if let Err(e) = result {
         panic!("{e}");
     }
+    // The regimes the rules differ in were compared, not only the plain one.
+    let (below_one, held) = (reached.below_one.load(Ordering::Relaxed), reached.held.load(Ordering::Relaxed));
+    assert!(below_one > 0 && held > 0, "sequences reached below one in flight {below_one} times, a held ceiling {held} times");
+}
+
+/// Steps at which the core was in a regime of its own: below one in flight, held at a refused
+/// ceiling.
+#[derive(Default)]
+struct Reached {
+    below_one: AtomicU32,
+    held: AtomicU32,
 }
 
 fn fail(trace: &str, i: usize, what: String) -> TestCaseError {
@@ -51,7 +65,7 @@ fn effect(share: u8, roll: u8, kind: u8) -> AimdEffect {
     }
 }
 
-async fn pacer_sequence(b: &Backend, ceiling: f64, share: u8, steps: &[Step]) -> Result<(), TestCaseError> {
+async fn pacer_sequence(b: &Backend, ceiling: f64, share: u8, steps: &[Step], reached: &Reached) -> Result<(), TestCaseError> {
     let params = PacerParams { ceiling, lease_ttl: Duration::from_secs(5) };
     let key = b.key(&fresh_source());
     let mut core = AccountPacer::new(&params);
@@ -84,6 +98,12 @@ async fn pacer_sequence(b: &Backend, ceiling: f64, share: u8, steps: &[Step]) ->
         let read = b.pacer.read(&key, &params).await.map_err(|e| fail(&trace, i, e.to_string()))?;
         prop_assert_eq!(read.inflight, core.inflight(now), "in flight after\n{}", trace);
         prop_assert_eq!(read.limit.to_bits(), core.limit().to_bits(), "limit after\n{}", trace);
+        if core.limit() < 1.0 {
+            reached.below_one.fetch_add(1, Ordering::Relaxed);
+        }
+        if core.learned_ceiling().is_some_and(|w| w.held) {
+            reached.held.fetch_add(1, Ordering::Relaxed);
+        }
     }
     Ok(())
 }

@@ -97,9 +97,10 @@ pub struct Paced {
     pub inflight: u32,
 }
 
-/// The ceiling a 429 found: the in-flight count the account refused.
+/// The learned ceiling `W` (SPEC §4): the in-flight count at which the account refused (a
+/// burst found it, or a probe of it was refused); not the scope's ceiling, `PacerParams::ceiling`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Ceiling {
+pub struct LearnedCeiling {
     /// The in-flight count refused.
     pub at: u32,
     /// Refused by a probe of a known ceiling (hold there and probe slowly), rather than found by
@@ -113,7 +114,7 @@ pub struct Ceiling {
 pub struct AccountPacer {
     pub(crate) limit: f64,
     pub(crate) generation: u64,
-    pub(crate) ceiling: Option<Ceiling>,
+    pub(crate) learned: Option<LearnedCeiling>,
     pub(crate) epoch: u64,
     /// EWMA of answered attempts' durations, ms.
     pub(crate) srtt: Option<f64>,
@@ -145,7 +146,7 @@ impl AccountPacer {
         AccountPacer {
             limit: params.initial_limit(),
             generation: 0,
-            ceiling: None,
+            learned: None,
             epoch: 0,
             srtt: None,
             t429: None,
@@ -167,8 +168,8 @@ impl AccountPacer {
     }
 
     /// The ceiling the account refused, while it is known.
-    pub fn ceiling(&self) -> Option<Ceiling> {
-        self.ceiling
+    pub fn learned_ceiling(&self) -> Option<LearnedCeiling> {
+        self.learned
     }
 
     /// Leases in flight at `now`.
@@ -198,10 +199,10 @@ impl AccountPacer {
         match effect {
             AimdEffect::Increase => {
                 self.srtt = Some(ewma(self.srtt, took));
-                if self.ceiling.is_some_and(|w| lease.epoch == self.epoch && lease.n >= w.at) {
-                    self.ceiling = None;
+                if self.learned.is_some_and(|w| lease.epoch == self.epoch && lease.n >= w.at) {
+                    self.learned = None;
                 }
-                let d = match self.ceiling {
+                let d = match self.learned {
                     Some(w) if w.held && self.limit >= f64::from(w.at) - 1.0 => PROBE_GROWTH,
                     _ => 1.0,
                 };
@@ -218,12 +219,12 @@ impl AccountPacer {
                 if lease.generation == self.generation {
                     if below_one {
                         self.cut();
-                    } else if self.ceiling.is_some_and(|w| lease.n >= w.at) {
-                        self.ceiling = Some(Ceiling { at: lease.n, held: true });
+                    } else if self.learned.is_some_and(|w| lease.n >= w.at) {
+                        self.learned = Some(LearnedCeiling { at: lease.n, held: true });
                         self.epoch += 1;
                         self.limit = self.limit.min(n - 1.0).max(1.0);
                     } else if burst {
-                        self.ceiling = Some(Ceiling { at: lease.n, held: false });
+                        self.learned = Some(LearnedCeiling { at: lease.n, held: false });
                         self.epoch += 1;
                         self.cut();
                     }

@@ -46,7 +46,7 @@ fn lone_429s_are_noise_and_a_burst_cuts_once() {
             round(&mut quiet, 1000 * i, 500, Increase);
         }
     }
-    assert_eq!((p.limit(), p.generation(), p.ceiling()), (quiet.limit(), 0, None), "noise never cut");
+    assert_eq!((p.limit(), p.generation(), p.learned_ceiling()), (quiet.limit(), 0, None), "noise never cut");
     // Our own load past the account's limit: eight in flight answered 429 within 20 ms.
     let mut p = AccountPacer::new(&PARAMS);
     let burst = take(&mut p, 8, 100_000);
@@ -54,7 +54,7 @@ fn lone_429s_are_noise_and_a_burst_cuts_once() {
     assert_eq!(after[..2], [8.0, 8.0], "two 429s are not yet a burst");
     assert!(after[2..].iter().all(|l| (l - 5.6).abs() < 1e-12), "the third cuts by 0.7, the rest are the same round trip: {after:?}");
     assert_eq!(p.generation(), 1);
-    assert_eq!(p.ceiling(), Some(Ceiling { at: 2, held: false }), "the ceiling is the third's n");
+    assert_eq!(p.learned_ceiling(), Some(LearnedCeiling { at: 2, held: false }), "the ceiling is the third's n");
 }
 
 #[test]
@@ -71,14 +71,14 @@ fn the_burst_window_is_four_429_latencies() {
 
 #[test]
 fn a_refused_probe_holds_the_ceiling_and_a_success_above_it_forgets_it() {
-    let mut p = AccountPacer { limit: 10.0, ceiling: Some(Ceiling { at: 10, held: false }), epoch: 1, ..AccountPacer::new(&PARAMS) };
+    let mut p = AccountPacer { limit: 10.0, learned: Some(LearnedCeiling { at: 10, held: false }), epoch: 1, ..AccountPacer::new(&PARAMS) };
     // Ten in flight: the eleventh (n = 10 ≥ W) is the probe; it is refused.
     let first = take(&mut p, 10, 0);
     p.limit = 11.0;
     let probe = p.try_acquire(&PARAMS, ms(0)).unwrap();
     assert_eq!(probe.n, 10);
     assert_eq!(p.release(probe, Decrease, &PARAMS, ms(20)), 9.0, "L ← min(L, n − 1)");
-    assert_eq!((p.ceiling(), p.epoch, p.generation()), (Some(Ceiling { at: 10, held: true }), 2, 0), "held; no cut");
+    assert_eq!((p.learned_ceiling(), p.epoch, p.generation()), (Some(LearnedCeiling { at: 10, held: true }), 2, 0), "held; no cut");
     // Held and L ≥ W − 1: the limit grows by 1/(8L) a success.
     for lease in &first[..2] {
         p.release(*lease, Increase, &PARAMS, ms(1000));
@@ -87,13 +87,13 @@ fn a_refused_probe_holds_the_ceiling_and_a_success_above_it_forgets_it() {
     // A lease of an older epoch at n ≥ W succeeding says nothing; one of this epoch does.
     let stale = Lease { epoch: 1, n: 12, ..first[2] };
     p.release(stale, Increase, &PARAMS, ms(1000));
-    assert!(p.ceiling().is_some(), "a lease of the old epoch does not clear it");
+    assert!(p.learned_ceiling().is_some(), "a lease of the old epoch does not clear it");
     p.limit = 11.0;
     let above = take(&mut p, 4, 2000).pop().unwrap();
     assert!(above.n >= 10, "{above:?}");
     let before = p.limit();
     assert_eq!(p.release(above, Increase, &PARAMS, ms(3000)), before + 1.0 / before, "forgotten: +1/L again");
-    assert_eq!(p.ceiling(), None);
+    assert_eq!(p.learned_ceiling(), None);
 }
 
 #[test]
@@ -103,10 +103,10 @@ fn a_429_of_an_older_generation_changes_nothing() {
     for t in [10, 20, 30] {
         round(&mut p, t, 5, Decrease);
     }
-    let (limit, generation, ceiling) = (p.limit(), p.generation(), p.ceiling());
+    let (limit, generation, ceiling) = (p.limit(), p.generation(), p.learned_ceiling());
     assert_eq!(generation, 1);
     assert_eq!(p.release(Lease { n: 20, ..old }, Decrease, &PARAMS, ms(40)), limit);
-    assert_eq!((p.generation(), p.ceiling()), (generation, ceiling));
+    assert_eq!((p.generation(), p.learned_ceiling()), (generation, ceiling));
 }
 
 #[test]

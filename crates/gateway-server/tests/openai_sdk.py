@@ -11,6 +11,7 @@ Usage: python3 openai_sdk.py BASE_URL API_KEY. Exits non-zero on the first faile
 
 import sys
 
+import json
 import openai
 
 base_url, api_key = sys.argv[1], sys.argv[2]
@@ -76,6 +77,14 @@ as_schema = client.chat.completions.create(
     response_format={"type": "json_schema", "json_schema": {"name": "answer", "schema": schema, "strict": True}},
 )
 assert as_schema.choices[0].message.content == '{"answer": "echo"}', as_schema
+
+# A streamed JSON answer cut short upstream is re-asked unseen: the SDK reads one stream whose
+# text is the answer that passed the check.
+pieces = client.chat.completions.create(
+    model="chat", messages=[user("TRUNCATEONCE")], response_format={"type": "json_object"}, stream=True,
+)
+text = "".join(c.choices[0].delta.content or "" for c in pieces if c.choices)
+assert json.loads(text) == {"answer": "echo"}, text
 
 # Sampling and bookkeeping fields arrive as sent; n and logprobs come back.
 fields = client.chat.completions.create(

@@ -52,10 +52,11 @@ pub const INVALID_JSON: &str = "Sure! Here is the JSON: {answer: 42";
 /// The content of an answer that fails structured output by being cut off.
 pub const TRUNCATED_JSON: &str = "{\"answer\": 4";
 
-/// Whether `content`, the answer to a request asking for JSON, fails the check at its end (the
-/// HTTP adapter's full check, reduced to what the simulated answers can get wrong).
+/// Whether `content`, the answer to a request asking for JSON, fails the check at its end: the
+/// HTTP adapter's check (which, as it, skips a blank text), reduced to what the simulated
+/// answers can get wrong.
 fn fails_the_check(request: &Request, content: &str) -> bool {
-    request.structured.is_some() && serde_json::from_str::<serde_json::Value>(content).is_err()
+    request.structured.is_some() && !content.trim().is_empty() && serde_json::from_str::<serde_json::Value>(content).is_err()
 }
 
 /// What a provider answers, once the reply's delay has passed.
@@ -283,9 +284,7 @@ impl SimUpstream {
             not_found: gateway_http::classify::NotFound::for_kinds(&scope.kinds),
         }
     }
-}
 
-impl SimUpstream {
     /// The providers it plays (for the accounts' figures at the end of a run).
     pub fn providers(&self) -> Arc<Providers> {
         self.providers.clone()
@@ -394,8 +393,7 @@ impl Upstream for SimUpstream {
     async fn stream(&self, source: &str, request: &Request) -> Streamed {
         match self.begin(source, request, true).await {
             Begun::Content { src, after, content, reply } => {
-                // An empty answer ends `Transient(empty)`, before any check.
-                let invalid = !content.is_empty() && fails_the_check(request, content);
+                let invalid = fails_the_check(request, content);
                 Streamed::Chunks(Box::new(SimChunks { wait: Some((src, after)), content, invalid, step: 0, _reply: reply }))
             }
             Begun::Ended(attempt) => Streamed::Ended(attempt),

@@ -33,7 +33,7 @@ pub(crate) enum Command {
     /// the soak: a scenario through the gateway in virtual time, invariants, report
     /// (cargo xtask soak --help for the options)
     #[command(verbatim_doc_comment)]
-    Soak(soak::SoakArgs),
+    Soak(Box<soak::SoakArgs>),
     /// check the dependency direction: gateway-core pulls in no async runtime, Redis or
     /// HTTP crate, and only gateway-redis depends on fred
     #[command(verbatim_doc_comment)]
@@ -62,7 +62,7 @@ fn main() -> ExitCode {
         Command::Contract => contract::run(),
         Command::Deps => deps::run(),
         Command::Edge => edge::run(),
-        Command::Soak(args) => soak::run_soak(args),
+        Command::Soak(args) => soak::run_soak(*args),
         Command::SoakWorker => gateway_sim::run::worker_main().map_err(|e| e.to_string()),
     };
     match result {

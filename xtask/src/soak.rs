@@ -19,7 +19,7 @@ use std::time::Instant;
 
 pub fn run_soak(args: SoakArgs) -> Result<(), String> {
     let o = Options::from(args);
-    let scenario = Scenario::load(&o.scenario).map_err(|e| e.to_string())?;
+    let scenario = Scenario::load_with(&o.scenario, &o.sets).map_err(|e| e.to_string())?;
     let real = match &o.upstreams {
         Some(file) => {
             let scopes = gateway_client::config::Loader::new().file(file).load().map_err(|e| e.to_string())?;

@@ -17,6 +17,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// What `pick` found.
+// Made once per pick and matched at once: boxing the slot would cost an allocation an attempt.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Pick {
     /// An admitted attempt.
     Slot(Slot),
@@ -112,10 +114,12 @@ impl SourceAdmission {
         }
         // 2. the account's learned limit
         let pace = match &scope.pacer {
-            Some(pacer) => match holders.pacer.try_acquire(scope.account(source), pacer).await.map_err(|e| call.backend(e))? {
-                PaceDecision::Granted(lease) => Some(lease),
-                PaceDecision::Paced(_) => return Ok(Tried::Skipped(SkipReason::AdaptivePaced)),
-            },
+            Some(pacer) => {
+                match holders.pacer.try_acquire(scope.account(source), pacer, estimated_tokens).await.map_err(|e| call.backend(e))? {
+                    PaceDecision::Granted(lease) => Some(lease),
+                    PaceDecision::Paced(_) => return Ok(Tried::Skipped(SkipReason::AdaptivePaced)),
+                }
+            }
             None => None,
         };
         // From here the slot holds the in-flight count and the account's place: every exit

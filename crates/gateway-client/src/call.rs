@@ -13,7 +13,7 @@ use gateway_core::admission::SkipReason;
 use gateway_core::breaker::CircuitState;
 use gateway_core::call::{CallMachine, CallRules, Failure, Next, Picked, Streaming};
 use gateway_core::ports::{BackendError, ChunkSource, Streamed, Telemetry, Upstream};
-use gateway_core::request::{Attempt, Outcome, Request, Response, Structured};
+use gateway_core::request::{Attempt, Outcome, RateSignal, Request, Response, Structured};
 use gateway_core::stream::{Chunk, StructuredStream};
 use gateway_core::telemetry::{AttemptEvent, CallEvent, CallResult, SourceReason};
 use gateway_core::time::{Clock, Timestamp};
@@ -208,6 +208,8 @@ pub(crate) struct Facts {
     /// When a stream reached its commit point (its time to first token is what the slow-call
     /// channel judges: a long generation is no slow source).
     pub(crate) committed: Option<Timestamp>,
+    /// What the provider's rate-limit headers said, for a stream (known at its head).
+    pub(crate) rate: Option<RateSignal>,
 }
 
 /// How an attempt ended: its outcome, the tokens it used (the provider's usage), and when.
@@ -234,7 +236,8 @@ pub(crate) async fn settle(
     let class = outcome.class;
     let latency = ended.saturating_since(facts.started);
     let responsiveness = facts.committed.unwrap_or(ended).saturating_since(facts.started);
-    let finished = slot.finish(class, responsiveness, tokens, ended).await;
+    let rate = outcome.rate.as_deref().or(facts.rate.as_ref());
+    let finished = slot.finish(class, responsiveness, tokens, rate, ended).await;
     admission.telemetry.attempt(&AttemptEvent {
         key: scope.gates[facts.source].0.clone(),
         call_id: call.id,
@@ -341,7 +344,7 @@ impl CallLoop<'_> {
     ) -> Option<Delivered> {
         let clock = &self.admission.clock;
         let source = slot.source;
-        let facts = Facts {
+        let mut facts = Facts {
             source,
             name: scope.source_name(source).to_owned(),
             started: clock.now(),
@@ -349,6 +352,7 @@ impl CallLoop<'_> {
             admitted_in: slot.admitted_in(),
             incarnation: slot.incarnation(),
             committed: None,
+            rate: None,
         };
         call.machine.on_attempt_started(facts.started);
         let mode = request.structured_stream.unwrap_or(scope.policy.structured_stream);
@@ -357,6 +361,7 @@ impl CallLoop<'_> {
             Delivery::Stream => match self.upstream.stream(&facts.name, request).await {
                 Streamed::Ended(attempt) => attempt,
                 Streamed::Chunks(mut rest) => {
+                    facts.rate = rest.rate();
                     let held = mode.holds(request.structured.as_ref());
                     if held {
                         // The machine holds the answer to its end: the upstream counts it all.

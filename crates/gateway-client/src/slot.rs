@@ -17,6 +17,7 @@ use gateway_core::breaker::{Fence, GateOp, Reply};
 use gateway_core::outcome::{AimdEffect, NextStep, OutcomeClass};
 use gateway_core::ports::Telemetry;
 use gateway_core::ports::{BreakerGate, PaceLease, PacerGate, Permit, QuotaGate};
+use gateway_core::request::RateSignal;
 use gateway_core::telemetry::GateEvent;
 use gateway_core::time::Clock;
 use gateway_core::time::Timestamp;
@@ -177,7 +178,7 @@ impl Slot {
             let _ = self.holders.gates.apply(key, params, GateOp::Release { fence: self.fence() }).await;
         }
         if let (Some(pace), Some(pacer)) = (&self.pace, &self.scope.pacer) {
-            let _ = self.holders.pacer.release(pace, AimdEffect::Nothing, pacer).await;
+            let _ = self.holders.pacer.release(pace, AimdEffect::Nothing, None, pacer).await;
         }
         self.pace = None;
         // No attempt was made: nobody is woken when the slot goes.
@@ -207,6 +208,7 @@ impl Slot {
         class: OutcomeClass,
         responsiveness: Duration,
         actual_tokens: Option<u32>,
+        rate: Option<&RateSignal>,
         now: Timestamp,
     ) -> Finished {
         let health = {
@@ -221,7 +223,11 @@ impl Slot {
         let (scope, holders, source) = (self.scope.clone(), self.holders.clone(), self.source);
         let paced = self.pace.is_some();
         match holders.room(&scope, source) {
-            Some(room) => holders.off_the_path(room, &scope, source, Box::pin(self.records(class, responsiveness, actual_tokens))).await,
+            Some(room) => {
+                holders
+                    .off_the_path(room, &scope, source, Box::pin(self.records(class, responsiveness, actual_tokens, rate.copied())))
+                    .await
+            }
             None => self.forsake(),
         }
         // The account's learned limit as this process last heard it (this attempt's release, on
@@ -231,12 +237,12 @@ impl Slot {
     }
 
     /// The records of an attempt that ended with `class`, in order; the slot goes at their end.
-    async fn records(mut self, class: OutcomeClass, responsiveness: Duration, actual_tokens: Option<u32>) {
+    async fn records(mut self, class: OutcomeClass, responsiveness: Duration, actual_tokens: Option<u32>, rate: Option<RateSignal>) {
         // The account's place, with the outcome's effect on its learned limit. Cleared only after
         // the await: a call dropped while the release is in flight releases again from `Drop`
         // (a second release of one lease, with no effect, changes nothing).
         if let (Some(pace), Some(pacer)) = (&self.pace, &self.scope.pacer)
-            && let Ok(limit) = self.holders.pacer.release(pace, class.effects().aimd, pacer).await
+            && let Ok(limit) = self.holders.pacer.release(pace, class.effects().aimd, rate.as_ref(), pacer).await
         {
             self.scope.local().aimd_limit[self.scope.account_of[self.source]] = Some(limit);
         }
@@ -292,7 +298,7 @@ impl Drop for Slot {
                 let _ = holders.gates.apply(key, params, GateOp::Release { fence }).await;
             }
             if let (Some(pace), Some(pacer)) = (pace, &scope.pacer) {
-                let _ = holders.pacer.release(&pace, AimdEffect::Nothing, pacer).await;
+                let _ = holders.pacer.release(&pace, AimdEffect::Nothing, None, pacer).await;
             }
             if let Some(permit) = permit {
                 let _ = holders.quota.release(&permit).await;

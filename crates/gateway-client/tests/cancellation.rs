@@ -99,18 +99,20 @@ impl gateway_core::ports::PacerGate for SlowRelease {
         &self,
         key: &gateway_core::ports::SourceKey,
         params: &gateway_core::aimd::PacerParams,
+        tokens: u32,
     ) -> Result<gateway_core::ports::PaceDecision, gateway_core::ports::BackendError> {
-        self.0.try_acquire(key, params).await
+        self.0.try_acquire(key, params, tokens).await
     }
 
     async fn release(
         &self,
         lease: &gateway_core::ports::PaceLease,
         effect: gateway_core::outcome::AimdEffect,
+        rate: Option<&gateway_core::request::RateSignal>,
         params: &gateway_core::aimd::PacerParams,
     ) -> Result<f64, gateway_core::ports::BackendError> {
         tokio::time::sleep(Duration::from_millis(10)).await;
-        self.0.release(lease, effect, params).await
+        self.0.release(lease, effect, rate, params).await
     }
 
     async fn read(

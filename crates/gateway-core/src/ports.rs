@@ -166,14 +166,16 @@ pub enum PaceDecision {
 /// operation is atomic per account and uses the backend's clock.
 #[async_trait]
 pub trait PacerGate: Send + Sync {
-    /// A place on `key`'s account if one more attempt fits under its limit.
-    async fn try_acquire(&self, key: &SourceKey, params: &crate::aimd::PacerParams) -> Result<PaceDecision, BackendError>;
+    /// A place on `key`'s account for an attempt estimated at `tokens`, if one more fits under
+    /// its limit and the provider's reported budgets.
+    async fn try_acquire(&self, key: &SourceKey, params: &crate::aimd::PacerParams, tokens: u32) -> Result<PaceDecision, BackendError>;
     /// Ends the attempt of `lease` and applies `effect` (a cut only when no cut came since the
-    /// lease was taken); the limit after.
+    /// lease was taken) and the provider's `rate` signal, if it sent one; the limit after.
     async fn release(
         &self,
         lease: &PaceLease,
         effect: crate::outcome::AimdEffect,
+        rate: Option<&crate::request::RateSignal>,
         params: &crate::aimd::PacerParams,
     ) -> Result<f64, BackendError>;
     /// The account's limit and the leases in flight now, for status pages (a fresh account's
@@ -225,6 +227,11 @@ pub trait ChunkSource: Send {
 
     /// The provider's id of the request (its `x-request-id`), when it gave one.
     fn request_id(&self) -> Option<&str> {
+        None
+    }
+
+    /// What the provider's rate-limit headers said of the account, when it sent any.
+    fn rate(&self) -> Option<crate::request::RateSignal> {
         None
     }
 

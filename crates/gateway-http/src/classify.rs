@@ -106,12 +106,25 @@ pub fn classify_transport(error: &reqwest::Error) -> (OutcomeClass, &'static str
 #[derive(Debug, Default)]
 pub struct IgnoredHeaders {
     retry_after: AtomicU64,
+    rate_limit: AtomicU64,
 }
 
 impl IgnoredHeaders {
     /// `Retry-After` (or `retry-after-ms`) values that were [`RetryAfter::Unreadable`].
     pub fn retry_after(&self) -> u64 {
         self.retry_after.load(Ordering::Relaxed)
+    }
+
+    /// Rate-limit header values that could not be believed (`crate::ratelimit`).
+    pub fn rate_limit(&self) -> u64 {
+        self.rate_limit.load(Ordering::Relaxed)
+    }
+
+    /// Reads an answer's rate-limit headers, counting the values not believed.
+    pub(crate) fn rate(&self, headers: &HeaderMap, wall: &dyn WallClock) -> Option<gateway_core::request::RateSignal> {
+        let read = crate::ratelimit::read(headers, wall);
+        self.rate_limit.fetch_add(u64::from(read.unreadable), Ordering::Relaxed);
+        read.signal
     }
 
     /// Counts `read` if it was unreadable; the wait it gives.

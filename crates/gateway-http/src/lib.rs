@@ -13,6 +13,7 @@ pub mod classify;
 mod held;
 mod openai;
 mod pace;
+pub mod ratelimit;
 mod schema_bounds;
 pub mod structured;
 

@@ -14,6 +14,7 @@ use gateway_core::policy::QuotaLimits;
 use gateway_core::ports::{BackendError, BreakerGate, PaceDecision, PaceLease, PacerGate, Permit, QuotaDecision, QuotaGate, SourceKey};
 use gateway_core::quota::QuotaAccount;
 use gateway_core::random::Incarnations;
+use gateway_core::request::RateSignal;
 use gateway_core::time::Clock;
 use sharded::Sharded;
 use std::sync::Arc;
@@ -229,15 +230,21 @@ impl MemoryPacer {
 
 #[async_trait]
 impl PacerGate for MemoryPacer {
-    async fn try_acquire(&self, key: &SourceKey, params: &PacerParams) -> Result<PaceDecision, BackendError> {
-        Ok(match self.with(key, params, |pacer, now| pacer.try_acquire(params, now)) {
+    async fn try_acquire(&self, key: &SourceKey, params: &PacerParams, tokens: u32) -> Result<PaceDecision, BackendError> {
+        Ok(match self.with(key, params, |pacer, now| pacer.try_acquire(params, tokens, now)) {
             Ok(lease) => PaceDecision::Granted(PaceLease { key: key.clone(), lease }),
             Err(paced) => PaceDecision::Paced(paced),
         })
     }
 
-    async fn release(&self, lease: &PaceLease, effect: AimdEffect, params: &PacerParams) -> Result<f64, BackendError> {
-        Ok(self.with(&lease.key, params, |pacer, now| pacer.release(lease.lease, effect, params, now)))
+    async fn release(
+        &self,
+        lease: &PaceLease,
+        effect: AimdEffect,
+        rate: Option<&RateSignal>,
+        params: &PacerParams,
+    ) -> Result<f64, BackendError> {
+        Ok(self.with(&lease.key, params, |pacer, now| pacer.release(lease.lease, effect, rate, params, now)))
     }
 
     async fn read(&self, key: &SourceKey, params: &PacerParams) -> Result<Paced, BackendError> {

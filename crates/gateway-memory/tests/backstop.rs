@@ -9,6 +9,7 @@ use gateway_core::breaker::{CircuitState, Gate, GateOp, GateParams, Reply, Succe
 use gateway_core::outcome::AimdEffect;
 use gateway_core::policy::{BreakerConfig, QuotaLimits};
 use gateway_core::ports::{BackendError, BreakerGate, PaceDecision, PaceLease, PacerGate, Permit, QuotaDecision, QuotaGate, SourceKey};
+use gateway_core::request::RateSignal;
 use gateway_core::time::{Clock, ManualClock, Timestamp};
 use gateway_memory::backstop::{Backstop, BackstopGates, BackstopPacer, BackstopQuota, LOCAL_LEASE, OnUnavailable};
 use gateway_memory::{MemoryGates, MemoryPacer, MemoryQuota};
@@ -71,13 +72,19 @@ impl QuotaGate for Flaky {
 
 #[async_trait]
 impl PacerGate for Flaky {
-    async fn try_acquire(&self, key: &SourceKey, params: &PacerParams) -> Result<PaceDecision, BackendError> {
+    async fn try_acquire(&self, key: &SourceKey, params: &PacerParams, tokens: u32) -> Result<PaceDecision, BackendError> {
         self.check(key)?;
-        self.pacer.try_acquire(key, params).await
+        self.pacer.try_acquire(key, params, tokens).await
     }
-    async fn release(&self, lease: &PaceLease, effect: AimdEffect, params: &PacerParams) -> Result<f64, BackendError> {
+    async fn release(
+        &self,
+        lease: &PaceLease,
+        effect: AimdEffect,
+        rate: Option<&RateSignal>,
+        params: &PacerParams,
+    ) -> Result<f64, BackendError> {
         self.check(&lease.key)?;
-        self.pacer.release(lease, effect, params).await
+        self.pacer.release(lease, effect, rate, params).await
     }
     async fn read(&self, key: &SourceKey, params: &PacerParams) -> Result<Paced, BackendError> {
         self.check(key)?;
@@ -233,7 +240,7 @@ async fn local_quota_and_pacer_leases_find_their_way_back() {
     let s = setup(OnUnavailable::Local);
     let key = SourceKey::new("chat", "s1");
     let limits = QuotaLimits { max_concurrency: Some(1), rpm: None, tpm: None, permit_ttl: Duration::from_secs(60) };
-    let pacer = PacerParams { ceiling: 4.0, lease_ttl: Duration::from_secs(60) };
+    let pacer = PacerParams { ceiling: 4.0, lease_ttl: Duration::from_secs(60), limit_window: Duration::from_secs(60) };
     let QuotaDecision::Granted(shared_permit) = s.quota.acquire(&key, &limits, 5).await.unwrap() else { panic!("refused") };
     s.down(true);
     // The local quota starts empty: each process enforces the whole limit alone.
@@ -242,12 +249,12 @@ async fn local_quota_and_pacer_leases_find_their_way_back() {
     s.quota.release(&local_permit).await.unwrap();
     assert!(matches!(s.quota.acquire(&key, &limits, 5).await.unwrap(), QuotaDecision::Granted(_)), "the local release freed it");
     assert!(unavailable(&s.quota.release(&shared_permit).await), "the shared permit's release is dropped");
-    let PaceDecision::Granted(lease) = s.pacer.try_acquire(&key, &pacer).await.unwrap() else { panic!("paced") };
+    let PaceDecision::Granted(lease) = s.pacer.try_acquire(&key, &pacer, 1).await.unwrap() else { panic!("paced") };
     assert_ne!(lease.lease.id & LOCAL_LEASE, 0, "a local lease is marked");
     s.down(false);
     s.advance(200);
     // After the recovery the local lease still goes back to the local pacer.
-    assert!(s.pacer.release(&lease, AimdEffect::Increase, &pacer).await.is_ok());
+    assert!(s.pacer.release(&lease, AimdEffect::Increase, None, &pacer).await.is_ok());
     assert_eq!(s.shared.pacer.in_flight(&key), 0, "the shared pacer never saw it");
     assert_eq!(s.backstop.stats().dropped_records, 1);
 }

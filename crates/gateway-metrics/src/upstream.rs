@@ -16,6 +16,8 @@ pub struct UpstreamCounts {
     pub refused_for_held_bytes: u64,
     /// Provider `Retry-After` values that could not be read or were absurd (treated as absent).
     pub unreadable_retry_after: u64,
+    /// Provider rate-limit header values that could not be read or were absurd (ignored).
+    pub unreadable_rate_limit: u64,
 }
 
 #[derive(Default)]
@@ -24,6 +26,7 @@ pub(crate) struct UpstreamMetrics {
     max_held_bytes: Gauge,
     refused_for_held_bytes: Counter,
     unreadable_retry_after: Counter,
+    unreadable_rate_limit: Counter,
 }
 
 impl UpstreamMetrics {
@@ -40,15 +43,22 @@ impl UpstreamMetrics {
             "Provider Retry-After values that could not be read or were absurd, treated as absent",
             self.unreadable_retry_after.clone(),
         );
+        registry.register(
+            "llm_upstream_unreadable_rate_limit",
+            "Provider rate-limit header values that could not be read or were absurd, ignored",
+            self.unreadable_rate_limit.clone(),
+        );
     }
 
     pub(crate) fn set(&self, counts: UpstreamCounts) {
         self.held_bytes.set(i64::try_from(counts.held_bytes).unwrap_or(i64::MAX));
         self.max_held_bytes.set(i64::try_from(counts.max_held_bytes).unwrap_or(i64::MAX));
         // Counters only grow: each catches up with its total.
-        for (counter, total) in
-            [(&self.refused_for_held_bytes, counts.refused_for_held_bytes), (&self.unreadable_retry_after, counts.unreadable_retry_after)]
-        {
+        for (counter, total) in [
+            (&self.refused_for_held_bytes, counts.refused_for_held_bytes),
+            (&self.unreadable_retry_after, counts.unreadable_retry_after),
+            (&self.unreadable_rate_limit, counts.unreadable_rate_limit),
+        ] {
             counter.inc_by(total.saturating_sub(counter.get()));
         }
     }

@@ -6,7 +6,10 @@
 -- initial limit (min(8, ceiling), computed by the caller); ARGV[4..] the operation's own.
 -- The HASH: limit (L), gen (cut generation), seq (lease ids), w and held (the refused ceiling,
 -- absent when none), ep (its epoch), srtt and t429 (EWMAs in ms), r1 and r2 (when the last two
--- 429s were answered, the latest first), ready (below one in flight: the next lease no sooner).
+-- 429s were answered, the latest first), ready (below one in flight: the next lease no sooner),
+-- tk (the token estimates of every lease granted), and the provider's reported budgets as
+-- aimd/budget.rs keeps them, rq_* for requests and tk_* for tokens: rem, refill, full, lim (the
+-- advertised limit, absent when none), by, at, spent, till.
 -- Floats are stored and returned as '%.17g' strings: exact doubles, never Redis's integer
 -- conversion of a Lua number.
 
@@ -15,7 +18,11 @@ local key_ttl = tonumber(ARGV[2])
 local state, leases = KEYS[1], KEYS[2]
 local function fmt(x) return string.format('%.17g', x) end
 
-local FIELDS = { 'limit', 'gen', 'w', 'held', 'ep', 'srtt', 't429', 'r1', 'r2', 'ready' }
+local BUDGET = { 'rem', 'refill', 'full', 'lim', 'by', 'at', 'spent', 'till' }
+local FIELDS = { 'limit', 'gen', 'w', 'held', 'ep', 'srtt', 't429', 'r1', 'r2', 'ready', 'tk' }
+for _, prefix in ipairs({ 'rq_', 'tk_' }) do
+  for _, name in ipairs(BUDGET) do FIELDS[#FIELDS + 1] = prefix .. name end
+end
 local stored = redis.call('HMGET', state, unpack(FIELDS))
 local limit = tonumber(stored[1]) or tonumber(ARGV[3])
 local gen = tonumber(stored[2]) or 0
@@ -27,13 +34,36 @@ local t429 = tonumber(stored[7])
 local r1 = tonumber(stored[8])
 local r2 = tonumber(stored[9])
 local ready = tonumber(stored[10])
+local tokens_spent = tonumber(stored[11]) or 0
+
+-- A budget from the stored fields starting at index i (nil when none is kept).
+local function budget_at(i)
+  local rem = tonumber(stored[i])
+  if rem == nil then return nil end
+  return { rem = rem, refill = tonumber(stored[i + 1]), full = tonumber(stored[i + 2]), lim = tonumber(stored[i + 3]),
+    by = tonumber(stored[i + 4]), at = tonumber(stored[i + 5]), spent = tonumber(stored[i + 6]), till = tonumber(stored[i + 7]) }
+end
+local requests, tokens = budget_at(12), budget_at(20)
+
+-- What is left of budget b at t when the account has spent `spent` in all (budget.rs's left).
+local function left(b, t, spent)
+  if b == nil or t >= b.till then return math.huge end
+  local elapsed = math.max(t - b.at, 0)
+  return math.min(b.rem + b.refill * elapsed, b.full) - math.max(spent - b.spent, 0)
+end
 
 local function int(x) if x == nil then return nil end return string.format('%d', x) end
 local function flt(x) if x == nil then return nil end return fmt(x) end
 
 -- Writes the fields that differ from what is stored; deletes those that became none.
 local function store()
-  local now_values = { fmt(limit), int(gen), int(w), w and (held and '1' or '0') or nil, int(ep), flt(srtt), flt(t429), int(r1), int(r2), int(ready) }
+  local now_values = { fmt(limit), int(gen), int(w), w and (held and '1' or '0') or nil, int(ep), flt(srtt), flt(t429), int(r1), int(r2), int(ready), int(tokens_spent) }
+  -- By index: the table has holes, so its length is no guide.
+  for k, b in ipairs({ requests or false, tokens or false }) do
+    for j, name in ipairs(BUDGET) do
+      if b then now_values[11 + (k - 1) * #BUDGET + j] = flt(b[name]) end
+    end
+  end
   local set, del = {}, {}
   for i, name in ipairs(FIELDS) do
     local v = now_values[i]

@@ -1,8 +1,27 @@
 -- release: ARGV[4] lease id, ARGV[5] its generation, ARGV[6] its epoch, ARGV[7] its n,
 -- ARGV[8] when it was granted (ms), ARGV[9] effect ('increase', 'decrease', 'round_trip' or
--- 'nothing'), ARGV[10] ceiling. Returns the limit after. The rules are aimd/mod.rs's.
+-- 'nothing'), ARGV[10] ceiling, ARGV[11] the lease's token count, ARGV[12..14] the request
+-- report (limit, remaining, reset in ms; '' when absent), ARGV[15..17] the token report and
+-- ARGV[18] the advertised limits' window in ms.
+-- Returns the limit after. The rules are aimd/mod.rs's and budget.rs's.
 redis.call('ZREM', leases, ARGV[4])
+local lid = tonumber(ARGV[4])
 local lgen, lep, n, granted = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+-- budget.rs's Budget::of and keep_freshest.
+local function kept(b, i, spent)
+  local rem = tonumber(ARGV[i + 1])
+  if rem == nil or (b ~= nil and lid <= b.by) then return b end
+  local lim, reset = tonumber(ARGV[i]), tonumber(ARGV[i + 2])
+  local full, refill = rem, 0
+  if lim ~= nil and reset > 0 and lim > rem then
+    full, refill = lim, (lim - rem) / reset
+  elseif lim ~= nil then
+    full = math.max(lim, rem)
+  end
+  return { rem = rem, refill = refill, full = full, lim = lim, by = lid, at = granted, spent = spent, till = granted + reset }
+end
+requests = kept(requests, 12, lid)
+tokens = kept(tokens, 15, tonumber(ARGV[11]))
 local effect, ceiling = ARGV[9], math.max(tonumber(ARGV[10]), 1)
 local took = math.max(now - granted, 0)
 local below_one = limit < 1
@@ -35,6 +54,13 @@ elseif effect == 'decrease' then
       cut()
     end
   end
+end
+-- The advertised request limit caps L and W.
+if requests ~= nil and requests.lim ~= nil and srtt ~= nil then
+  local cap = 2 * requests.lim * srtt / math.max(tonumber(ARGV[18]), 1)  -- budget.rs ADVERTISED_HEADROOM
+  limit = math.min(limit, math.max(cap, 0.0625))
+  local top = math.max(math.ceil(cap), 1)
+  if w ~= nil and w > top then w = top end
 end
 if limit < 1 then
   ready = now + math.floor((srtt or 1000) * (1 / limit - 1))

@@ -9,6 +9,7 @@ use fred::prelude::*;
 use gateway_core::aimd::{Lease, Paced, PacerParams};
 use gateway_core::outcome::AimdEffect;
 use gateway_core::ports::{BackendError, PaceDecision, PaceLease, PacerGate, SourceKey};
+use gateway_core::request::{RateReport, RateSignal};
 use gateway_core::time::Timestamp;
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,11 +62,22 @@ fn count(key: &SourceKey, value: Option<&Value>) -> Result<u64, BackendError> {
     value.and_then(Value::as_i64).and_then(|n| u64::try_from(n).ok()).ok_or_else(|| malformed(key, format!("count {value:?}")))
 }
 
+/// A reported budget as the release script reads it: limit, remaining, reset in ms ('' each
+/// when absent).
+fn report_args(report: Option<&RateReport>) -> [Value; 3] {
+    let text = |v: Option<String>| Value::String(v.unwrap_or_default().into());
+    [
+        text(report.and_then(|r| r.limit).map(|l| l.to_string())),
+        text(report.map(|r| r.remaining.to_string())),
+        text(report.map(|r| r.reset.as_millis().to_string())),
+    ]
+}
+
 #[async_trait]
 impl PacerGate for RedisPacer {
-    async fn try_acquire(&self, key: &SourceKey, params: &PacerParams) -> Result<PaceDecision, BackendError> {
+    async fn try_acquire(&self, key: &SourceKey, params: &PacerParams, tokens: u32) -> Result<PaceDecision, BackendError> {
         let mut args = self.base_args(params);
-        args.push(Value::Integer(ms(params.lease_ttl)));
+        args.extend([Value::Integer(ms(params.lease_ttl)), Value::Integer(i64::from(tokens))]);
         let reply = self.conn.run(&self.conn.scripts().pacer_acquire, &pacer_keys(key)?, &[&args], key).await?;
         let items = items(key, "acquire", reply)?;
         if items.first().and_then(Value::as_i64) == Some(1) {
@@ -75,6 +87,7 @@ impl PacerGate for RedisPacer {
                 epoch: count(key, items.get(3))?,
                 n: u32::try_from(count(key, items.get(4))?).unwrap_or(u32::MAX),
                 granted: Timestamp::from_millis(count(key, items.get(5))?),
+                tokens: count(key, items.get(6))?,
             };
             return Ok(PaceDecision::Granted(PaceLease { key: key.clone(), lease }));
         }
@@ -82,7 +95,13 @@ impl PacerGate for RedisPacer {
         Ok(PaceDecision::Paced(Paced { limit: limit_of(key, items.get(1))?, inflight }))
     }
 
-    async fn release(&self, lease: &PaceLease, effect: AimdEffect, params: &PacerParams) -> Result<f64, BackendError> {
+    async fn release(
+        &self,
+        lease: &PaceLease,
+        effect: AimdEffect,
+        rate: Option<&RateSignal>,
+        params: &PacerParams,
+    ) -> Result<f64, BackendError> {
         let key = &lease.key;
         let mut args = self.base_args(params);
         let effect = match effect {
@@ -100,7 +119,12 @@ impl PacerGate for RedisPacer {
             Value::String(l.granted.as_millis().to_string().into()),
             Value::String(effect.into()),
             Value::String(format!("{:?}", params.ceiling).into()),
+            Value::String(l.tokens.to_string().into()),
         ]);
+        for report in [rate.and_then(|r| r.requests), rate.and_then(|r| r.tokens)] {
+            args.extend(report_args(report.as_ref()));
+        }
+        args.push(Value::Integer(ms(params.limit_window)));
         let reply = self.conn.run(&self.conn.scripts().pacer_release, &pacer_keys(key)?, &[&args], key).await?;
         limit_of(key, Some(&reply))
     }

@@ -349,6 +349,7 @@ fn exposition(state: &AppState) -> Response {
         max_held_bytes: state.held.max() as u64,
         refused_for_held_bytes: state.held.refused(),
         unreadable_retry_after: state.http.as_ref().map_or(0, |http| http.ignored_headers().retry_after()),
+        unreadable_rate_limit: state.http.as_ref().map_or(0, |http| http.ignored_headers().rate_limit()),
     });
     ([("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")], state.metrics.render()).into_response()
 }

@@ -4,11 +4,13 @@
 //!
 //! The estimate, per serving group:
 //! - a group is a provider account (every provider naming it) or a provider of its own;
-//! - an account holds its mean in-flight capacity: `max_inflight`, or during the external peak
-//!   (`peak_len_s` of every `peak_every_s`) `peak_inflight`, averaged over the cycle;
+//! - an account holds `max_inflight` in flight, or during the external peak (`peak_len_s` of
+//!   every `peak_every_s`) `peak_inflight`;
 //! - through one of its providers that capacity is further bounded by the source's local quota
 //!   (`max_concurrency`, or the scope's concurrency, the AIMD ceiling, when it sets none) and by
-//!   the request rates (`rpm` of the account and of the source);
+//!   the request rates (`rpm` of the account and of the source), phase by phase: the attempts a
+//!   second are the time-weighted mean, over the peak cycle, of each phase's least bound (a
+//!   minute of the account's rpm cannot be spent twice, so a peak's unused rate is lost);
 //! - an attempt lasts the provider's mean latency (lognormal: median · e^{σ²/2}; cut at the
 //!   source's watchdog; long prompts that time out last the source's timeout);
 //! - a call takes 1 / P(an attempt ends it) attempts: empty answers, 5xx, watchdog cuts and
@@ -85,22 +87,19 @@ impl Scenario {
                 return None;
             }
             let account = provider.account.as_ref().and_then(|a| self.accounts.get(a));
-            let mut inflight = f64::from(source.quota.max_concurrency.unwrap_or(scope.concurrency).min(scope.concurrency));
-            let mut per_s = f64::INFINITY;
-            if let Some(a) = account {
-                let cycle = a.peak_every_s.max(a.peak_len_s);
-                let mean_inflight = if cycle > 0.0 && a.peak_len_s > 0.0 {
-                    (a.peak_len_s * f64::from(a.peak_inflight) + (cycle - a.peak_len_s) * f64::from(a.max_inflight)) / cycle
-                } else {
-                    f64::from(a.max_inflight)
-                };
-                inflight = inflight.min(mean_inflight);
-                per_s = per_s.min(f64::from(a.rpm) / self.minute_s());
-            }
-            if let Some(rpm) = source.quota.rpm {
-                per_s = per_s.min(f64::from(rpm) / 60.0);
-            }
-            Some(Service { attempt_s, attempts: 1.0 / ends, attempts_per_s: (inflight / attempt_s).min(per_s) })
+            let inflight = f64::from(source.quota.max_concurrency.unwrap_or(scope.concurrency).min(scope.concurrency));
+            let mut per_s = source.quota.rpm.map_or(f64::INFINITY, |rpm| f64::from(rpm) / 60.0);
+            let attempts_per_s = match account {
+                Some(a) => {
+                    per_s = per_s.min(f64::from(a.rpm) / self.minute_s());
+                    let phase = |cap: u32| (inflight.min(f64::from(cap)) / attempt_s).min(per_s);
+                    let cycle = a.peak_every_s.max(a.peak_len_s);
+                    let peak_share = if cycle > 0.0 && a.peak_len_s > 0.0 { a.peak_len_s / cycle } else { 0.0 };
+                    peak_share * phase(a.peak_inflight) + (1.0 - peak_share) * phase(a.max_inflight)
+                }
+                None => (inflight / attempt_s).min(per_s),
+            };
+            Some(Service { attempt_s, attempts: 1.0 / ends, attempts_per_s })
         };
         let services: Vec<(Option<&String>, Service)> = scope
             .sources
@@ -152,6 +151,17 @@ mod tests {
         assert!((whole - 6.71).abs() < 0.01, "{whole}");
         // The same pool scaled to real time serves 1/scale as many calls a second.
         assert!((p6.scaled(0.05).capacity() / whole - 20.0).abs() < 0.01);
+    }
+
+    #[test]
+    fn p6_rpm_spends_its_rpm_outside_the_peaks_only() {
+        // K1's 600 rpm (10 attempts a second) binds outside the peaks (32 in flight would allow
+        // 18.8); in the peaks 6 in flight allow 3.53. (240·10 + 60·3.53)/300 = 8.71 attempts a
+        // second, not the 10 of the mean in flight.
+        let attempt_s = 1.5 * 0.125f64.exp();
+        let expected = (0.8 * 10.0 + 0.2 * 6.0 / attempt_s) * 0.84 * 0.97;
+        let capacity = Scenario::load("p6-rpm").expect("built in").capacity();
+        assert!((capacity - expected).abs() < 1e-9, "{capacity} against {expected}");
     }
 
     #[test]

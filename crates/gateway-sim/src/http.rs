@@ -47,7 +47,7 @@ impl Responder for Providers {
             return error(404, "model_not_found", &format!("no provider {source:?}"));
         };
         let after = reply.after;
-        let answer = match reply.answer {
+        let mut answer = match reply.answer {
             Answer::Refused => {
                 error(502, "bad_gateway", "connect() failed (111: Connection refused) while connecting to upstream").after(after)
             }
@@ -60,6 +60,9 @@ impl Responder for Providers {
                 gateway_mock::Answer::json(200, &completion).after(after)
             }
         };
+        for (name, value) in &reply.headers {
+            answer = answer.header(name, value.clone());
+        }
         answer.holding(reply)
     }
 }

@@ -11,8 +11,10 @@ use serde::Serialize;
 pub enum Throttle {
     /// Other tenants of the key: it would have been refused whatever our load.
     Background,
-    /// Our own load: the account's in-flight or rpm limit.
+    /// Our own load past the account's in-flight limit.
     Own,
+    /// Our own load past the account's rpm.
+    OwnRpm,
 }
 
 /// One account's figures, as the report shows them.
@@ -22,6 +24,8 @@ pub struct AccountFigures {
     pub background_429: u32,
     /// 429s our own load caused.
     pub own_429: u32,
+    /// Of them, past the account's rpm (the rest: past its in-flight limit).
+    pub rpm_429: u32,
     /// Mean requests in flight on the account, over the run.
     pub mean_inflight: f64,
     /// Mean in-flight capacity (peaks included), over the run.
@@ -41,6 +45,7 @@ impl AccountFigures {
 pub(crate) struct Ledger {
     background_429: u32,
     own_429: u32,
+    rpm_429: u32,
     /// ∫ in flight dt and ∫ capacity dt, in request·ms.
     inflight_ms: f64,
     capacity_ms: f64,
@@ -69,6 +74,10 @@ impl Ledger {
         match cause {
             Throttle::Background => self.background_429 += 1,
             Throttle::Own => self.own_429 += 1,
+            Throttle::OwnRpm => {
+                self.own_429 += 1;
+                self.rpm_429 += 1;
+            }
         }
     }
 
@@ -78,6 +87,7 @@ impl Ledger {
         AccountFigures {
             background_429: self.background_429,
             own_429: self.own_429,
+            rpm_429: self.rpm_429,
             mean_inflight: (self.inflight_ms + tail * f64::from(self.inflight)) / span,
             mean_capacity: (self.capacity_ms + tail * f64::from(self.capacity)) / span,
         }
@@ -95,9 +105,9 @@ mod tests {
         l.step(Timestamp::from_secs(10), 8, 6);
         l.throttled(Throttle::Background);
         l.throttled(Throttle::Own);
-        l.throttled(Throttle::Own);
+        l.throttled(Throttle::OwnRpm);
         let f = l.figures(Timestamp::from_secs(0), Timestamp::from_secs(20));
-        assert_eq!(f, AccountFigures { background_429: 1, own_429: 2, mean_inflight: 6.0, mean_capacity: 11.0 });
+        assert_eq!(f, AccountFigures { background_429: 1, own_429: 2, rpm_429: 1, mean_inflight: 6.0, mean_capacity: 11.0 });
         assert_eq!(l.figures(Timestamp::from_secs(0), Timestamp::from_secs(20)), f, "reading changes nothing");
     }
 }

@@ -301,12 +301,13 @@ impl Summary {
         self.accounts.values().map(|a| a.own_429).sum()
     }
 
-    /// `k1: own 429s 120, background 190, in flight 13.8 of 14.2`, an account a part.
+    /// `k1: own 429s 120 (3 past its rpm), background 190, in flight 13.8 of 14.2`, an account a
+    /// part.
     pub fn accounts_line(&self) -> String {
         let account = |(name, a): (&String, &AccountFigures)| {
             format!(
-                "{name}: own 429s {}, background {}, in flight {:.1} of {:.1}",
-                a.own_429, a.background_429, a.mean_inflight, a.mean_capacity
+                "{name}: own 429s {} ({} past its rpm), background {}, in flight {:.1} of {:.1}",
+                a.own_429, a.rpm_429, a.background_429, a.mean_inflight, a.mean_capacity
             )
         };
         self.accounts.iter().map(account).collect::<Vec<_>>().join("; ")
@@ -401,9 +402,12 @@ impl Summary {
             );
         }
         if !r.accounts.is_empty() {
-            md += "\n| account | own 429s | background 429s | mean in flight | mean capacity |\n|---|---|---|---|---|\n";
+            md += "\n| account | own 429s | of them past its rpm | background 429s | mean in flight | mean capacity |\n|---|---|---|---|---|---|\n";
             for (name, a) in &r.accounts {
-                md += &format!("| {name} | {} | {} | {:.1} | {:.1} |\n", a.own_429, a.background_429, a.mean_inflight, a.mean_capacity);
+                md += &format!(
+                    "| {name} | {} | {} | {} | {:.1} | {:.1} |\n",
+                    a.own_429, a.rpm_429, a.background_429, a.mean_inflight, a.mean_capacity
+                );
             }
         }
         if !r.tenants.is_empty() {

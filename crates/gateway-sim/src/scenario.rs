@@ -42,6 +42,38 @@ pub struct Scenario {
     /// [`Scenario::scaled`]).
     #[serde(skip, default = "unscaled")]
     pub time_scale: f64,
+    /// The `--set KEY=VALUE` overrides it was loaded with (worker processes load it the same).
+    #[serde(skip)]
+    pub overrides: Vec<String>,
+}
+
+/// `text`, a scenario file, with each of `sets` (`a.b.c=VALUE`) written into it. A key the
+/// scenario does not know is refused when the result is read, naming it.
+fn overridden(text: &str, sets: &[String]) -> Result<String, String> {
+    if sets.is_empty() {
+        return Ok(text.to_owned());
+    }
+    let mut root: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
+    for set in sets {
+        let Some((key, value)) = set.split_once('=') else { return Err(format!("--set {set:?}: expected KEY=VALUE")) };
+        let key = key.trim();
+        let path: Vec<&str> = key.split('.').collect();
+        if path.iter().any(|part| part.is_empty()) {
+            return Err(format!("--set {set:?}: {key:?} is not a dotted key"));
+        }
+        let value = match toml::from_str::<toml::Table>(&format!("v = {}", value.trim())) {
+            Ok(mut table) => table.remove("v").unwrap_or_else(|| toml::Value::String(value.trim().to_owned())),
+            Err(_) => toml::Value::String(value.trim().to_owned()),
+        };
+        let (leaf, parents) = path.split_last().ok_or_else(|| format!("--set {set:?}: no key"))?;
+        let mut table = &mut root;
+        for (depth, part) in parents.iter().enumerate() {
+            let entry = table.entry((*part).to_owned()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            table = entry.as_table_mut().ok_or_else(|| format!("--set {set:?}: {} is not a table", path[..=depth].join(".")))?;
+        }
+        table.insert((*leaf).to_owned(), value);
+    }
+    toml::to_string(&root).map_err(|e| e.to_string())
 }
 
 fn unscaled() -> f64 {
@@ -83,6 +115,14 @@ pub struct Account {
     /// …during which the in-flight capacity shrinks to this.
     #[serde(default)]
     pub peak_inflight: u32,
+    /// Whether its answers carry OpenAI's rate-limit headers (`x-ratelimit-*-requests`; default
+    /// true).
+    #[serde(default = "yes")]
+    pub rate_limit_headers: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// What an answer that fails structured output looks like.
@@ -185,6 +225,7 @@ pub enum ScenarioError {
 /// The built-in scenarios, by name.
 pub const BUILT_IN: &[(&str, &str)] = &[
     ("p6", include_str!("../scenarios/p6.toml")),
+    ("p6-rpm", include_str!("../scenarios/p6-rpm.toml")),
     ("single-relay", include_str!("../scenarios/single-relay.toml")),
     ("tenants", include_str!("../scenarios/tenants.toml")),
 ];
@@ -192,6 +233,12 @@ pub const BUILT_IN: &[(&str, &str)] = &[
 impl Scenario {
     /// A built-in scenario by name, or a scenario file by path.
     pub fn load(name_or_path: &str) -> Result<Scenario, ScenarioError> {
+        Scenario::load_with(name_or_path, &[])
+    }
+
+    /// [`Scenario::load`], with `sets` (`KEY=VALUE`, a dotted key of the file and a TOML value,
+    /// or a bare word as a string) applied to the file before it is read.
+    pub fn load_with(name_or_path: &str, sets: &[String]) -> Result<Scenario, ScenarioError> {
         let text = match BUILT_IN.iter().find(|(name, _)| *name == name_or_path) {
             Some((_, text)) => (*text).to_owned(),
             None => std::fs::read_to_string(name_or_path).map_err(|_| ScenarioError::Unknown {
@@ -199,7 +246,10 @@ impl Scenario {
                 known: BUILT_IN.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "),
             })?,
         };
-        Scenario::parse(name_or_path, &text)
+        let text = overridden(&text, sets).map_err(|detail| ScenarioError::Invalid { name: name_or_path.to_owned(), detail })?;
+        let mut scenario = Scenario::parse(name_or_path, &text)?;
+        scenario.overrides = sets.to_vec();
+        Ok(scenario)
     }
 
     /// Parses and checks a scenario.
@@ -324,6 +374,7 @@ fn scaled_policy(policy: ScopePolicy, scale: f64) -> ScopePolicy {
         stall_window,
         poll_interval,
         concurrency,
+        rate_limit_window,
         backoff: Backoff { base, cap },
         isolation,
         max_tenants,
@@ -348,6 +399,7 @@ fn scaled_policy(policy: ScopePolicy, scale: f64) -> ScopePolicy {
         stall_window: time(stall_window),
         poll_interval: time(poll_interval),
         concurrency,
+        rate_limit_window: time(rate_limit_window),
         backoff: Backoff { base: time(base), cap: time(cap) },
         isolation,
         max_tenants,

@@ -11,7 +11,7 @@ use gateway_core::outcome::OutcomeClass;
 use gateway_core::policy::ScopePolicy;
 use gateway_core::ports::{ChunkSource, Streamed, Upstream};
 use gateway_core::random::unit;
-use gateway_core::request::{Attempt, Outcome, Request, Response, Usage};
+use gateway_core::request::{Attempt, Outcome, RateSignal, Request, Response, Usage};
 use gateway_core::stream::{Chunk, opening_failure};
 use gateway_core::time::{Clock, Timestamp};
 use rand_chacha::ChaCha8Rng;
@@ -72,14 +72,43 @@ pub enum Answer {
     Content(&'static str),
 }
 
-/// One request's fate: wait `after` (for a completion: until its first token), then `answer`.
-/// Holds the account's in-flight slot until dropped.
+/// One request's fate: wait `after` (for a completion: until its first token), then `answer`
+/// with `headers`. Holds the account's in-flight slot until dropped.
 pub struct Reply {
     /// The provider's latency.
     pub after: Duration,
     /// What it answers.
     pub answer: Answer,
+    /// The account's rate-limit headers, as OpenAI sends them (none without an account, or with
+    /// `rate_limit_headers = false`).
+    pub headers: Headers,
     _slot: Option<InflightGuard>,
+}
+
+impl Reply {
+    /// What its headers tell the gateway: the HTTP adapter's own reading of them.
+    fn rate(&self) -> Option<RateSignal> {
+        let header = |name: &str| self.headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str());
+        gateway_http::ratelimit::read_with(header, &gateway_http::SystemWallClock).signal
+    }
+}
+
+/// Response headers, as a reply carries them.
+pub type Headers = Vec<(&'static str, String)>;
+
+/// What an account's answer says in OpenAI's headers: its rpm, what is left of it, and when the
+/// window is empty again (OpenAI's reset: until the budget is full).
+fn rate_headers(account: &Account, starts: &VecDeque<Timestamp>, now: Timestamp, minute: Duration) -> Headers {
+    if !account.rate_limit_headers {
+        return Vec::new();
+    }
+    let remaining = (account.rpm as usize).saturating_sub(starts.len());
+    let reset = starts.back().map_or(Duration::ZERO, |newest| minute.saturating_sub(now.saturating_since(*newest)));
+    vec![
+        ("x-ratelimit-limit-requests", account.rpm.to_string()),
+        ("x-ratelimit-remaining-requests", remaining.to_string()),
+        ("x-ratelimit-reset-requests", gateway_http::ratelimit::go_duration_text(reset)),
+    ]
 }
 
 #[derive(Default)]
@@ -136,9 +165,10 @@ impl Providers {
         Duration::from_secs_f64((median_s.max(1e-6).ln() + sigma * z).exp().min(3600.0))
     }
 
-    /// Admits a request to `account` or says 429. Returns a guard holding the in-flight slot.
-    fn enter_account(&self, name: &str) -> Result<Option<InflightGuard>, ()> {
-        let Some(account) = self.accounts.get(name) else { return Ok(None) };
+    /// Admits a request to `account` or says 429 (`Err`), with the account's rate-limit headers
+    /// either way. `Ok` holds a guard of the in-flight slot.
+    fn enter_account(&self, name: &str) -> (Result<Option<InflightGuard>, ()>, Headers) {
+        let Some(account) = self.accounts.get(name) else { return (Ok(None), Vec::new()) };
         let capacity = capacity_at(account, self.scenario_s());
         let now = self.clock.now();
         let mut state = self.state();
@@ -147,21 +177,27 @@ impl Providers {
         while entry.starts.front().is_some_and(|&s| now.saturating_since(s) >= self.minute) {
             entry.starts.pop_front();
         }
-        let own = entry.inflight >= capacity || entry.starts.len() >= account.rpm as usize;
-        if background || own {
-            entry.ledger.throttled(if background { Throttle::Background } else { Throttle::Own });
-            return Err(());
+        let (full, rpm) = (entry.inflight >= capacity, entry.starts.len() >= account.rpm as usize);
+        if background || full || rpm {
+            entry.ledger.throttled(match (background, full) {
+                (true, _) => Throttle::Background,
+                (false, true) => Throttle::Own,
+                (false, false) => Throttle::OwnRpm,
+            });
+            return (Err(()), rate_headers(account, &entry.starts, now, self.minute));
         }
         entry.inflight += 1;
         entry.starts.push_back(now);
         entry.ledger.step(now, entry.inflight, capacity);
-        Ok(Some(InflightGuard {
+        let headers = rate_headers(account, &entry.starts, now, self.minute);
+        let guard = InflightGuard {
             state: self.state.clone(),
             name: name.to_owned(),
             account: account.clone(),
             clock: self.clock.clone(),
             start: self.start,
-        }))
+        };
+        (Ok(Some(guard)), headers)
     }
 
     /// What each account saw so far: 429s by cause, mean in flight against capacity.
@@ -175,7 +211,7 @@ impl Providers {
     /// scenario has no provider for.
     pub fn reply(&self, source: &str, prompt: Prompt) -> Option<Reply> {
         let p = self.providers.get(source)?;
-        let reply = |after: Duration, answer: Answer| Some(Reply { after, answer, _slot: None });
+        let reply = |after: Duration, answer: Answer| Some(Reply { after, answer, headers: Vec::new(), _slot: None });
         let t = self.scenario_s();
         if p.outages.iter().any(|o| t >= o.from_s && t < o.to_s) {
             return reply(Duration::from_millis(1), Answer::Refused);
@@ -185,18 +221,30 @@ impl Providers {
             Kind::Blackhole => return reply(Duration::ZERO, Answer::Hang),
             Kind::Answers => {}
         }
-        let slot = match p.account.as_deref().map(|a| self.enter_account(a)) {
-            Some(Err(())) => return reply(Duration::from_millis(20), Answer::Status(429, "rate_limit_exceeded")),
-            Some(Ok(slot)) => slot,
-            None => None,
+        let (slot, headers) = match p.account.as_deref().map(|a| self.enter_account(a)) {
+            Some((Err(()), headers)) => {
+                return Some(Reply {
+                    after: Duration::from_millis(20),
+                    answer: Answer::Status(429, "rate_limit_exceeded"),
+                    headers,
+                    _slot: None,
+                });
+            }
+            Some((Ok(slot), headers)) => (slot, headers),
+            None => (None, Vec::new()),
         };
         if prompt.poisoned {
-            return reply(Duration::from_millis(50), Answer::Status(400, "invalid_request_error"));
+            return Some(Reply {
+                after: Duration::from_millis(50),
+                answer: Answer::Status(400, "invalid_request_error"),
+                headers,
+                _slot: slot,
+            });
         }
         let after = self.latency(p.latency_median_s, p.latency_sigma);
         // Drawn for long prompts only, so scenarios without them keep their random sequence.
         if prompt.long && unit(&mut self.state().rng) < p.long_timeout_rate {
-            return Some(Reply { after, answer: Answer::Hang, _slot: slot });
+            return Some(Reply { after, answer: Answer::Hang, headers, _slot: slot });
         }
         let (r, invalid) = {
             let mut state = self.state();
@@ -217,7 +265,7 @@ impl Providers {
         } else {
             Answer::Content(VALID_JSON)
         };
-        Some(Reply { after, answer, _slot: slot })
+        Some(Reply { after, answer, headers, _slot: slot })
     }
 }
 
@@ -334,7 +382,7 @@ impl SimUpstream {
                 // The HTTP adapter's own table, so both transports classify a reply alike.
                 let status = axum::http::StatusCode::from_u16(status).unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
                 let (class, detail) = gateway_http::classify::classify_status(status, Some(code), self.not_found);
-                Begun::Ended(fail(class, &detail))
+                Begun::Ended(fail(class, &detail).with_rate(reply.rate()))
             }
             Answer::Content(content) => Begun::Content { src, after: reply.after, content, reply },
         }
@@ -368,24 +416,27 @@ impl Upstream for SimUpstream {
             Begun::Content { src, after, content, reply } => (src, after, content, reply),
             Begun::Ended(attempt) => return attempt,
         };
+        let rate = reply.rate();
         if let Err(outcome) = first_token(&src, after).await {
-            return Attempt::ended(outcome);
+            // A streamed answer's head (and its headers) came at once; a whole one's never came.
+            return Attempt::ended(outcome).with_rate(rate.filter(|_| streamed));
         }
         drop(reply);
+        let (fail, success) = (|class, detail| fail(class, detail).with_rate(rate), |a: Attempt| a.with_rate(rate));
         if !chat {
-            return Attempt::success(Response::embedding_vectors(&[vec![0.5; 4]], Some(USAGE)), "http_200");
+            return success(Attempt::success(Response::embedding_vectors(&[vec![0.5; 4]], Some(USAGE)), "http_200"));
         }
         if content.is_empty() {
             return fail(OutcomeClass::Transient, "empty");
         }
         // The adapters' rule for a whole answer (the invalid answer opens with prose).
         if let Some(outcome) = opening_failure(request.structured.as_ref(), std::iter::once(content)) {
-            return Attempt::ended(outcome);
+            return success(Attempt::ended(outcome));
         }
         if fails_the_check(request, content) {
             return fail(OutcomeClass::ResultInvalid, "schema");
         }
-        Attempt::success(Response::chat_text(content, Some(USAGE)), "http_200")
+        success(Attempt::success(Response::chat_text(content, Some(USAGE)), "http_200"))
     }
 
     /// The chunks of the reply as the HTTP adapter reads them from the provider server: the
@@ -394,7 +445,8 @@ impl Upstream for SimUpstream {
         match self.begin(source, request, true).await {
             Begun::Content { src, after, content, reply } => {
                 let invalid = fails_the_check(request, content);
-                Streamed::Chunks(Box::new(SimChunks { wait: Some((src, after)), content, invalid, step: 0, _reply: reply }))
+                let rate = reply.rate();
+                Streamed::Chunks(Box::new(SimChunks { wait: Some((src, after)), content, invalid, step: 0, rate, _reply: reply }))
             }
             Begun::Ended(attempt) => Streamed::Ended(attempt),
         }
@@ -411,6 +463,8 @@ struct SimChunks {
     /// It fails the structured check at its end (as the HTTP adapter's check ends it).
     invalid: bool,
     step: u8,
+    /// What the reply's headers said (they come with the stream's head).
+    rate: Option<RateSignal>,
     _reply: Reply,
 }
 
@@ -434,5 +488,9 @@ impl ChunkSource for SimChunks {
             _ => return None,
         };
         chunk.as_object().cloned().map(Ok)
+    }
+
+    fn rate(&self) -> Option<RateSignal> {
+        self.rate
     }
 }

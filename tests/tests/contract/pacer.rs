@@ -13,17 +13,17 @@ use gateway_core::ports::{PaceDecision, PaceLease, PacerGate};
 use gateway_core::time::Clock;
 use std::time::Duration;
 
-const PARAMS: PacerParams = PacerParams { ceiling: 16.0, lease_ttl: Duration::from_secs(60) };
+const PARAMS: PacerParams = PacerParams { ceiling: 16.0, lease_ttl: Duration::from_secs(60), limit_window: Duration::from_secs(60) };
 
 async fn granted(pacer: &dyn PacerGate, b: &Backend, account: &str, params: &PacerParams) -> PaceLease {
-    match pacer.try_acquire(&b.key(account), params).await.unwrap() {
+    match pacer.try_acquire(&b.key(account), params, 1).await.unwrap() {
         PaceDecision::Granted(lease) => lease,
         paced => panic!("expected a lease, got {paced:?}"),
     }
 }
 
 async fn paced(pacer: &dyn PacerGate, b: &Backend, account: &str, params: &PacerParams) -> Paced {
-    match pacer.try_acquire(&b.key(account), params).await.unwrap() {
+    match pacer.try_acquire(&b.key(account), params, 1).await.unwrap() {
         PaceDecision::Paced(paced) => paced,
         PaceDecision::Granted(lease) => panic!("expected to be paced, got {lease:?}"),
     }
@@ -38,15 +38,15 @@ impl Mirror {
     /// A lease on both.
     async fn take(&mut self, b: &Backend) -> (PaceLease, Lease) {
         let backend = granted(&*b.pacer, b, "k1", &PARAMS).await;
-        let core = self.core.try_acquire(&PARAMS, b.clock.now()).unwrap();
+        let core = self.core.try_acquire(&PARAMS, 1, b.clock.now()).unwrap();
         assert_eq!(backend.lease, core, "the lease: generation, epoch, n, grant time");
         (backend, core)
     }
 
     /// Releases a lease of both with `effect`; the limit after, the same on both.
     async fn give(&mut self, b: &Backend, (backend, core): (PaceLease, Lease), effect: AimdEffect) -> f64 {
-        let limit = b.pacer.release(&backend, effect, &PARAMS).await.unwrap();
-        let expected = self.core.release(core, effect, &PARAMS, b.clock.now());
+        let limit = b.pacer.release(&backend, effect, None, &PARAMS).await.unwrap();
+        let expected = self.core.release(core, effect, None, &PARAMS, b.clock.now());
         assert_eq!(limit.to_bits(), expected.to_bits(), "{limit} against core's {expected} after {effect:?}");
         limit
     }
@@ -140,7 +140,7 @@ pub async fn pacer_tells_noise_from_a_burst_and_holds_a_refused_ceiling(b: Backe
     }
     assert_eq!(m.core.limit(), 1.0 / 16.0, "floored at 1/16");
     b.at(t + 0.02);
-    assert!(matches!(b.pacer.try_acquire(&b.key("k1"), &PARAMS).await.unwrap(), PaceDecision::Paced(_)), "too soon after the last");
+    assert!(matches!(b.pacer.try_acquire(&b.key("k1"), &PARAMS, 1).await.unwrap(), PaceDecision::Paced(_)), "too soon after the last");
 }
 
 pub async fn pacer_leases_of_a_crashed_worker_expire(b: Backend) {
@@ -167,16 +167,16 @@ pub async fn pacer_two_processes_respect_one_limit(b: Backend) {
     // A burst of 429s from both processes cuts once for both; the round trip's other 429s are
     // the same event.
     b.at(0.02);
-    assert_eq!(b.pacer.release(&mine[0], Decrease, &PARAMS).await.unwrap(), 8.0, "one 429 is noise");
-    assert_eq!(other.release(&theirs[0], Decrease, &PARAMS).await.unwrap(), 8.0);
-    let cut = b.pacer.release(&mine[1], Decrease, &PARAMS).await.unwrap();
+    assert_eq!(b.pacer.release(&mine[0], Decrease, None, &PARAMS).await.unwrap(), 8.0, "one 429 is noise");
+    assert_eq!(other.release(&theirs[0], Decrease, None, &PARAMS).await.unwrap(), 8.0);
+    let cut = b.pacer.release(&mine[1], Decrease, None, &PARAMS).await.unwrap();
     assert_eq!(cut, 8.0 * 0.7, "three within four 429 latencies: a burst");
-    assert_eq!(other.release(&theirs[1], Decrease, &PARAMS).await.unwrap(), cut, "no second cut in one round trip");
+    assert_eq!(other.release(&theirs[1], Decrease, None, &PARAMS).await.unwrap(), cut, "no second cut in one round trip");
     // Four in flight against 5.6: two more fit, one on each side, then neither.
     granted(&*other, &b, "k1", &PARAMS).await;
     granted(&*b.pacer, &b, "k1", &PARAMS).await;
     assert_eq!(paced(&*other, &b, "k1", &PARAMS).await, Paced { limit: cut, inflight: 6 });
     assert_eq!(paced(&*b.pacer, &b, "k1", &PARAMS).await, Paced { limit: cut, inflight: 6 });
     let tenant = b.key("k1").with_tenant("gold");
-    assert!(matches!(b.pacer.try_acquire(&tenant, &PARAMS).await.unwrap(), PaceDecision::Granted(_)), "a tenant's account is its own");
+    assert!(matches!(b.pacer.try_acquire(&tenant, &PARAMS, 1).await.unwrap(), PaceDecision::Granted(_)), "a tenant's account is its own");
 }

@@ -10,7 +10,7 @@ use gateway_sim::run::{Backend, Transport};
 use std::path::PathBuf;
 
 /// The synopsis `cargo xtask soak --help` opens with (clap's own would read `[OPTIONS]`).
-const SYNOPSIS: &str = "cargo xtask soak [--scenario p6|single-relay|tenants|FILE] [--seed N|A..B] [--policy default|baseline|both]
+const SYNOPSIS: &str = "cargo xtask soak [--scenario p6|p6-rpm|single-relay|tenants|FILE] [--set KEY=VALUE]... [--seed N|A..B] [--policy default|baseline|both]
                         [--calls N] [--callers N] [--circuit-open wait|fail_fast]
                         [--backend memory|redis] [--transport sim|http] [--workers N] [--time-scale S]
                         [--upstreams FILE] [--isolation shared|per_tenant|both] [--stream] [--min-success PERCENT] [--report DIR]
@@ -22,9 +22,13 @@ const SYNOPSIS: &str = "cargo xtask soak [--scenario p6|single-relay|tenants|FIL
 #[derive(Args, Debug)]
 #[command(override_usage = SYNOPSIS, args_override_self = true, allow_negative_numbers = true)]
 pub struct SoakArgs {
-    /// a built-in scenario (p6, single-relay, tenants) or a scenario TOML file
-    #[arg(long, verbatim_doc_comment, value_name = "p6|single-relay|tenants|FILE", default_value = "p6")]
+    /// a built-in scenario (p6, p6-rpm, single-relay, tenants) or a scenario TOML file
+    #[arg(long, verbatim_doc_comment, value_name = "p6|p6-rpm|single-relay|tenants|FILE", default_value = "p6")]
     scenario: String,
+    /// overrides one key of the scenario file (repeatable), a dotted key and a TOML value, e.g.
+    /// --set accounts.k1.background_429=0.05
+    #[arg(long = "set", verbatim_doc_comment, value_name = "KEY=VALUE", action = clap::ArgAction::Append)]
+    sets: Vec<String>,
     /// one seed, or every seed from A to B (both included)
     #[arg(long, verbatim_doc_comment, value_name = "N|A..B", default_value = "1", value_parser = seeds)]
     seed: Seeds,
@@ -102,6 +106,8 @@ pub struct SoakArgs {
 #[derive(Debug)]
 pub struct Options {
     pub scenario: String,
+    /// `--set` overrides of the scenario's keys.
+    pub sets: Vec<String>,
     pub seeds: Vec<u64>,
     pub policies: Vec<(&'static str, Preset)>,
     pub calls: Option<u32>,
@@ -126,6 +132,7 @@ impl From<SoakArgs> for Options {
     fn from(a: SoakArgs) -> Options {
         Options {
             scenario: a.scenario,
+            sets: a.sets,
             seeds: a.seed.0,
             policies: match a.policy {
                 PolicyArg::Default => vec![("default", Preset::Default)],
@@ -279,7 +286,7 @@ mod tests {
     fn parse(flags: &[&str]) -> Result<Options, String> {
         let argv = ["cargo xtask", "soak"].iter().chain(flags);
         match Cli::try_parse_from(argv).map_err(|e| e.to_string())?.command {
-            Command::Soak(args) => Ok(Options::from(args)),
+            Command::Soak(args) => Ok(Options::from(*args)),
             other => Err(format!("parsed as {other:?}")),
         }
     }

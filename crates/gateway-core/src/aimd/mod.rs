@@ -23,11 +23,19 @@
 //! - Empty, 5xx and invalid answers, timeouts and attempts not made do not change `L`.
 //! - `srtt` and `t429` are EWMAs (gain 1/8) of the durations of answered attempts and of 429
 //!   answers, in milliseconds; every 429 counts toward the burst test, whatever its generation.
+//! - **The provider's rate-limit headers** (`budget.rs`): the freshest report of its request and
+//!   token budgets is kept, refilled and drawn down by every lease since; while fewer than one
+//!   request, or fewer tokens than the call's estimate, are left, the account grants nothing.
+//!   An advertised request limit caps `L` (and `W`) at [`budget::ADVERTISED_HEADROOM`] × the
+//!   requests it allows per round trip.
 
 use crate::outcome::AimdEffect;
+use crate::request::RateSignal;
 use crate::time::Timestamp;
+use budget::{Budget, keep_freshest};
 use std::time::Duration;
 
+pub mod budget;
 #[cfg(test)]
 mod tests;
 
@@ -46,13 +54,16 @@ pub const BURST_WINDOW: f64 = 4.0;
 /// The round trip assumed before any attempt was answered, in milliseconds.
 pub const DEFAULT_RTT_MS: f64 = 1000.0;
 
-/// What an account's pacer runs on: its ceiling and how long a lease lives unreleased.
+/// What an account's pacer runs on: its ceiling, how long a lease lives unreleased, and the
+/// window of the provider's advertised limits.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PacerParams {
     /// The highest limit (the scope's concurrency).
     pub ceiling: f64,
     /// A lease not released within this ends by itself (twice the slowest source's timeout).
     pub lease_ttl: Duration,
+    /// The window of the limits the provider advertises (a minute; less in a scaled soak).
+    pub limit_window: Duration,
 }
 
 impl PacerParams {
@@ -86,6 +97,8 @@ pub struct Lease {
     pub n: u32,
     /// When it was granted (the backend's clock).
     pub granted: Timestamp,
+    /// The account's token spend (the calls' estimates) after its grant.
+    pub tokens: u64,
 }
 
 /// The account is full: its limit and the leases in flight.
@@ -127,6 +140,12 @@ pub struct AccountPacer {
     next_id: u64,
     /// Leases in flight: id and expiry.
     leases: Vec<(u64, Timestamp)>,
+    /// The token estimates of every lease granted.
+    tokens_spent: u64,
+    /// The provider's request budget as last reported.
+    pub(crate) requests: Option<Budget>,
+    /// The provider's token budget as last reported.
+    pub(crate) tokens: Option<Budget>,
 }
 
 fn ewma(old: Option<f64>, sample: f64) -> f64 {
@@ -154,6 +173,9 @@ impl AccountPacer {
             ready_at: None,
             next_id: 0,
             leases: Vec::new(),
+            tokens_spent: 0,
+            requests: None,
+            tokens: None,
         }
     }
 
@@ -177,22 +199,32 @@ impl AccountPacer {
         u32::try_from(self.leases.iter().filter(|(_, expires)| *expires > now).count()).unwrap_or(u32::MAX)
     }
 
-    /// A lease when one more attempt fits under the limit at `now`.
-    pub fn try_acquire(&mut self, params: &PacerParams, now: Timestamp) -> Result<Lease, Paced> {
+    /// A lease for an attempt estimated at `tokens` when one more fits under the limit and the
+    /// provider's reported budgets at `now`.
+    pub fn try_acquire(&mut self, params: &PacerParams, tokens: u32, now: Timestamp) -> Result<Lease, Paced> {
         self.leases.retain(|(_, expires)| *expires > now);
         let inflight = u32::try_from(self.leases.len()).unwrap_or(u32::MAX);
         let early = self.limit < 1.0 && self.ready_at.is_some_and(|ready| now < ready);
-        if f64::from(inflight) >= self.limit || early {
+        let cost = f64::from(tokens.max(1));
+        let spent = self.requests.is_some_and(|b| b.left(now, self.next_id) < 1.0)
+            || self.tokens.is_some_and(|b| b.left(now, self.tokens_spent) < cost);
+        if f64::from(inflight) >= self.limit || early || spent {
             return Err(Paced { limit: self.limit, inflight });
         }
         self.next_id += 1;
+        self.tokens_spent = self.tokens_spent.saturating_add(u64::from(tokens.max(1)));
         self.leases.push((self.next_id, now.saturating_add(params.lease_ttl)));
-        Ok(Lease { id: self.next_id, generation: self.generation, epoch: self.epoch, n: inflight, granted: now })
+        Ok(Lease { id: self.next_id, generation: self.generation, epoch: self.epoch, n: inflight, granted: now, tokens: self.tokens_spent })
     }
 
-    /// Ends `lease` at `now` and applies `effect` (see the module doc); returns the limit after.
-    pub fn release(&mut self, lease: Lease, effect: AimdEffect, params: &PacerParams, now: Timestamp) -> f64 {
+    /// Ends `lease` at `now` with `effect` and the provider's `rate` signal, if it sent one
+    /// (see the module doc); returns the limit after.
+    pub fn release(&mut self, lease: Lease, effect: AimdEffect, rate: Option<&RateSignal>, params: &PacerParams, now: Timestamp) -> f64 {
         self.leases.retain(|(id, _)| *id != lease.id);
+        if let Some(rate) = rate {
+            keep_freshest(&mut self.requests, rate.requests.as_ref(), lease.id, lease.granted, lease.id);
+            keep_freshest(&mut self.tokens, rate.tokens.as_ref(), lease.id, lease.granted, lease.tokens);
+        }
         let took = ms(now.saturating_since(lease.granted));
         let n = f64::from(lease.n);
         let below_one = self.limit < 1.0;
@@ -232,11 +264,26 @@ impl AccountPacer {
             }
             AimdEffect::Nothing => {}
         }
+        self.cap_by_advertised_limit(params);
         self.ready_at = (self.limit < 1.0).then(|| {
             let wait = self.srtt.unwrap_or(DEFAULT_RTT_MS) * (1.0 / self.limit - 1.0);
             Timestamp::from_millis(now.as_millis().saturating_add(wait.floor() as u64))
         });
         self.limit
+    }
+
+    /// An advertised request limit caps `L` and `W` (SPEC §4.5): at most
+    /// [`budget::ADVERTISED_HEADROOM`] × the requests it allows per round trip.
+    fn cap_by_advertised_limit(&mut self, params: &PacerParams) {
+        let (Some(limit), Some(srtt)) = (self.requests.and_then(|b| b.limit), self.srtt) else { return };
+        let cap = budget::ADVERTISED_HEADROOM * (limit as f64) * srtt / ms(params.limit_window).max(1.0);
+        self.limit = self.limit.min(cap.max(FLOOR));
+        let top = cap.ceil().max(1.0);
+        if let Some(w) = &mut self.learned
+            && f64::from(w.at) > top
+        {
+            w.at = top as u32;
+        }
     }
 
     fn cut(&mut self) {

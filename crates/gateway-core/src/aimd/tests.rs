@@ -2,9 +2,10 @@
 //! window, the refused ceiling held and forgotten, the generation, pacing below one, expiry.
 
 use super::*;
+use crate::request::{RateReport, RateSignal};
 use AimdEffect::{Decrease, Increase, Nothing, RoundTrip};
 
-const PARAMS: PacerParams = PacerParams { ceiling: 16.0, lease_ttl: Duration::from_secs(60) };
+const PARAMS: PacerParams = PacerParams { ceiling: 16.0, lease_ttl: Duration::from_secs(60), limit_window: Duration::from_secs(60) };
 
 fn ms(t: u64) -> Timestamp {
     Timestamp::from_millis(t)
@@ -12,13 +13,13 @@ fn ms(t: u64) -> Timestamp {
 
 /// `k` leases taken at `at`.
 fn take(p: &mut AccountPacer, k: usize, at: u64) -> Vec<Lease> {
-    (0..k).map(|_| p.try_acquire(&PARAMS, ms(at)).unwrap()).collect()
+    (0..k).map(|_| p.try_acquire(&PARAMS, 1, ms(at)).unwrap()).collect()
 }
 
 /// One attempt taken at `at` and ended with `effect` `took` ms later; the limit after.
 fn round(p: &mut AccountPacer, at: u64, took: u64, effect: AimdEffect) -> f64 {
-    let lease = p.try_acquire(&PARAMS, ms(at)).unwrap();
-    p.release(lease, effect, &PARAMS, ms(at + took))
+    let lease = p.try_acquire(&PARAMS, 1, ms(at)).unwrap();
+    p.release(lease, effect, None, &PARAMS, ms(at + took))
 }
 
 #[test]
@@ -50,7 +51,7 @@ fn lone_429s_are_noise_and_a_burst_cuts_once() {
     // Our own load past the account's limit: eight in flight answered 429 within 20 ms.
     let mut p = AccountPacer::new(&PARAMS);
     let burst = take(&mut p, 8, 100_000);
-    let after: Vec<f64> = burst.iter().map(|lease| p.release(*lease, Decrease, &PARAMS, ms(100_020))).collect();
+    let after: Vec<f64> = burst.iter().map(|lease| p.release(*lease, Decrease, None, &PARAMS, ms(100_020))).collect();
     assert_eq!(after[..2], [8.0, 8.0], "two 429s are not yet a burst");
     assert!(after[2..].iter().all(|l| (l - 5.6).abs() < 1e-12), "the third cuts by 0.7, the rest are the same round trip: {after:?}");
     assert_eq!(p.generation(), 1);
@@ -75,24 +76,24 @@ fn a_refused_probe_holds_the_ceiling_and_a_success_above_it_forgets_it() {
     // Ten in flight: the eleventh (n = 10 ≥ W) is the probe; it is refused.
     let first = take(&mut p, 10, 0);
     p.limit = 11.0;
-    let probe = p.try_acquire(&PARAMS, ms(0)).unwrap();
+    let probe = p.try_acquire(&PARAMS, 1, ms(0)).unwrap();
     assert_eq!(probe.n, 10);
-    assert_eq!(p.release(probe, Decrease, &PARAMS, ms(20)), 9.0, "L ← min(L, n − 1)");
+    assert_eq!(p.release(probe, Decrease, None, &PARAMS, ms(20)), 9.0, "L ← min(L, n − 1)");
     assert_eq!((p.learned_ceiling(), p.epoch, p.generation()), (Some(LearnedCeiling { at: 10, held: true }), 2, 0), "held; no cut");
     // Held and L ≥ W − 1: the limit grows by 1/(8L) a success.
     for lease in &first[..2] {
-        p.release(*lease, Increase, &PARAMS, ms(1000));
+        p.release(*lease, Increase, None, &PARAMS, ms(1000));
     }
     assert!((p.limit() - (9.0 + 1.0 / 72.0 + 1.0 / (8.0 * (9.0 + 1.0 / 72.0)))).abs() < 1e-12);
     // A lease of an older epoch at n ≥ W succeeding says nothing; one of this epoch does.
     let stale = Lease { epoch: 1, n: 12, ..first[2] };
-    p.release(stale, Increase, &PARAMS, ms(1000));
+    p.release(stale, Increase, None, &PARAMS, ms(1000));
     assert!(p.learned_ceiling().is_some(), "a lease of the old epoch does not clear it");
     p.limit = 11.0;
     let above = take(&mut p, 4, 2000).pop().unwrap();
     assert!(above.n >= 10, "{above:?}");
     let before = p.limit();
-    assert_eq!(p.release(above, Increase, &PARAMS, ms(3000)), before + 1.0 / before, "forgotten: +1/L again");
+    assert_eq!(p.release(above, Increase, None, &PARAMS, ms(3000)), before + 1.0 / before, "forgotten: +1/L again");
     assert_eq!(p.learned_ceiling(), None);
 }
 
@@ -105,7 +106,7 @@ fn a_429_of_an_older_generation_changes_nothing() {
     }
     let (limit, generation, ceiling) = (p.limit(), p.generation(), p.learned_ceiling());
     assert_eq!(generation, 1);
-    assert_eq!(p.release(Lease { n: 20, ..old }, Decrease, &PARAMS, ms(40)), limit);
+    assert_eq!(p.release(Lease { n: 20, ..old }, Decrease, None, &PARAMS, ms(40)), limit);
     assert_eq!((p.generation(), p.learned_ceiling()), (generation, ceiling));
 }
 
@@ -125,11 +126,11 @@ fn below_one_in_flight_the_account_is_paced_and_cut_without_a_burst() {
     assert_eq!(round(&mut p, 4020, 5, Decrease), 0.7);
     // One at a time, the next (1/0.7 − 1) × 1000 ms = 428 ms after the last ended.
     assert_eq!(p.ready_at, Some(ms(4025 + 428)));
-    assert_eq!(p.try_acquire(&PARAMS, ms(4452)), Err(Paced { limit: 0.7, inflight: 0 }));
-    let lease = p.try_acquire(&PARAMS, ms(4453)).unwrap();
-    assert!(p.try_acquire(&PARAMS, ms(4453)).is_err(), "one at a time");
+    assert_eq!(p.try_acquire(&PARAMS, 1, ms(4452)), Err(Paced { limit: 0.7, inflight: 0 }));
+    let lease = p.try_acquire(&PARAMS, 1, ms(4453)).unwrap();
+    assert!(p.try_acquire(&PARAMS, 1, ms(4453)).is_err(), "one at a time");
     // Below one a current 429 cuts alone, down to the floor.
-    assert!((p.release(lease, Decrease, &PARAMS, ms(4500)) - 0.49).abs() < 1e-12);
+    assert!((p.release(lease, Decrease, None, &PARAMS, ms(4500)) - 0.49).abs() < 1e-12);
     for k in 0..20u64 {
         let at = p.ready_at.unwrap().as_millis() + k;
         round(&mut p, at, 1, Decrease);
@@ -145,8 +146,70 @@ fn below_one_in_flight_the_account_is_paced_and_cut_without_a_burst() {
 fn a_lease_left_unreleased_expires() {
     let one = PacerParams { ceiling: 1.0, ..PARAMS };
     let mut p = AccountPacer::new(&one);
-    let _lost = p.try_acquire(&one, ms(0)).unwrap();
-    assert_eq!(p.try_acquire(&one, ms(30_000)), Err(Paced { limit: 1.0, inflight: 1 }));
+    let _lost = p.try_acquire(&one, 1, ms(0)).unwrap();
+    assert_eq!(p.try_acquire(&one, 1, ms(30_000)), Err(Paced { limit: 1.0, inflight: 1 }));
     assert_eq!(p.inflight(ms(59_999)), 1);
-    assert!(p.try_acquire(&one, ms(60_000)).is_ok(), "a crashed worker's lease ended by itself");
+    assert!(p.try_acquire(&one, 1, ms(60_000)).is_ok(), "a crashed worker's lease ended by itself");
+}
+
+fn requests(limit: Option<u64>, remaining: u64, reset_ms: u64) -> RateSignal {
+    RateSignal { requests: Some(RateReport { limit, remaining, reset: Duration::from_millis(reset_ms) }), tokens: None }
+}
+
+#[test]
+fn no_requests_left_grants_nothing_until_the_reset() {
+    let mut p = AccountPacer::new(&PARAMS);
+    let lease = p.try_acquire(&PARAMS, 1, ms(0)).unwrap();
+    // Counted at the grant (0 ms): none left, full again 2 s later; no limit advertised.
+    p.release(lease, Increase, Some(&requests(None, 0, 2000)), &PARAMS, ms(500));
+    assert_eq!(p.try_acquire(&PARAMS, 1, ms(1999)), Err(Paced { limit: p.limit(), inflight: 0 }), "a certain 429 is not sent");
+    assert!(p.try_acquire(&PARAMS, 1, ms(2000)).is_ok(), "at the reset the account grants again");
+}
+
+#[test]
+fn what_is_left_refills_and_is_drawn_down_by_later_leases() {
+    let mut p = AccountPacer::new(&PARAMS);
+    let older = p.try_acquire(&PARAMS, 1, ms(0)).unwrap();
+    let reporting = p.try_acquire(&PARAMS, 1, ms(0)).unwrap();
+    let later = p.try_acquire(&PARAMS, 1, ms(0)).unwrap();
+    // 6000 a minute, 2 left when `reporting` was counted, full again in 5998 s: one refills
+    // every second.
+    p.release(reporting, Increase, Some(&requests(Some(6000), 2, 5_998_000)), &PARAMS, ms(100));
+    // `later`, granted after it was counted, spent one of the two.
+    assert!(p.try_acquire(&PARAMS, 1, ms(100)).is_ok(), "the last one left");
+    assert!(p.try_acquire(&PARAMS, 1, ms(100)).is_err(), "none left");
+    assert!(p.try_acquire(&PARAMS, 1, ms(999)).is_err());
+    assert!(p.try_acquire(&PARAMS, 1, ms(1000)).is_ok(), "one refilled after a second");
+    // A report counted before the one kept changes nothing.
+    p.release(older, Increase, Some(&requests(Some(6000), 6000, 0)), &PARAMS, ms(1100));
+    assert!(p.try_acquire(&PARAMS, 1, ms(1100)).is_err(), "the older report is not kept");
+    p.release(later, Increase, None, &PARAMS, ms(1100));
+}
+
+#[test]
+fn tokens_left_are_weighed_against_the_calls_estimate() {
+    let mut p = AccountPacer::new(&PARAMS);
+    let lease = p.try_acquire(&PARAMS, 100, ms(0)).unwrap();
+    let tokens = RateSignal { requests: None, tokens: Some(RateReport { limit: None, remaining: 500, reset: Duration::from_secs(10) }) };
+    p.release(lease, Increase, Some(&tokens), &PARAMS, ms(10));
+    assert!(p.try_acquire(&PARAMS, 600, ms(20)).is_err(), "600 estimated, 500 left");
+    assert!(p.try_acquire(&PARAMS, 300, ms(20)).is_ok());
+    assert!(p.try_acquire(&PARAMS, 300, ms(20)).is_err(), "the first 300 were drawn from it");
+    assert!(p.try_acquire(&PARAMS, 200, ms(20)).is_ok());
+}
+
+#[test]
+fn an_advertised_limit_caps_the_limit_and_the_learned_ceiling() {
+    let mut p = AccountPacer::new(&PARAMS);
+    // A 1 s round trip at 120 requests a minute: 2 per round trip, so L ≤ 2 × 2 = 4.
+    for i in 0..200 {
+        round(&mut p, 1000 * i, 1000, Increase);
+    }
+    assert_eq!(p.limit(), 16.0);
+    let lease = p.try_acquire(&PARAMS, 1, ms(300_000)).unwrap();
+    let limit = p.release(lease, Increase, Some(&requests(Some(120), 100, 10_000)), &PARAMS, ms(301_000));
+    assert_eq!(limit, budget::ADVERTISED_HEADROOM * 2.0);
+    p.learned = Some(LearnedCeiling { at: 12, held: true });
+    round(&mut p, 400_000, 1000, Nothing);
+    assert_eq!(p.learned_ceiling(), Some(LearnedCeiling { at: 4, held: true }), "W is capped too");
 }

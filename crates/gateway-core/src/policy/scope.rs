@@ -48,6 +48,9 @@ pub struct ScopeConfig {
     pub poll_interval_s: Option<f64>,
     /// Concurrency of the scope: the AIMD ceiling (default 64).
     pub concurrency: Option<u32>,
+    /// The window of the limits providers advertise in their rate-limit headers, in seconds
+    /// (default 60: OpenAI and Anthropic advertise per minute).
+    pub rate_limit_window_s: Option<f64>,
     /// Base of the exponential back-off in seconds (default 0.25).
     pub backoff_base_s: Option<f64>,
     /// Cap of the exponential back-off in seconds (default 8).
@@ -147,6 +150,8 @@ pub struct ScopePolicy {
     pub poll_interval: Duration,
     /// Scope concurrency: the AIMD ceiling.
     pub concurrency: u32,
+    /// The window of the limits providers advertise.
+    pub rate_limit_window: Duration,
     /// Exponential back-off after failures.
     pub backoff: crate::backoff::Backoff,
     /// Tenant isolation.
@@ -202,6 +207,7 @@ impl ScopeConfig {
             stall_window,
             poll_interval: f.secs("poll_interval_s", self.poll_interval_s.unwrap_or(stall_window_s.min(0.05)), 0.001, stall_window_s)?,
             concurrency: f.int("concurrency", self.concurrency.unwrap_or(64), 1, 1_000_000)?,
+            rate_limit_window: f.secs("rate_limit_window_s", self.rate_limit_window_s.unwrap_or(60.0), 0.001, DAY_S)?,
             backoff,
             isolation,
             max_tenants: f.int("max_tenants", self.max_tenants.unwrap_or(10_000), 1, 10_000_000)?,
@@ -305,10 +311,14 @@ fn check_probe_ttl(f: &Fields<'_>, breaker: &BreakerPolicy, key: &str, slowest: 
 
 impl ScopePolicy {
     /// The AIMD pacer parameters of the scope's accounts: the scope's concurrency as the
-    /// ceiling, leases living twice the slowest source's timeout.
+    /// ceiling, leases living twice the slowest source's timeout, the advertised limits' window.
     pub fn pacer_params(&self) -> crate::aimd::PacerParams {
         let slowest = self.sources.iter().map(|s| s.timeout).max().unwrap_or_default();
-        crate::aimd::PacerParams { ceiling: f64::from(self.concurrency), lease_ttl: slowest.saturating_mul(2) }
+        crate::aimd::PacerParams {
+            ceiling: f64::from(self.concurrency),
+            lease_ttl: slowest.saturating_mul(2),
+            limit_window: self.rate_limit_window,
+        }
     }
 
     /// The breaker parameters of the source at `index` in [`ScopePolicy::sources`], or `None`

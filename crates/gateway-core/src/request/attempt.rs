@@ -32,12 +32,20 @@ pub struct Outcome {
     /// `stream_too_large`): asking it again would bring the same, so the call tries it no more
     /// (SPEC §2). The class still says what the source is charged with.
     pub source_spent: bool,
+    /// What the provider's rate-limit headers said of the account, if it sent any (boxed: an
+    /// outcome travels in `Result`s, and most carry none).
+    pub rate: Option<Box<super::RateSignal>>,
 }
 
 impl Outcome {
     /// An outcome of `class` with `detail`, without Retry-After or provider error.
     pub fn new(class: OutcomeClass, detail: impl Into<String>) -> Self {
-        Outcome { class, detail: detail.into(), retry_after: None, provider_error: None, source_spent: false }
+        Outcome { class, detail: detail.into(), retry_after: None, provider_error: None, source_spent: false, rate: None }
+    }
+
+    /// The same outcome with the provider's rate signal.
+    pub fn with_rate(self, rate: Option<super::RateSignal>) -> Self {
+        Outcome { rate: rate.map(Box::new), ..self }
     }
 
     /// The source's answer passed a size budget of the call (`detail` names which, e.g.
@@ -83,6 +91,12 @@ impl Attempt {
     /// The answer, for a success.
     pub fn response(&self) -> Option<&Response> {
         self.response.as_ref()
+    }
+
+    /// The same attempt with the provider's rate signal.
+    pub fn with_rate(mut self, rate: Option<super::RateSignal>) -> Self {
+        self.outcome.rate = rate.map(Box::new);
+        self
     }
 
     /// Splits into outcome and answer.

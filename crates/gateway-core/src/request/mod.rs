@@ -9,6 +9,7 @@
 
 mod attempt;
 mod body;
+mod rate;
 mod response;
 mod structured;
 #[cfg(test)]
@@ -20,6 +21,7 @@ use std::fmt;
 
 pub use attempt::{Attempt, Outcome, ProviderError};
 pub use body::{BodyError, Message, Request, Role};
+pub use rate::{RateReport, RateSignal};
 pub(crate) use response::message_is_usable;
 pub use response::{Response, Usage};
 pub use structured::{ParseCheck, Structured};

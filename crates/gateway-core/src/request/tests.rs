@@ -36,6 +36,10 @@ fn the_builders_write_the_native_body_and_estimate_tokens() {
     assert_eq!((e.kind(), e.estimated_tokens), (Kind::Embeddings, 3));
     let tokens = Request::native(Kind::Embeddings, json!({"input": [[1, 2, 3], [4]]}).as_object().cloned().unwrap_or_default());
     assert_eq!(tokens.estimated_tokens, 1 + 4);
+    let body = |n: Value| json!({"messages": [{"role": "user", "content": "12345678"}], "max_tokens": 10, "n": n});
+    let choices = |n: Value| Request::native(Kind::Chat, body(n).as_object().cloned().unwrap_or_default()).estimated_tokens;
+    assert_eq!(choices(json!(3)), 3 + 3 * 10, "each of n choices may use max_tokens");
+    assert_eq!((choices(json!(0)), choices(json!("x"))), (3 + 10, 3 + 10), "n = 0 or not a number counts one");
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //! under the watchdog, the deadline and the size caps, and the structured check at a stream's
 //! end.
 
+use super::Head;
 use super::{error_in_answer, transient};
 use crate::classify::NotFound;
 use crate::held::Held;
@@ -11,6 +12,7 @@ use crate::{HttpLimits, Source};
 use async_trait::async_trait;
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::ports::ChunkSource;
+use gateway_core::request::RateSignal;
 use gateway_core::request::{Outcome, Structured};
 use gateway_core::stream::{Chunk, commits};
 use serde_json::Value;
@@ -22,13 +24,13 @@ use tokio::time::Instant;
 /// A whole answer's chunks.
 pub(super) struct Replayed {
     chunks: std::collections::VecDeque<Chunk>,
-    request_id: Option<String>,
+    head: Head,
 }
 
 impl Replayed {
-    /// Replays `chunks`, the chunks of a whole answer.
-    pub(super) fn new(chunks: std::collections::VecDeque<Chunk>, request_id: Option<String>) -> Self {
-        Replayed { chunks, request_id }
+    /// Replays `chunks`, the chunks of a whole answer whose head said `head`.
+    pub(super) fn new(chunks: std::collections::VecDeque<Chunk>, head: Head) -> Self {
+        Replayed { chunks, head }
     }
 }
 
@@ -39,7 +41,11 @@ impl ChunkSource for Replayed {
     }
 
     fn request_id(&self) -> Option<&str> {
-        self.request_id.as_deref()
+        self.head.request_id.as_deref()
+    }
+
+    fn rate(&self) -> Option<RateSignal> {
+        self.head.rate
     }
 }
 
@@ -80,7 +86,7 @@ pub(super) struct Sse {
     /// Per choice index, whether it has its finish reason.
     choices: BTreeMap<u64, bool>,
     not_found: NotFound,
-    request_id: Option<String>,
+    head: Head,
     /// The connection has closed (what is left in the buffer is the last of it).
     eof: bool,
     done: bool,
@@ -95,7 +101,7 @@ impl Sse {
         limits: &HttpLimits,
         (held, holding): (Held, Holding),
         (started, deadline): (Instant, Instant),
-        request_id: Option<String>,
+        head: Head,
     ) -> Self {
         Sse {
             response,
@@ -114,7 +120,7 @@ impl Sse {
             committed: false,
             choices: BTreeMap::new(),
             not_found: src.not_found,
-            request_id,
+            head,
             eof: false,
             done: false,
         }
@@ -258,8 +264,13 @@ impl ChunkSource for Sse {
     }
 
     fn request_id(&self) -> Option<&str> {
-        self.request_id.as_deref()
+        self.head.request_id.as_deref()
     }
+
+    fn rate(&self) -> Option<RateSignal> {
+        self.head.rate
+    }
+
     /// The caller holds the whole stream: every event counts, as for an assembled one.
     fn hold_to_end(&mut self) {
         self.holding = Holding::Everything;
@@ -332,6 +343,11 @@ impl ChunkSource for Checked {
     fn request_id(&self) -> Option<&str> {
         self.inner.request_id()
     }
+
+    fn rate(&self) -> Option<RateSignal> {
+        self.inner.rate()
+    }
+
     fn hold_to_end(&mut self) {
         self.inner.hold_to_end();
     }

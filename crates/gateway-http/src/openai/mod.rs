@@ -74,6 +74,7 @@ async fn refusal(src: &Source, mut response: reqwest::Response, shared: &Shared)
     let code = parsed.as_ref().and_then(|v| v.get("error")).and_then(error_code_of);
     let (class, detail) = classify_status(status, code.as_deref(), src.not_found);
     let retry_after = if class == OutcomeClass::RateLimited { shared.ignored.note(retry_after(&headers, &*shared.wall)) } else { None };
+    let rate = shared.ignored.rate(&headers, &*shared.wall).map(Box::new);
     let provider_error = (class == OutcomeClass::RequestRejected).then(|| {
         Box::new(ProviderError {
         status: status.as_u16(),
@@ -82,11 +83,25 @@ async fn refusal(src: &Source, mut response: reqwest::Response, shared: &Shared)
         ),
     })
     });
-    Outcome { class, detail, retry_after, provider_error, source_spent: false }
+    Outcome { class, detail, retry_after, provider_error, source_spent: false, rate }
 }
 
-fn request_id(response: &reqwest::Response) -> Option<String> {
-    response.headers().get("x-request-id").and_then(|v| v.to_str().ok()).map(str::to_owned)
+/// What an answer's head says apart from its status: the provider's request id (its
+/// `x-request-id`) and its rate-limit headers.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Head {
+    pub(crate) request_id: Option<String>,
+    pub(crate) rate: Option<gateway_core::request::RateSignal>,
+}
+
+impl Head {
+    fn of(response: &reqwest::Response, shared: &Shared) -> Head {
+        let headers = response.headers();
+        Head {
+            request_id: headers.get("x-request-id").and_then(|v| v.to_str().ok()).map(str::to_owned),
+            rate: shared.ignored.rate(headers, &*shared.wall),
+        }
+    }
 }
 
 /// One attempt answered whole, without the total timeout (the caller applies it). A chat
@@ -97,8 +112,11 @@ pub(crate) async fn exchange(src: &Source, request: &Request, shared: &Shared) -
     } else {
         whole(src, request, shared).await
     };
-    match answer.and_then(|(response, detail)| checked(response, request, &shared.schemas).map(|r| (r, detail))) {
-        Ok((response, detail)) => Attempt::success(response, detail),
+    match answer {
+        Ok((response, detail, rate)) => match checked(response, request, &shared.schemas) {
+            Ok(response) => Attempt::success(response, detail).with_rate(rate),
+            Err(outcome) => Attempt::ended(outcome.with_rate(rate)),
+        },
         Err(outcome) => Attempt::ended(outcome),
     }
 }
@@ -119,35 +137,39 @@ fn checked(response: Response, request: &Request, schemas: &Schemas) -> Result<R
     Ok(response)
 }
 
-async fn whole(src: &Source, request: &Request, shared: &Shared) -> Result<(Response, String), Outcome> {
+/// An answer, its detail and its rate signal.
+type Answered = (Response, String, Option<gateway_core::request::RateSignal>);
+
+async fn whole(src: &Source, request: &Request, shared: &Shared) -> Result<Answered, Outcome> {
     let mut response = post(src, request, false, &shared.limits).await?;
     if !response.status().is_success() {
         return Err(refusal(src, response, shared).await);
     }
     let detail = format!("http_{}", response.status().as_u16());
-    let id = request_id(&response);
-    let body = read_body(&mut response, &shared.hold()).await?;
-    let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(&body) else { return Err(transient("malformed_json")) };
+    let head = Head::of(&response, shared);
+    let rated = |outcome: Outcome| outcome.with_rate(head.rate);
+    let body = read_body(&mut response, &shared.hold()).await.map_err(rated)?;
+    let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(&body) else { return Err(rated(transient("malformed_json"))) };
     if let Some(error) = body.get("error") {
         // Some relays answer an error with a 2xx status.
-        return Err(error_in_answer(src.not_found, error, "error_in_2xx"));
+        return Err(rated(error_in_answer(src.not_found, error, "error_in_2xx")));
     }
-    Ok((Response::new(request.kind(), body).with_request_id(id), detail))
+    Ok((Response::new(request.kind(), body).with_request_id(head.request_id), detail, head.rate))
 }
 
 /// A chat answer streamed from the source and assembled chunk by chunk (every event counted
 /// against the attempt's budget: the whole answer is held).
-async fn assembled(src: &Source, request: &Request, shared: &Shared) -> Result<(Response, String), Outcome> {
+async fn assembled(src: &Source, request: &Request, shared: &Shared) -> Result<Answered, Outcome> {
     let mut chunks = match open(src, request, shared, &shared.hold(), Holding::Everything).await {
         Streamed::Ended(attempt) => return Err(attempt.into_parts().0),
         Streamed::Chunks(chunks) => chunks,
     };
     let mut assembly = Assembly::default();
     while let Some(chunk) = chunks.next_chunk().await {
-        assembly.push(&chunk?);
+        assembly.push(&chunk.map_err(|outcome| outcome.with_rate(chunks.rate()))?);
     }
     let id = chunks.request_id().map(str::to_owned);
-    Ok((assembly.finish().with_request_id(id), "http_200".to_owned()))
+    Ok((assembly.finish().with_request_id(id), "http_200".to_owned(), chunks.rate()))
 }
 
 /// A streamed attempt for a caller that takes it as a stream: [`open`], holding the events
@@ -177,24 +199,23 @@ async fn open(src: &Source, request: &Request, shared: &Shared, held: &Held, hol
         return Streamed::Ended(Attempt::ended(refusal(src, response, shared).await));
     }
     let is_sse = response.headers().get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|t| t.starts_with("text/event-stream"));
+    let head = Head::of(&response, shared);
     if !is_sse {
+        let ended = |outcome: Outcome| Streamed::Ended(Attempt::ended(outcome.with_rate(head.rate)));
         let body = match read_body(&mut response, held).await {
             Ok(body) => body,
-            Err(outcome) => return Streamed::Ended(Attempt::ended(outcome)),
+            Err(outcome) => return ended(outcome),
         };
         return match serde_json::from_slice::<Value>(&body) {
-            Ok(Value::Object(body)) if body.get("error").is_some() => {
-                Streamed::Ended(Attempt::ended(error_in_answer(src.not_found, &body["error"], "error_in_2xx")))
-            }
+            Ok(Value::Object(body)) if body.get("error").is_some() => ended(error_in_answer(src.not_found, &body["error"], "error_in_2xx")),
             Ok(Value::Object(body)) => {
                 let chunks = gateway_core::stream::chunks_of(&Response::new(Kind::Chat, body));
-                Streamed::Chunks(Box::new(Replayed::new(chunks.into(), request_id(&response))))
+                Streamed::Chunks(Box::new(Replayed::new(chunks.into(), head)))
             }
-            _ => Streamed::Ended(Attempt::ended(transient("malformed_json"))),
+            _ => ended(transient("malformed_json")),
         };
     }
-    let request_id = request_id(&response);
-    let reader = Sse::new(response, src, &shared.limits, (held.clone(), holding), (started, deadline), request_id);
+    let reader = Sse::new(response, src, &shared.limits, (held.clone(), holding), (started, deadline), head);
     Streamed::Chunks(Box::new(reader))
 }
 

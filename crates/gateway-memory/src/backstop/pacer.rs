@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use gateway_core::aimd::{Paced, PacerParams};
 use gateway_core::outcome::AimdEffect;
 use gateway_core::ports::{BackendError, PaceDecision, PaceLease, PacerGate, SourceKey};
+use gateway_core::request::RateSignal;
 use std::sync::Arc;
 
 /// `PacerGate` on a shared backend, with local pacers behind it.
@@ -28,13 +29,13 @@ impl BackstopPacer {
 
 #[async_trait]
 impl PacerGate for BackstopPacer {
-    async fn try_acquire(&self, key: &SourceKey, params: &PacerParams) -> Result<PaceDecision, BackendError> {
-        match ask(&self.backstop, self.shared.try_acquire(key, params)).await {
+    async fn try_acquire(&self, key: &SourceKey, params: &PacerParams, tokens: u32) -> Result<PaceDecision, BackendError> {
+        match ask(&self.backstop, self.shared.try_acquire(key, params, tokens)).await {
             Shared::Answer(answer) => answer,
             Shared::Local if self.backstop.mode == OnUnavailable::FailClosed => Err(self.backstop.refused_admission(key)),
             Shared::Local => {
                 self.fresh.for_period(&self.backstop, || self.local.clear());
-                Ok(match self.local.try_acquire(key, params).await? {
+                Ok(match self.local.try_acquire(key, params, tokens).await? {
                     PaceDecision::Granted(mut lease) => {
                         lease.lease.id |= LOCAL_LEASE;
                         PaceDecision::Granted(lease)
@@ -45,13 +46,19 @@ impl PacerGate for BackstopPacer {
         }
     }
 
-    async fn release(&self, lease: &PaceLease, effect: AimdEffect, params: &PacerParams) -> Result<f64, BackendError> {
+    async fn release(
+        &self,
+        lease: &PaceLease,
+        effect: AimdEffect,
+        rate: Option<&RateSignal>,
+        params: &PacerParams,
+    ) -> Result<f64, BackendError> {
         if lease.lease.id & LOCAL_LEASE != 0 {
             let mut local = lease.clone();
             local.lease.id &= !LOCAL_LEASE;
-            return self.local.release(&local, effect, params).await;
+            return self.local.release(&local, effect, rate, params).await;
         }
-        record(&self.backstop, &lease.key, || self.shared.release(lease, effect, params)).await
+        record(&self.backstop, &lease.key, || self.shared.release(lease, effect, rate, params)).await
     }
 
     async fn read(&self, key: &SourceKey, params: &PacerParams) -> Result<Paced, BackendError> {

@@ -25,6 +25,9 @@ use std::time::Duration;
 pub struct WorkerSpec {
     /// The scenario's built-in name or file path.
     pub scenario: String,
+    /// Its `--set` overrides.
+    #[serde(default)]
+    pub overrides: Vec<String>,
     /// Its index among the processes.
     pub index: u32,
     /// The run's seed.
@@ -62,7 +65,7 @@ pub struct WorkerSpec {
 /// The body of a worker process: runs its share of the calls through the Redis gates and the
 /// provider server, on the shared time line.
 pub fn run_worker(spec: &WorkerSpec, progress: Progress) -> Result<WorkerResult, RunError> {
-    let scenario = Scenario::load(&spec.scenario)?.scaled(spec.time_scale);
+    let scenario = Scenario::load_with(&spec.scenario, &spec.overrides)?.scaled(spec.time_scale);
     let config = RunConfig {
         backend: Backend::Redis(spec.redis.clone()),
         transport: Transport::Http,
@@ -132,13 +135,14 @@ pub fn run_processes(
         return Err(RunError::ProcessesNeedHttp);
     }
     let scale = check(config)?.ok_or(RunError::ProcessesNeedTimeScale)?;
-    let workers = Workers { scenario_ref, processes, launch, progress };
+    let workers = Workers { scenario_ref, overrides: &scenario.overrides, processes, launch, progress };
     with_fault(config, scale, |config, started| run_processes_on(scenario, config, scale, workers, started))
 }
 
 /// The worker processes of a [`run_processes`] run.
 struct Workers<'a> {
     scenario_ref: &'a str,
+    overrides: &'a [String],
     processes: u32,
     launch: &'a Launcher,
     progress: Progress,
@@ -195,12 +199,13 @@ impl Workers<'_> {
         providers: &str,
         clock: SharedClock,
     ) -> Result<Vec<WorkerResult>, RunError> {
-        let Workers { scenario_ref, processes, launch, progress } = self;
+        let Workers { scenario_ref, overrides, processes, launch, progress } = self;
         let done: Arc<Vec<AtomicU32>> = Arc::new((0..processes).map(|_| AtomicU32::new(0)).collect());
         let mut children = Vec::new();
         for index in 0..processes {
             let spec = WorkerSpec {
                 scenario: scenario_ref.to_owned(),
+                overrides: overrides.to_vec(),
                 index,
                 seed: config.seed,
                 preset: config.preset,

@@ -108,9 +108,26 @@ fn scaling_scales_the_defaults_gateway_core_resolves_for_unset_keys() {
 }
 
 #[test]
+fn set_overrides_a_key_and_names_a_bad_one() {
+    let sets = |s: &[&str]| s.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    let p6 = Scenario::load_with("p6", &sets(&["accounts.k1.background_429=0.05", "accounts.k1.rate_limit_headers=false", "calls = 300"]))
+        .unwrap();
+    let k1 = &p6.accounts["k1"];
+    assert_eq!((k1.background_429, k1.rate_limit_headers, p6.calls), (0.05, false, 300));
+    assert_eq!(p6.overrides.len(), 3, "kept for the worker processes");
+    assert!(Scenario::load("p6").unwrap().accounts["k1"].rate_limit_headers, "headers are on by default");
+    let error = |s: &[&str]| Scenario::load_with("p6", &sets(s)).unwrap_err().to_string();
+    assert!(error(&["accounts.k1.bogus=1"]).contains("bogus"), "an unknown key is named");
+    assert!(error(&["accounts.k1.max_inflight"]).contains("expected KEY=VALUE"));
+    assert!(error(&["accounts..max_inflight=3"]).contains("not a dotted key"));
+    assert!(error(&["calls.x=3"]).contains("calls is not a table"));
+    assert!(error(&["accounts.k1.max_inflight=many"]).contains("max_inflight"), "a value of the wrong type names its key");
+}
+
+#[test]
 fn bad_scenarios_are_named() {
     let e = Scenario::load("p7").unwrap_err().to_string();
-    assert!(e.starts_with("unknown scenario \"p7\" (built in: p6, single-relay"), "{e}");
+    assert!(e.starts_with("unknown scenario \"p7\" (built in: p6, p6-rpm, single-relay"), "{e}");
     let text = include_str!("../../scenarios/p6.toml").replace("[providers.s3]\nkind = \"blackhole\"", "");
     assert!(Scenario::parse("x", &text).unwrap_err().to_string().contains("providers.s3: required key is missing"));
     let text = include_str!("../../scenarios/p6.toml").replace("fail_threshold = 5", "fail_threshold = 0");

@@ -93,8 +93,9 @@ impl Scenario {
                 Some(a) => {
                     per_s = per_s.min(f64::from(a.rpm) / self.minute_s());
                     let phase = |cap: u32| (inflight.min(f64::from(cap)) / attempt_s).min(per_s);
-                    let cycle = a.peak_every_s.max(a.peak_len_s);
-                    let peak_share = if cycle > 0.0 && a.peak_len_s > 0.0 { a.peak_len_s / cycle } else { 0.0 };
+                    // No peaks without a period (`peak_every_s = 0`), as the accounts play them.
+                    let peak_share =
+                        if a.peak_every_s > 0.0 && a.peak_len_s > 0.0 { (a.peak_len_s / a.peak_every_s).min(1.0) } else { 0.0 };
                     peak_share * phase(a.peak_inflight) + (1.0 - peak_share) * phase(a.max_inflight)
                 }
                 None => (inflight / attempt_s).min(per_s),
@@ -162,6 +163,13 @@ mod tests {
         let expected = (0.8 * 10.0 + 0.2 * 6.0 / attempt_s) * 0.84 * 0.97;
         let capacity = Scenario::load("p6-rpm").expect("built in").capacity();
         assert!((capacity - expected).abs() < 1e-9, "{capacity} against {expected}");
+    }
+
+    #[test]
+    fn an_account_without_a_peak_period_has_no_peaks() {
+        let text = include_str!("../scenarios/p6.toml").replace("peak_every_s = 300", "peak_every_s = 0");
+        let flat = Scenario::parse("flat", &text).expect("valid").capacity();
+        assert!((flat - 16.0 / (1.5 * 0.125f64.exp()) * 0.84 * 0.97).abs() < 1e-9, "{flat}");
     }
 
     #[test]

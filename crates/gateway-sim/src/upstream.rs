@@ -126,6 +126,8 @@ struct State {
 /// The scenario's providers and accounts, with their shared state and one seeded RNG.
 pub struct Providers {
     minute: Duration,
+    /// The run's time scale: the providers' own fixed delays (a refusal, a 429) scale with it.
+    time_scale: f64,
     providers: BTreeMap<String, Provider>,
     accounts: BTreeMap<String, Account>,
     state: Arc<Mutex<State>>,
@@ -139,6 +141,7 @@ impl Providers {
         let start = clock.now();
         Providers {
             minute: Duration::from_secs_f64(scenario.minute_s()),
+            time_scale: scenario.time_scale,
             providers: scenario.providers.clone(),
             accounts: scenario.accounts.clone(),
             state: Arc::new(Mutex::new(State { rng: ChaCha8Rng::seed_from_u64(seed), accounts: BTreeMap::new() })),
@@ -153,6 +156,11 @@ impl Providers {
 
     fn scenario_s(&self) -> f64 {
         self.clock.now().saturating_since(self.start).as_secs_f64()
+    }
+
+    /// `ms` milliseconds of scenario time, as this run plays them.
+    fn scaled_ms(&self, ms: f64) -> Duration {
+        Duration::from_secs_f64(ms * self.time_scale / 1000.0)
     }
 
     /// A lognormal latency with the given median and σ.
@@ -214,7 +222,7 @@ impl Providers {
         let reply = |after: Duration, answer: Answer| Some(Reply { after, answer, headers: Vec::new(), _slot: None });
         let t = self.scenario_s();
         if p.outages.iter().any(|o| t >= o.from_s && t < o.to_s) {
-            return reply(Duration::from_millis(1), Answer::Refused);
+            return reply(self.scaled_ms(1.0), Answer::Refused);
         }
         match p.kind {
             Kind::BadKey => return reply(Duration::from_secs_f64(p.latency_median_s), Answer::Status(401, "invalid_api_key")),
@@ -224,7 +232,7 @@ impl Providers {
         let (slot, headers) = match p.account.as_deref().map(|a| self.enter_account(a)) {
             Some((Err(()), headers)) => {
                 return Some(Reply {
-                    after: Duration::from_millis(20),
+                    after: self.scaled_ms(20.0),
                     answer: Answer::Status(429, "rate_limit_exceeded"),
                     headers,
                     _slot: None,
@@ -234,12 +242,7 @@ impl Providers {
             None => (None, Vec::new()),
         };
         if prompt.poisoned {
-            return Some(Reply {
-                after: Duration::from_millis(50),
-                answer: Answer::Status(400, "invalid_request_error"),
-                headers,
-                _slot: slot,
-            });
+            return Some(Reply { after: self.scaled_ms(50.0), answer: Answer::Status(400, "invalid_request_error"), headers, _slot: slot });
         }
         let after = self.latency(p.latency_median_s, p.latency_sigma);
         // Drawn for long prompts only, so scenarios without them keep their random sequence.

@@ -114,6 +114,8 @@ pub(crate) struct Source {
     pub(crate) not_found: classify::NotFound,
     /// The source's own cap on a relayed stream, over [`HttpLimits::max_stream_bytes`].
     pub(crate) max_stream_bytes: Option<u64>,
+    /// A streamed attempt sends `stream_options` (the usage asked for).
+    pub(crate) stream_options: bool,
 }
 
 impl fmt::Debug for Source {
@@ -287,6 +289,7 @@ fn build_source(policy: &SourcePolicy, key: &str, not_found: classify::NotFound)
         headers,
         not_found,
         max_stream_bytes: policy.max_stream_bytes,
+        stream_options: policy.stream_options,
     })
 }
 

@@ -426,6 +426,7 @@ fn scaled_source(source: SourcePolicy, scale: f64) -> SourcePolicy {
         quota: QuotaLimits { max_concurrency, rpm, tpm, permit_ttl },
         headers,
         max_stream_bytes,
+        stream_options,
     } = source;
     let time = |d: Duration| scaled_duration(d, scale);
     let per_minute = |v: Option<u32>| v.map(|v| ((f64::from(v) / scale).ceil() as u32).max(1));
@@ -440,6 +441,7 @@ fn scaled_source(source: SourcePolicy, scale: f64) -> SourcePolicy {
         quota: QuotaLimits { max_concurrency, rpm: per_minute(rpm), tpm: per_minute(tpm), permit_ttl: time(permit_ttl) },
         headers,
         max_stream_bytes,
+        stream_options,
     }
 }
 

@@ -65,6 +65,10 @@ pub struct SourceConfig {
     /// Most bytes one relayed stream of this source may carry (default: the adapter's,
     /// 64 MiB); past it the stream ends with an error and the source is at fault.
     pub max_stream_bytes: Option<u64>,
+    /// Whether a streamed attempt sends `stream_options` (default true: the gateway asks for the
+    /// usage chunk, which settles the token quota). Old Azure and vLLM deployments answer 400 to
+    /// it: `false` sends none (the caller's too), and the quota keeps the call's estimate.
+    pub stream_options: Option<bool>,
 }
 
 /// Validated source of a scope.
@@ -90,6 +94,8 @@ pub struct SourcePolicy {
     pub headers: BTreeMap<String, String>,
     /// Most bytes one relayed stream may carry (`None`: the adapter's default).
     pub max_stream_bytes: Option<u64>,
+    /// Whether a streamed attempt sends `stream_options`.
+    pub stream_options: bool,
 }
 
 /// The local quota of one source; `None` is unlimited.
@@ -155,6 +161,7 @@ impl SourceConfig {
             },
             headers: self.headers.clone().unwrap_or_default(),
             max_stream_bytes: self.max_stream_bytes.map(|v| f.bytes("max_stream_bytes", v, MIN_STREAM_BYTES)).transpose()?,
+            stream_options: self.stream_options.unwrap_or(true),
         })
     }
 }

@@ -33,6 +33,10 @@ fn attempt_body(src: &Source, request: &Request, stream: bool) -> Object {
     let options = body.remove("stream_options");
     if stream {
         body.insert("stream".into(), json!(true));
+        if !src.stream_options {
+            // A deployment that refuses `stream_options` gets none; the usage is not asked for.
+            return body;
+        }
         // The caller's options, with the usage always asked for: it settles the token quota.
         let mut options = match options {
             Some(Value::Object(options)) => options,

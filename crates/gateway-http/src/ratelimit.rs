@@ -34,25 +34,34 @@ pub fn read(headers: &HeaderMap, wall: &dyn WallClock) -> RateRead {
     read_with(|name| headers.get(name).map(|v| v.to_str().unwrap_or("\u{fffd}")), wall)
 }
 
-/// Reads the headers `header` looks up by (lower-case) name.
+/// One budget's header names: limit, remaining, reset.
+type Names = [&'static str; 3];
+
+const OPENAI_REQUESTS: Names = ["x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"];
+const OPENAI_TOKENS: Names = ["x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"];
+const ANTHROPIC_REQUESTS: Names =
+    ["anthropic-ratelimit-requests-limit", "anthropic-ratelimit-requests-remaining", "anthropic-ratelimit-requests-reset"];
+const ANTHROPIC_TOKENS: [Names; 3] = [
+    ["anthropic-ratelimit-tokens-limit", "anthropic-ratelimit-tokens-remaining", "anthropic-ratelimit-tokens-reset"],
+    ["anthropic-ratelimit-input-tokens-limit", "anthropic-ratelimit-input-tokens-remaining", "anthropic-ratelimit-input-tokens-reset"],
+    ["anthropic-ratelimit-output-tokens-limit", "anthropic-ratelimit-output-tokens-remaining", "anthropic-ratelimit-output-tokens-reset"],
+];
+
+/// Reads the headers `header` looks up by (lower-case) name. The names are constants: an
+/// answer's head is read on every attempt, without building a string.
 pub fn read_with<'a>(header: impl Fn(&str) -> Option<&'a str>, wall: &dyn WallClock) -> RateRead {
     let mut unreadable = 0;
     let mut count = |read: Result<Option<RateReport>, ()>| {
         unreadable += u32::from(read.is_err());
         read.ok().flatten()
     };
-    let openai = |budget: &str| {
-        let value = |what: &str| header(&format!("x-ratelimit-{what}-{budget}"));
-        believe(value("limit"), value("remaining"), value("reset").map(|text| go_duration(text).ok_or(())))
-    };
+    let openai =
+        |[limit, remaining, reset]: Names| believe(header(limit), header(remaining), header(reset).map(|text| go_duration(text).ok_or(())));
     let now = wall.unix_now();
-    let anthropic = |budget: &str| {
-        let value = |what: &str| header(&format!("anthropic-ratelimit-{budget}-{what}"));
-        believe(value("limit"), value("remaining"), value("reset").map(|at| until(at, now)))
-    };
-    let requests = count(openai("requests")).or_else(|| count(anthropic("requests")));
-    let tokens = count(openai("tokens")).or_else(|| {
-        let budgets = ["tokens", "input-tokens", "output-tokens"].map(|budget| count(anthropic(budget)));
+    let anthropic = |[limit, remaining, reset]: Names| believe(header(limit), header(remaining), header(reset).map(|at| until(at, now)));
+    let requests = count(openai(OPENAI_REQUESTS)).or_else(|| count(anthropic(ANTHROPIC_REQUESTS)));
+    let tokens = count(openai(OPENAI_TOKENS)).or_else(|| {
+        let budgets = ANTHROPIC_TOKENS.map(|names| count(anthropic(names)));
         budgets.into_iter().flatten().min_by_key(|r| (r.remaining, std::cmp::Reverse(r.reset)))
     });
     let signal = RateSignal { requests, tokens };

@@ -3,6 +3,7 @@
 //! while it runs, and writes `report.md`, `report.json` and one SVG chart per policy.
 
 mod args;
+mod flood;
 
 pub use args::SoakArgs;
 
@@ -34,7 +35,11 @@ pub fn run_soak(args: SoakArgs) -> Result<(), String> {
     // The wall clock measures the run for the terminal and the Markdown report only.
     #[allow(clippy::disallowed_methods)]
     let began = Instant::now();
-    let (runs, failures) = run_all(&o, &scenario, real.as_ref())?;
+    let (mut runs, mut failures) = run_all(&o, &scenario, real.as_ref())?;
+    // The line on tenants sharing one account runs in this process, on simulated providers.
+    if let Some(flood) = scenario.flood.as_ref().filter(|_| real.is_none() && o.processes == 1) {
+        flood::run_flood(&o, flood, &mut runs, &mut failures)?;
+    }
     print_seed_means(&runs);
     let runs: Vec<Summary> = runs.into_iter().map(|(_, r)| r).collect();
     let wall = began.elapsed().as_secs_f64();
@@ -47,7 +52,7 @@ pub fn run_soak(args: SoakArgs) -> Result<(), String> {
 }
 
 /// Each run's label and summary, in the order they ran.
-type Runs = Vec<(String, Summary)>;
+pub(crate) type Runs = Vec<(String, Summary)>;
 
 /// Every run the options ask for (policies × isolations × seeds), and the failures found:
 /// violated invariants, and the default policy below `--min-success`.
@@ -107,7 +112,7 @@ fn print_seed_means(runs: &[(String, Summary)]) {
 
 /// One run: the progress bar, the run, its invariants and summary, the chart of the first seed,
 /// the terminal line.
-fn run_one(
+pub(crate) fn run_one(
     o: &Options,
     scenario: &Scenario,
     real: Option<&ScopePolicy>,

@@ -44,12 +44,11 @@ enum Tried {
 /// Whether the memo or the account's 429 pushback keeps `source` out at `now`, for a call that
 /// may wait `remaining_stall` more.
 fn away(scope: &Partition, source: usize, now: Timestamp, remaining_stall: Duration) -> Option<Tried> {
-    let local = scope.local();
-    let account_until = local.pushed_back[scope.account_of[source]];
+    let account_until = scope.pushed_back(source);
     let away = account_until.saturating_since(now);
     if away > remaining_stall {
         Some(Tried::PushedBack(away))
-    } else if local.memo.active(source, now) {
+    } else if scope.local().memo.active(source, now) {
         Some(Tried::Skipped(SkipReason::Cooldown))
     } else if account_until > now {
         Some(Tried::Skipped(SkipReason::RateLimited))

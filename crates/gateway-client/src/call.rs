@@ -300,17 +300,18 @@ impl CallLoop<'_> {
         call: &mut CallState,
         delivery: Delivery,
     ) -> Result<Delivered, CallError> {
-        let (clock, mut turn) = (&self.admission.clock, Turn::default());
+        let (clock, mut turn) =
+            (&self.admission.clock, Turn::new(call.tenant.as_deref(), scope.policy.tenant_weight(call.tenant.as_deref())));
         loop {
             let progress = scope.local().progress;
             match call.machine.poll(clock.now(), progress) {
                 Next::Pick { patience } => {
-                    if !turn.may_pick(&scope.turns, call.order(), patience).await {
+                    if !turn.may_pick(scope.turns(), call.order(), patience).await {
                         continue;
                     }
                     match self.admission.pick(scope, call, request.estimated_tokens).await? {
                         Pick::Slot(slot) => {
-                            turn.leave();
+                            turn.leave(scope.turns());
                             if let Some(stream) = self.attempt(scope, request, call, slot, delivery).await {
                                 return Ok(stream);
                             }
@@ -325,7 +326,7 @@ impl CallLoop<'_> {
                     let retry_after = self.admission.retry_after(scope, &except).await.map_err(|e| call.backend(e))?;
                     call.machine.on_retry_after(retry_after, clock.now(), &mut *self.admission.rng());
                 }
-                Next::Sleep { duration, in_line } => turn.sleep(&scope.turns, call.order(), duration, in_line).await,
+                Next::Sleep { duration, in_line } => turn.sleep(scope.turns(), call.order(), duration, in_line).await,
                 Next::Return(response) => return Ok(Delivered::Whole(call.served(response))),
                 Next::Fail(failure) => return Err(call.failed(scope, failure)),
             }
@@ -385,7 +386,7 @@ impl CallLoop<'_> {
         let settled = call.machine.on_outcome(source, &outcome, response, at, &mut *self.admission.rng());
         settle(self.admission, scope, call, slot, &facts, Ending { outcome: &outcome, tokens, at }, settled.consumed_budget).await;
         if let Some(until) = settled.push_back_until {
-            // The account's Retry-After holds for every call of the partition.
+            // The account's Retry-After holds for every call of the scope, every tenant's.
             scope.note_pushback(source, until);
         }
         None

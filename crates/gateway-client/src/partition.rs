@@ -1,10 +1,16 @@
 //! One scope at run time, in partitions. A [`Partition`] is the shared part of a scope, or one
-//! tenant's: its policy, the rules its calls run on and its pacer, the source keys and parameters of its sources, its selector, and the process-local state every call
-//! of the partition shares (memo, health EWMA, AIMD pacers, progress) under one short,
+//! tenant's: its policy, the rules its calls run on and its pacer, the source keys and
+//! parameters of its sources, its selector, and the process-local state every call of the
+//! partition shares (memo, health EWMA, in-flight counts, progress) under one short,
 //! never-awaited lock. [`Partitions`] holds a scope's partitions: the shared one, and with
 //! `isolation = per_tenant` one per tenant, created lazily in a sharded map, bounded by
 //! `max_tenants`, and dropped after `tenant_idle` without calls (SPEC §11); a tenant with a tier
 //! gets the scope's policy with the tier's breaker.
+//!
+//! A provider limits per key, not per tenant (SPEC §4): every partition of a scope shares its
+//! [`Accounts`], the accounts' keys (no tenant in them, so the pacer's learned limit, in-flight
+//! count and back-off are one per account), their 429 pushback, and the line of calls waiting
+//! for capacity.
 
 use crate::error::TenantRefusal;
 use crate::preset::Preset;
@@ -30,11 +36,52 @@ pub(crate) struct Local {
     pub(crate) health: Vec<Ewma>,
     /// Attempts in flight from this process, per source (what the selectors weigh).
     pub(crate) inflight: Vec<u32>,
+    pub(crate) progress: ScopeProgress,
+}
+
+/// What this process knows of a scope's accounts, shared by its partitions.
+pub(crate) struct AccountsLocal {
     /// Per account, until when a 429's Retry-After asked everyone to stay away.
     pub(crate) pushed_back: Vec<Timestamp>,
     /// Per account, its learned AIMD limit as the last release this process saw answered.
     pub(crate) aimd_limit: Vec<Option<f64>>,
-    pub(crate) progress: ScopeProgress,
+}
+
+/// A scope's provider accounts, one for every tenant: their keys, what this process knows of
+/// them, and the line of the scope's calls waiting for capacity.
+pub(crate) struct Accounts {
+    /// The accounts (`SourceKey::source` is the account's name; no tenant).
+    pub(crate) keys: Vec<SourceKey>,
+    /// The account of each source, by index into `keys`.
+    pub(crate) of: Vec<usize>,
+    /// Calls waiting for capacity: first come, first served within a tenant, by tier weight
+    /// between tenants.
+    pub(crate) turns: Arc<crate::turns::Turns>,
+    local: Mutex<AccountsLocal>,
+}
+
+impl Accounts {
+    fn new(policy: &ScopePolicy) -> Self {
+        let mut keys: Vec<SourceKey> = Vec::new();
+        let of = policy
+            .sources
+            .iter()
+            .map(|source| match keys.iter().position(|a| a.source.as_ref() == source.account) {
+                Some(at) => at,
+                None => {
+                    keys.push(SourceKey::new(policy.name.as_str(), source.account.as_str()));
+                    keys.len() - 1
+                }
+            })
+            .collect();
+        let local = AccountsLocal { pushed_back: vec![Timestamp::default(); keys.len()], aimd_limit: vec![None; keys.len()] };
+        Accounts { keys, of, turns: Arc::default(), local: Mutex::new(local) }
+    }
+
+    /// The shared local state. The lock is held for a few field updates, never across an await.
+    pub(crate) fn local(&self) -> MutexGuard<'_, AccountsLocal> {
+        self.local.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 pub(crate) struct Partition {
@@ -42,22 +89,24 @@ pub(crate) struct Partition {
     /// The rules its calls run on.
     pub(crate) rules: CallRules,
     pub(crate) gates: Vec<(SourceKey, GateParams)>,
-    /// The partition's provider accounts (`SourceKey::source` is the account's name).
-    pub(crate) accounts: Vec<SourceKey>,
-    /// The account of each source, by index into `accounts`.
-    pub(crate) account_of: Vec<usize>,
+    /// The scope's provider accounts, shared with its other partitions.
+    pub(crate) accounts: Arc<Accounts>,
     /// The pacer of its accounts (`None`: unpaced).
     pub(crate) pacer: Option<PacerParams>,
     pub(crate) selector: Selector,
-    /// Calls waiting for capacity, oldest first.
-    pub(crate) turns: Arc<crate::turns::Turns>,
     local: Mutex<Local>,
 }
 
 impl Partition {
     /// The partition of `tenant` (`None`: the shared one), its calls running on `outcomes`,
-    /// its accounts paced by `pacer`.
-    pub(crate) fn new(policy: Arc<ScopePolicy>, outcomes: OutcomeTable, pacer: Option<PacerParams>, tenant: Option<&Arc<str>>) -> Self {
+    /// the scope's `accounts` paced by `pacer`.
+    pub(crate) fn new(
+        policy: Arc<ScopePolicy>,
+        outcomes: OutcomeTable,
+        accounts: Arc<Accounts>,
+        pacer: Option<PacerParams>,
+        tenant: Option<&Arc<str>>,
+    ) -> Self {
         let n = policy.sources.len();
         let gates = (0..n)
             .filter_map(|i| {
@@ -66,27 +115,7 @@ impl Partition {
                 Some((if let Some(tenant) = tenant { key.with_tenant(tenant.clone()) } else { key }, params))
             })
             .collect();
-        let mut accounts: Vec<SourceKey> = Vec::new();
-        let account_of = policy
-            .sources
-            .iter()
-            .map(|source| match accounts.iter().position(|a| a.source.as_ref() == source.account) {
-                Some(at) => at,
-                None => {
-                    let key = SourceKey::new(policy.name.as_str(), source.account.as_str());
-                    accounts.push(if let Some(tenant) = tenant { key.with_tenant(tenant.clone()) } else { key });
-                    accounts.len() - 1
-                }
-            })
-            .collect();
-        let local = Local {
-            memo: Memo::new(n),
-            health: vec![Ewma::new(); n],
-            inflight: vec![0; n],
-            pushed_back: vec![Timestamp::default(); accounts.len()],
-            aimd_limit: vec![None; accounts.len()],
-            progress: ScopeProgress::new(),
-        };
+        let local = Local { memo: Memo::new(n), health: vec![Ewma::new(); n], inflight: vec![0; n], progress: ScopeProgress::new() };
         Partition {
             selector: Selector::new(policy.selector),
             rules: CallRules::new(&policy, outcomes),
@@ -94,8 +123,6 @@ impl Partition {
             policy,
             gates,
             accounts,
-            account_of,
-            turns: Arc::default(),
             local: Mutex::new(local),
         }
     }
@@ -122,14 +149,34 @@ impl Partition {
 
     /// The account of `source`.
     pub(crate) fn account(&self, source: usize) -> &SourceKey {
-        &self.accounts[self.account_of[source]]
+        &self.accounts.keys[self.accounts.of[source]]
     }
 
-    /// A 429 asked everyone to keep away from `source`'s account until `until`.
+    /// Until when a 429 asked everyone to keep away from `source`'s account.
+    pub(crate) fn pushed_back(&self, source: usize) -> Timestamp {
+        self.accounts.local().pushed_back[self.accounts.of[source]]
+    }
+
+    /// A 429 asked everyone, every tenant, to keep away from `source`'s account until `until`.
     pub(crate) fn note_pushback(&self, source: usize, until: Timestamp) {
-        let mut local = self.local();
-        let at = &mut local.pushed_back[self.account_of[source]];
+        let mut local = self.accounts.local();
+        let at = &mut local.pushed_back[self.accounts.of[source]];
         *at = (*at).max(until);
+    }
+
+    /// The learned limit of `source`'s account as this process last heard it.
+    pub(crate) fn aimd_limit(&self, source: usize) -> Option<f64> {
+        self.accounts.local().aimd_limit[self.accounts.of[source]]
+    }
+
+    /// A release answered `limit` for `source`'s account.
+    pub(crate) fn heard_aimd_limit(&self, source: usize, limit: f64) {
+        self.accounts.local().aimd_limit[self.accounts.of[source]] = Some(limit);
+    }
+
+    /// The scope's line of calls waiting for capacity.
+    pub(crate) fn turns(&self) -> &Arc<crate::turns::Turns> {
+        &self.accounts.turns
     }
 }
 
@@ -197,10 +244,11 @@ impl Partitions {
         let pinned = policy.tenant_tiers.keys().chain(pinned).cloned().collect();
         let outcomes = preset.apply(&mut policy);
         let pacer = preset.pacer(&policy);
+        let accounts = Arc::new(Accounts::new(&policy));
         Partitions {
             name: Arc::from(policy.name.as_str()),
             tiers,
-            shared: Arc::new(Partition::new(Arc::new(policy), outcomes, pacer, None)),
+            shared: Arc::new(Partition::new(Arc::new(policy), outcomes, accounts, pacer, None)),
             per_tenant,
             pinned,
             shards: (0..if per_tenant { SHARDS } else { 0 }).map(|_| Mutex::default()).collect(),
@@ -263,7 +311,13 @@ impl Partitions {
             let placed = pinned || self.tenants.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)).is_ok();
             if placed {
                 let name: Arc<str> = Arc::from(tenant);
-                let partition = Arc::new(Partition::new(policy.clone(), self.shared.rules.outcomes, self.shared.pacer, Some(&name)));
+                let partition = Arc::new(Partition::new(
+                    policy.clone(),
+                    self.shared.rules.outcomes,
+                    self.shared.accounts.clone(),
+                    self.shared.pacer,
+                    Some(&name),
+                ));
                 shard.insert(name, TenantEntry { partition: partition.clone(), last_used: now, pinned });
                 if pinned {
                     self.pinned_live.fetch_add(1, Ordering::Relaxed);

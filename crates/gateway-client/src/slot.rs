@@ -232,7 +232,7 @@ impl Slot {
         }
         // The account's learned limit as this process last heard it (this attempt's release, on
         // an in-process backend).
-        let aimd_limit = if paced { scope.local().aimd_limit[scope.account_of[source]] } else { None };
+        let aimd_limit = if paced { scope.aimd_limit(source) } else { None };
         Finished { health, aimd_limit }
     }
 
@@ -244,7 +244,7 @@ impl Slot {
         if let (Some(pace), Some(pacer)) = (&self.pace, &self.scope.pacer)
             && let Ok(limit) = self.holders.pacer.release(pace, class.effects().aimd, rate.as_ref(), pacer).await
         {
-            self.scope.local().aimd_limit[self.scope.account_of[self.source]] = Some(limit);
+            self.scope.heard_aimd_limit(self.source, limit);
         }
         self.pace = None;
         let (key, params) = &self.scope.gates[self.source];
@@ -286,7 +286,7 @@ impl Drop for Slot {
         let made = self.entry.is_some();
         if probe.is_none() && permit.is_none() && pace.is_none() {
             if made {
-                self.scope.turns.freed();
+                self.scope.turns().freed();
             }
             return;
         }
@@ -303,7 +303,7 @@ impl Drop for Slot {
             if let Some(permit) = permit {
                 let _ = holders.quota.release(&permit).await;
             }
-            scope.turns.freed();
+            scope.turns().freed();
         };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => drop(releases.spawn_on(release, &runtime)),

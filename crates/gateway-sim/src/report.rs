@@ -174,6 +174,8 @@ pub struct TenantFigures {
     /// How often each source's gate opened against this tenant's calls: its own gates with
     /// per-tenant isolation, the shared ones otherwise.
     pub gate_opens: BTreeMap<String, u32>,
+    /// The 95th percentile of the time its calls waited (not attempting), seconds.
+    pub wait_p95_s: f64,
 }
 
 fn round(x: f64, places: i32) -> f64 {
@@ -202,14 +204,19 @@ impl TenantFigures {
     /// Each tenant's figures in `run`.
     fn of(run: &RunResult) -> BTreeMap<String, TenantFigures> {
         let mut tenants: BTreeMap<String, TenantFigures> = BTreeMap::new();
+        let mut waits: BTreeMap<String, Vec<f64>> = BTreeMap::new();
         for c in &run.call_events {
             if let Some(tenant) = &c.tenant {
                 let figures = tenants.entry(tenant.clone()).or_default();
                 figures.calls += 1;
                 figures.succeeded += u32::from(c.result == CallResult::Ok);
+                waits.entry(tenant.clone()).or_default().push(c.waited.as_secs_f64());
             }
         }
         for (tenant, figures) in &mut tenants {
+            let mut waited = waits.remove(tenant).unwrap_or_default();
+            waited.sort_by(f64::total_cmp);
+            figures.wait_p95_s = round(percentile(&waited, 0.95), 3);
             figures.success_rate = round(f64::from(figures.succeeded) / f64::from(figures.calls.max(1)), 6);
             figures.gate_opens = run.policy.sources.iter().map(|s| (s.name.clone(), 0)).collect();
             let affects = |key: &gateway_core::ports::SourceKey| key.tenant.as_deref().is_none_or(|t| t == tenant.as_str());

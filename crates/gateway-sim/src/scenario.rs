@@ -2,11 +2,9 @@
 //! providers and accounts behind the sources (SPEC §12). The built-in ones live in
 //! `scenarios/*.toml`.
 
-use gateway_core::backoff::Backoff;
-use gateway_core::policy::{BreakerPolicy, PolicyError, QuotaLimits, ScopeConfig, ScopePolicy, SourcePolicy};
+use gateway_core::policy::{PolicyError, ScopeConfig, ScopePolicy};
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 /// A scenario file.
 #[derive(Clone, Debug, Deserialize)]
@@ -38,6 +36,9 @@ pub struct Scenario {
     /// share of the calls and of the workers.
     #[serde(default)]
     pub tenants: BTreeMap<String, Tenant>,
+    /// A scenario the soak runs beside this one for its line on tenants sharing an account.
+    #[serde(default)]
+    pub flood: Option<Flood>,
     /// What every duration of the scenario is multiplied by in this run (1 as written; see
     /// [`Scenario::scaled`]).
     #[serde(skip, default = "unscaled")]
@@ -199,6 +200,7 @@ pub const BUILT_IN: &[(&str, &str)] = &[
     ("p6-rpm", include_str!("../scenarios/p6-rpm.toml")),
     ("single-relay", include_str!("../scenarios/single-relay.toml")),
     ("tenants", include_str!("../scenarios/tenants.toml")),
+    ("tenants-flood", include_str!("../scenarios/tenants-flood.toml")),
 ];
 
 impl Scenario {
@@ -328,128 +330,11 @@ impl Scenario {
     }
 }
 
-/// `policy` in a run at `scale`: every duration multiplied by it (in whole milliseconds, at least
-/// one, as resolved durations are), per-minute limits divided by it (rounded up, at least 1).
-/// Each policy struct is taken apart field by field, so a duration added to one cannot go
-/// unscaled without this failing to compile.
-fn scaled_policy(policy: ScopePolicy, scale: f64) -> ScopePolicy {
-    let ScopePolicy {
-        name,
-        breaker,
-        circuit_open,
-        quota_full,
-        selector,
-        max_retries,
-        structured_max_retries,
-        structured_stream,
-        stall_window,
-        poll_interval,
-        concurrency,
-        rate_limit_window,
-        backoff: Backoff { base, cap },
-        isolation,
-        max_tenants,
-        tenant_idle,
-        tiers,
-        tenant_tiers,
-        unknown_tenant,
-        fallback,
-        kinds,
-        sources,
-    } = policy;
-    let time = |d: Duration| scaled_duration(d, scale);
-    ScopePolicy {
-        name,
-        breaker: scaled_breaker(breaker, scale),
-        circuit_open,
-        quota_full,
-        selector,
-        max_retries,
-        structured_max_retries,
-        structured_stream,
-        stall_window: time(stall_window),
-        poll_interval: time(poll_interval),
-        concurrency,
-        rate_limit_window: time(rate_limit_window),
-        backoff: Backoff { base: time(base), cap: time(cap) },
-        isolation,
-        max_tenants,
-        tenant_idle: time(tenant_idle),
-        tiers: tiers.into_iter().map(|(tier, breaker)| (tier, scaled_breaker(breaker, scale))).collect(),
-        tenant_tiers,
-        unknown_tenant,
-        fallback,
-        kinds,
-        sources: sources.into_iter().map(|source| scaled_source(source, scale)).collect(),
-    }
-}
-
-fn scaled_breaker(breaker: BreakerPolicy, scale: f64) -> BreakerPolicy {
-    let BreakerPolicy {
-        fail_threshold,
-        cooldown,
-        min_calls,
-        fail_rate,
-        window,
-        max_cooldown,
-        half_open_successes,
-        probe_ttl,
-        slow_call,
-        slow_rate,
-        sla_cooldown,
-    } = breaker;
-    let time = |d: Duration| scaled_duration(d, scale);
-    BreakerPolicy {
-        fail_threshold,
-        cooldown: time(cooldown),
-        min_calls,
-        fail_rate,
-        window: time(window),
-        max_cooldown: time(max_cooldown),
-        half_open_successes,
-        probe_ttl: probe_ttl.map(time),
-        slow_call: slow_call.map(time),
-        slow_rate,
-        sla_cooldown: sla_cooldown.map(|(floor, cap)| (time(floor), time(cap))),
-    }
-}
-
-fn scaled_source(source: SourcePolicy, scale: f64) -> SourcePolicy {
-    let SourcePolicy {
-        name,
-        base_url,
-        api_key,
-        account,
-        model,
-        timeout,
-        watchdog,
-        quota: QuotaLimits { max_concurrency, rpm, tpm, permit_ttl },
-        headers,
-        max_stream_bytes,
-        stream_options,
-    } = source;
-    let time = |d: Duration| scaled_duration(d, scale);
-    let per_minute = |v: Option<u32>| v.map(|v| ((f64::from(v) / scale).ceil() as u32).max(1));
-    SourcePolicy {
-        name,
-        base_url,
-        api_key,
-        account,
-        model,
-        timeout: time(timeout),
-        watchdog: watchdog.map(time),
-        quota: QuotaLimits { max_concurrency, rpm: per_minute(rpm), tpm: per_minute(tpm), permit_ttl: time(permit_ttl) },
-        headers,
-        max_stream_bytes,
-        stream_options,
-    }
-}
-
-fn scaled_duration(d: Duration, scale: f64) -> Duration {
-    Duration::from_millis(((d.as_millis() as f64 * scale).round() as u64).max(1))
-}
-
+mod flood;
 mod overrides;
+mod scaled;
+pub use flood::Flood;
 use overrides::overridden;
+use scaled::scaled_policy;
 #[cfg(test)]
 mod tests;

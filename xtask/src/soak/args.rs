@@ -103,7 +103,7 @@ pub struct SoakArgs {
 }
 
 /// What a soak runs, as its flags asked.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Options {
     pub scenario: String,
     /// `--set` overrides of the scenario's keys.

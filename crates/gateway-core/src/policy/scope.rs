@@ -162,6 +162,8 @@ pub struct ScopePolicy {
     pub tenant_idle: Duration,
     /// Breaker policies of the tiers, by tier name (`per_tenant`).
     pub tiers: BTreeMap<String, BreakerPolicy>,
+    /// Each tier's weight among tenants waiting for one account (`per_tenant`; default 1).
+    pub tier_weights: BTreeMap<String, u32>,
     /// Each tenant's tier (`per_tenant`).
     pub tenant_tiers: BTreeMap<String, String>,
     /// What a tenant without a tier gets (`per_tenant`).
@@ -192,6 +194,10 @@ impl ScopeConfig {
         check_probe_ttl(&f, &breaker, "breaker.probe_ttl_s", slowest)?;
         let isolation = self.isolation.unwrap_or_default();
         let tiers = self.resolve_tiers(&f, isolation, slowest)?;
+        let mut tier_weights = BTreeMap::new();
+        for (tier, config) in &self.tiers {
+            tier_weights.insert(tier.clone(), f.int(&format!("tiers.{tier}.weight"), config.weight.unwrap_or(1), 1, 1000)?);
+        }
         let stall_window = f.secs("stall_window_s", self.stall_window_s.unwrap_or(300.0), 0.001, DAY_S)?;
         let stall_window_s = stall_window.as_secs_f64();
         let backoff = self.resolve_backoff(&f)?;
@@ -213,6 +219,7 @@ impl ScopeConfig {
             max_tenants: f.int("max_tenants", self.max_tenants.unwrap_or(10_000), 1, 10_000_000)?,
             tenant_idle: f.secs("tenant_idle_s", self.tenant_idle_s.unwrap_or(600.0), 0.001, 30.0 * DAY_S)?,
             tiers,
+            tier_weights,
             tenant_tiers: self.tenants.clone(),
             unknown_tenant: self.unknown_tenant.unwrap_or_default(),
             fallback: self.resolve_fallback(&f, name)?,
@@ -310,6 +317,11 @@ fn check_probe_ttl(f: &Fields<'_>, breaker: &BreakerPolicy, key: &str, slowest: 
 }
 
 impl ScopePolicy {
+    /// The weight of `tenant`'s calls among those waiting for one account: its tier's, or 1.
+    pub fn tenant_weight(&self, tenant: Option<&str>) -> u32 {
+        tenant.and_then(|t| self.tenant_tiers.get(t)).and_then(|tier| self.tier_weights.get(tier)).copied().unwrap_or(1)
+    }
+
     /// The AIMD pacer parameters of the scope's accounts: the scope's concurrency as the
     /// ceiling, leases living twice the slowest source's timeout, the advertised limits' window.
     pub fn pacer_params(&self) -> crate::aimd::PacerParams {

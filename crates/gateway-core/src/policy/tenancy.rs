@@ -11,6 +11,9 @@ pub struct TierConfig {
     /// Breaker keys that differ from the scope's.
     #[serde(default)]
     pub breaker: BreakerConfig,
+    /// The tier's share when tenants wait for one provider account (SPEC §6: weighted fair
+    /// queuing between tenants; default 1, 1..=1000).
+    pub weight: Option<u32>,
 }
 
 /// What a `per_tenant` scope does with a tenant that has no tier.

@@ -2,9 +2,8 @@
 //! what the end-of-run checks read from it.
 
 use super::{Backend, RunConfig, RunError};
-use crate::scenario::Scenario;
 use gateway_core::breaker::CircuitState;
-use gateway_core::policy::{Isolation, ScopePolicy};
+use gateway_core::policy::ScopePolicy;
 use gateway_core::ports::{BreakerGate, PacerGate, QuotaGate, SourceKey};
 use gateway_core::time::{Clock, Timestamp};
 use gateway_memory::backstop::{Backstop, BackstopGates, BackstopPacer, BackstopQuota, OnUnavailable, RETRY_EVERY};
@@ -51,20 +50,14 @@ impl Gates {
         }
     }
 
-    /// Pacer leases still in flight on the accounts of `policy` (and of every tenant of
-    /// `scenario` when the scope isolates them).
-    pub(super) async fn pacer_leftovers(&self, policy: &ScopePolicy, scenario: &Scenario) -> Result<u32, RunError> {
+    /// Pacer leases still in flight on the accounts of `policy` (one per account, whatever the
+    /// isolation: a provider limits per key, not per tenant).
+    pub(super) async fn pacer_leftovers(&self, policy: &ScopePolicy) -> Result<u32, RunError> {
         let mut accounts: Vec<SourceKey> = Vec::new();
         for source in &policy.sources {
             let key = SourceKey::new(policy.name.as_str(), source.account.as_str());
             if !accounts.contains(&key) {
                 accounts.push(key);
-            }
-        }
-        if policy.isolation == Isolation::PerTenant {
-            let shared = accounts.clone();
-            for tenant in scenario.tenants.keys() {
-                accounts.extend(shared.iter().map(|key| key.clone().with_tenant(tenant.as_str())));
             }
         }
         let mut inflight = 0;

@@ -127,7 +127,7 @@ pub(super) async fn ending(
     tokio::time::sleep(leases_from_the_fault_left(&policy, config, clock.now().saturating_since(start))).await;
     let keys = gate_keys(&policy, scenario);
     let (leftover_permits, leftover_leases) = gates.leftovers(&keys, clock.now()).await?;
-    let leftover_paced = gates.pacer_leftovers(&policy, scenario).await?;
+    let leftover_paced = gates.pacer_leftovers(&policy).await?;
     let backend = gates.backstop.as_ref().map(|_| BackendRun {
         on_unavailable: config.on_unavailable,
         scale: config.time_scale.unwrap_or(1.0),

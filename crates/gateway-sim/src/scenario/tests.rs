@@ -1,6 +1,7 @@
 //! The scenarios: the built-in ones load and scale, and a bad file names what is wrong.
 
 use super::*;
+use std::time::Duration;
 
 #[test]
 fn built_in_scenarios_load_and_p6_has_the_seed_ceiling() {
@@ -138,4 +139,21 @@ fn bad_scenarios_are_named() {
     assert!(Scenario::parse("x", &text).unwrap_err().to_string().contains("tenants.gold.share: a share is within (0, 1]"));
     let text = include_str!("../../scenarios/p6.toml").replace("calls = 8000", "calls = 8000\ncals = 1");
     assert!(Scenario::parse("x", &text).unwrap_err().to_string().contains("unknown field `cals`"));
+}
+
+#[test]
+fn the_flood_runs_its_tenant_alone_with_its_share_and_names_what_is_wrong() {
+    let flood = Scenario::load("tenants").unwrap().flood.expect("the tenants soak has a flood line");
+    let flooded = flood.load().unwrap();
+    let alone = flooded.alone(&flood.tenant).unwrap();
+    assert_eq!((alone.calls, alone.workers), (1280, 16), "gold's share of 4000 calls and 50 callers");
+    assert_eq!(alone.tenants.keys().collect::<Vec<_>>(), ["gold"]);
+    assert!((alone.tenants["gold"].share - 1.0).abs() < 1e-12 && alone.flood.is_none());
+    assert!(flooded.alone("platinum").is_none());
+    let bad = |flood: Flood| flood.load().unwrap_err().to_string();
+    let unknown = Flood { tenant: "platinum".into(), ..flood.clone() };
+    assert!(bad(unknown).contains("flood.tenant: \"platinum\" is not one of two or more tenants (tenants: bronze, gold)"));
+    assert!(bad(Flood { max_ratio: 0.5, ..flood.clone() }).contains("flood.max_ratio: 0.5 is not a number of at least 1"));
+    assert!(bad(Flood { max_ratio: f64::NAN, ..flood.clone() }).contains("flood.max_ratio"));
+    assert!(bad(Flood { scenario: "nowhere".into(), ..flood }).contains("unknown scenario \"nowhere\""));
 }

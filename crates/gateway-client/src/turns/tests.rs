@@ -1,0 +1,122 @@
+//! The line's order: first come, first served within a tenant, weighted fair queuing between.
+
+use super::*;
+
+fn at(ms: u64, id: u64) -> Order {
+    (Timestamp::from_millis(ms), id)
+}
+
+fn tenant(name: &str) -> Tenant {
+    Some(Arc::from(name))
+}
+
+#[test]
+fn the_oldest_waiter_picks_and_a_younger_call_queues_behind() {
+    let turns = Arc::new(Turns::default());
+    assert!(turns.may_pick(&None, at(5, 1)), "nobody waits");
+    let second = turns.join(&None, 1, at(20, 2), None);
+    let first = turns.join(&None, 1, at(10, 1), None);
+    assert!(first.is_first() && !second.is_first(), "ordered by start, not by arrival in the line");
+    assert!(!turns.may_pick(&None, at(30, 3)), "a younger call may not take a waiter's slot");
+    assert!(turns.may_pick(&None, at(1, 0)), "an older call (a retry of an early call) goes first");
+    drop(first);
+    assert!(second.is_first(), "the turn passes on");
+    drop(second);
+    assert!(turns.may_pick(&None, at(99, 9)), "nobody waits any more");
+}
+
+#[tokio::test]
+async fn a_freed_slot_wakes_the_head_and_a_leaving_head_wakes_the_next() {
+    let turns = Arc::new(Turns::default());
+    let first = turns.join(&None, 1, at(1, 1), None);
+    let second = turns.join(&None, 1, at(2, 2), None);
+    turns.freed();
+    first.woken().await; // a stored wake-up: returns at once
+    drop(first);
+    second.woken().await; // woken by the head leaving
+}
+
+#[tokio::test]
+async fn a_served_head_passes_the_turn_on() {
+    let turns = Arc::new(Turns::default());
+    let first = turns.join(&tenant("a"), 1, at(1, 1), None);
+    let second = turns.join(&tenant("b"), 1, at(2, 2), None);
+    first.served();
+    assert!(second.is_first());
+    second.woken().await; // woken when the head picked
+}
+
+/// Serves the line `slots` times, each time the head (and re-queues a call of the same tenant
+/// behind its lane, as a flood of closed-loop callers does); returns how many slots each got.
+fn serve(turns: &Arc<Turns>, places: &mut Vec<Place>, slots: usize, next_id: &mut u64) -> HashMap<String, usize> {
+    let mut got = HashMap::new();
+    for _ in 0..slots {
+        let at_head = places.iter().position(Place::is_first).expect("someone heads the line");
+        let place = places.swap_remove(at_head);
+        let (tenant, weight) = (place.tenant.clone(), turns.lock().lanes[&place.tenant].weight as u32);
+        *got.entry(tenant.as_deref().unwrap_or("-").to_owned()).or_default() += 1;
+        place.served();
+        *next_id += 1;
+        places.push(turns.join(&tenant, weight, at(1000 + *next_id, *next_id), None));
+    }
+    got
+}
+
+#[test]
+fn tenants_are_served_by_weight_and_first_come_within_one() {
+    let turns = Arc::new(Turns::default());
+    let mut id = 0;
+    let mut places = Vec::new();
+    // A bronze flood that came first, then a few gold calls.
+    for _ in 0..40 {
+        id += 1;
+        places.push(turns.join(&tenant("bronze"), 1, at(id, id), None));
+    }
+    for _ in 0..4 {
+        id += 1;
+        places.push(turns.join(&tenant("gold"), 4, at(100 + id, id), None));
+    }
+    let got = serve(&turns, &mut places, 500, &mut id);
+    assert_eq!((got["gold"], got["bronze"]), (400, 100), "four slots to one");
+    // Within a lane, the oldest first.
+    let bronze: Vec<Order> = turns.lock().lanes[&tenant("bronze")].waiting.keys().copied().collect();
+    assert!(bronze.windows(2).all(|w| w[0] < w[1]));
+}
+
+#[test]
+fn a_lane_that_waited_for_nothing_earns_no_credit() {
+    let turns = Arc::new(Turns::default());
+    let mut id = 0;
+    let mut places = Vec::new();
+    for _ in 0..10 {
+        id += 1;
+        places.push(turns.join(&tenant("bronze"), 1, at(id, id), None));
+    }
+    // Bronze alone is served a long time: its pass runs far ahead of where gold's lane would be.
+    serve(&turns, &mut places, 1000, &mut id);
+    // Gold arrives now, with the same weight: it shares the slots from now on, one to one,
+    // instead of taking the next thousand.
+    for _ in 0..10 {
+        id += 1;
+        places.push(turns.join(&tenant("gold"), 1, at(5000 + id, id), None));
+    }
+    let got = serve(&turns, &mut places, 100, &mut id);
+    assert!((49..=51).contains(&got["gold"]), "{got:?}");
+}
+
+#[test]
+fn a_newcomer_of_a_lane_below_the_head_may_pick_and_one_behind_its_own_lane_may_not() {
+    let turns = Arc::new(Turns::default());
+    let mut id = 0;
+    let mut places = Vec::new();
+    for _ in 0..5 {
+        id += 1;
+        places.push(turns.join(&tenant("bronze"), 1, at(id, id), None));
+    }
+    serve(&turns, &mut places, 3, &mut id);
+    assert!(turns.may_pick(&tenant("gold"), at(9000, 99)), "gold waits for nothing: it is below bronze's pass");
+    assert!(!turns.may_pick(&tenant("bronze"), at(9000, 99)), "a new bronze call queues behind bronze's waiters");
+    let gold = turns.join(&tenant("gold"), 1, at(9000, 99), None);
+    assert!(gold.is_first());
+    assert!(!turns.may_pick(&tenant("gold"), at(9001, 100)), "nor behind gold's");
+}

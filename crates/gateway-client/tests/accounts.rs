@@ -1,0 +1,146 @@
+//! An account's limit belongs to the provider key, not to a tenant (SPEC §4, §6), in virtual
+//! time: with `per_tenant` isolation every tenant's calls count against one learned limit per
+//! account, a 429's pushback keeps every tenant away, and the calls waiting for the account are
+//! served first come, first served within a tenant and by tier weight between tenants.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use async_trait::async_trait;
+use gateway_client::{GatewayClient, TokioClock};
+use gateway_core::policy::ScopeConfig;
+use gateway_core::ports::Upstream;
+use gateway_core::request::{Attempt, Message, Request, Response};
+use gateway_core::time::Clock;
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+use support::sources;
+
+/// Answers every request after 100 ms.
+struct Slow;
+
+#[async_trait]
+impl Upstream for Slow {
+    async fn send(&self, _source: &str, _request: &Request) -> Attempt {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        Attempt::success(Response::chat_text("ok", None), "http_200")
+    }
+}
+
+fn client(extra: serde_json::Value) -> (GatewayClient, Arc<TokioClock>) {
+    let clock = Arc::new(TokioClock::new());
+    let client = GatewayClient::builder().scope(sources(1, extra)).upstream(Arc::new(Slow)).clock(clock.clone()).seed(5).build().unwrap();
+    (client, clock)
+}
+
+fn said(who: &str) -> Request {
+    Request::chat(vec![Message::user(who)])
+}
+
+const TIERED: fn() -> serde_json::Value = || {
+    json!({
+        "isolation": "per_tenant",
+        "concurrency": 1,
+        "quota_full": "wait",
+        "tiers": {"gold": {"weight": 4}, "bronze": {}},
+        "tenants": {"gold": "gold", "bronze": "bronze"}
+    })
+};
+
+#[tokio::test(start_paused = true)]
+async fn every_tenant_counts_against_one_limit_per_account() {
+    let (client, _) = client(json!({"isolation": "per_tenant", "concurrency": 2}));
+    let client = Arc::new(client);
+    let mut calls = Vec::new();
+    for who in ["bronze", "bronze", "gold"] {
+        let client = client.clone();
+        calls.push(tokio::spawn(async move { client.call_as("chat", who, &said(who)).await.map(|_| tokio::time::Instant::now()) }));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(client.inflight("chat"), 2, "the account's limit (2) holds across tenants: gold waits");
+    let start = tokio::time::Instant::now() - Duration::from_millis(50);
+    let mut ends = Vec::new();
+    for call in calls {
+        ends.push(call.await.unwrap().unwrap().duration_since(start));
+    }
+    // Gold started 2 ms in and was served when a slot freed, after 100 ms of waiting.
+    assert!(ends[2] >= Duration::from_millis(150), "gold was served when a slot freed: {ends:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn gold_is_served_ahead_of_a_bronze_flood_by_its_weight() {
+    let (client, clock) = client(TIERED());
+    let client = Arc::new(client);
+    let started = clock.now();
+    let mut bronze = Vec::new();
+    for _ in 0..20 {
+        let client = client.clone();
+        bronze.push(tokio::spawn(async move { client.call_as("chat", "bronze", &said("bronze")).await.unwrap() }));
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut gold = Vec::new();
+    for _ in 0..3 {
+        let (client, clock) = (client.clone(), clock.clone());
+        gold.push(tokio::spawn(async move {
+            client.call_as("chat", "gold", &said("gold")).await.unwrap();
+            clock.now()
+        }));
+    }
+    for call in gold {
+        let done = call.await.unwrap().saturating_since(started);
+        // One slot of 100 ms at a time: first come, first served, gold would wait for the 20
+        // bronze calls before it (2.1 s and more); by weight it waits for one bronze at most.
+        assert!(done <= Duration::from_millis(500), "gold finished {done:?} into the run");
+    }
+    for call in bronze {
+        call.await.unwrap();
+    }
+    assert!(clock.now().saturating_since(started) >= Duration::from_millis(2300), "one slot at a time");
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_tiers_tenants_share_the_account_one_to_one() {
+    let (client, clock) = client(json!({"isolation": "per_tenant", "concurrency": 1}));
+    let client = Arc::new(client);
+    let started = clock.now();
+    let mut bronze = Vec::new();
+    for _ in 0..20 {
+        let client = client.clone();
+        bronze.push(tokio::spawn(async move { client.call_as("chat", "bronze", &said("bronze")).await.unwrap() }));
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut other = Vec::new();
+    for _ in 0..3 {
+        let (client, clock) = (client.clone(), clock.clone());
+        other.push(tokio::spawn(async move {
+            client.call_as("chat", "acme", &said("acme")).await.unwrap();
+            clock.now()
+        }));
+    }
+    let mut ends = Vec::new();
+    for call in other {
+        ends.push(call.await.unwrap().saturating_since(started));
+    }
+    // Alternating with bronze: acme's three calls end by the seventh slot, not after bronze's 20.
+    assert!(ends.iter().all(|d| *d <= Duration::from_millis(800)), "{ends:?}");
+    assert!(ends.iter().any(|d| *d >= Duration::from_millis(450)), "but not all at once ahead of bronze: {ends:?}");
+    for call in bronze {
+        call.await.unwrap();
+    }
+}
+
+#[test]
+fn a_tier_weight_out_of_range_is_refused_by_its_key() {
+    for weight in [0, 1001] {
+        let mut config = TIERED();
+        config["tiers"]["gold"]["weight"] = json!(weight);
+        config["sources"] = json!({"s1": {"timeout_s": 30}});
+        config["breaker"] = json!({"fail_threshold": 5, "cooldown_s": 60});
+        let error = serde_json::from_value::<ScopeConfig>(config).unwrap().resolve("chat").unwrap_err();
+        assert_eq!(error.key, "chat.tiers.gold.weight", "{error}");
+        assert!(error.to_string().contains("1..=1000"), "{error}");
+    }
+}

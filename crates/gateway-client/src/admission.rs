@@ -23,8 +23,8 @@ pub(crate) enum Pick {
     /// An admitted attempt.
     Slot(Slot),
     /// No candidate was runnable; `gate_rejections` of them were refused by the breaker side;
-    /// `pushed_back` (source, time left) were skipped for a 429 that asked this call to wait
-    /// past its stall budget.
+    /// `pushed_back` (source, time left) were skipped for a 429 that asked every call to keep
+    /// away from their account.
     Blocked { gate_rejections: usize, pushed_back: Vec<(usize, Duration)> },
 }
 
@@ -36,22 +36,21 @@ enum Tried {
     Admitted(Slot),
     /// Skipped for this reason.
     Skipped(SkipReason),
-    /// Its account asked, by a 429's Retry-After, to be left alone this long: longer than the
-    /// call may wait.
+    /// Its account asked, by a 429's Retry-After, to be left alone this long.
     PushedBack(Duration),
 }
 
 /// Whether the memo or the account's 429 pushback keeps `source` out at `now`, for a call that
-/// may wait `remaining_stall` more.
+/// may wait `remaining_stall` more: a pushback past that budget first (the call cannot wait it
+/// out), then the memo (a gate rejection), then a pushback within it (its end is waited for).
 fn away(scope: &Partition, source: usize, now: Timestamp, remaining_stall: Duration) -> Option<Tried> {
-    let account_until = scope.pushed_back(source);
-    let away = account_until.saturating_since(now);
+    let away = scope.pushed_back(source).saturating_since(now);
     if away > remaining_stall {
         Some(Tried::PushedBack(away))
     } else if scope.local().memo.active(source, now) {
         Some(Tried::Skipped(SkipReason::Cooldown))
-    } else if account_until > now {
-        Some(Tried::Skipped(SkipReason::RateLimited))
+    } else if !away.is_zero() {
+        Some(Tried::PushedBack(away))
     } else {
         None
     }

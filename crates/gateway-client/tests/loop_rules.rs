@@ -321,3 +321,27 @@ async fn slow_successes_feed_the_slow_call_channel_and_open_the_gate() {
     }
     assert_eq!(fast.gates.snapshot(&fast.key("s1")).unwrap().s0, 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn another_calls_pushback_within_the_stall_budget_is_waited_out_not_read_as_a_full_quota() {
+    // quota_full = fail_fast ends a call at once when capacity is full; a 429's pushback on the
+    // account is not capacity, and it ends at a known time: the call waits for it.
+    let h = Arc::new(Harness::new(sources(1, json!({"quota_full": "fail_fast"})), Preset::Default));
+    h.upstream.plan("s1", |n| {
+        if n == 0 {
+            (Step::RateLimited(Some(Duration::from_secs(20))), Duration::from_millis(10))
+        } else {
+            (Step::Ok, Duration::from_millis(10))
+        }
+    });
+    let first = {
+        let h = h.clone();
+        tokio::spawn(async move { h.call().await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let second = h.call().await.unwrap();
+    assert!(h.now_s() >= 20.0 && h.now_s() < 20.5, "waited until the pushback's end, no longer: {}", h.now_s());
+    assert_eq!(second.attempts(), 1, "no attempt was spent on a certain 429");
+    first.await.unwrap().unwrap();
+    assert_eq!(h.upstream.sent().len(), 3, "the 429, then one attempt each");
+}

@@ -58,22 +58,28 @@ pub(crate) enum Blocked {
     FailQuotaExhausted,
     /// End with `AllSourcesExhausted("stalled")`.
     FailStalled,
-    /// Nap and pick again. With `gate_hint` the nap is based on `retry_after(all sources)`;
-    /// without it the hint is 0 (some source is only quota- or AIMD-blocked).
+    /// Nap and pick again. With `gate_hint` the nap is based on `retry_after` of the sources
+    /// the breaker refused; with `pushback` on the end of the shortest 429 pushback (a certain
+    /// time within the stall budget: the wait is for it, not for capacity); with neither the
+    /// hint is 0 (some source is only quota- or AIMD-blocked: the call waits in line).
     Wait {
         /// Whether to ask the gates for the hint.
         gate_hint: bool,
+        /// Whether the end of a pushback bounds the hint.
+        pushback: bool,
     },
 }
 
 /// SPEC §6 "No candidate runnable", in its exact order: the breaker side first, then the
-/// quota side, then the stall check. `pushed_back` sources were skipped because a 429 asked
-/// this call to wait past its stall budget: waiting for them cannot end in time, so when they
-/// and the breaker's refusals are all there is, the call ends now (unless the breaker side
-/// may be waited for: `circuit_open = wait`).
+/// quota side, then the stall check. Of the sources a 429 asked to be left alone, `pushed_past`
+/// asked for longer than the call's stall budget: waiting for them cannot end in time, so when
+/// they and the breaker's refusals are all there is, the call ends now (unless the breaker side
+/// may be waited for: `circuit_open = wait`). `pushed_within` asked for less: their pushback
+/// ends at a known time, which the call waits for like an open gate's retry moment (out of
+/// line, and never ended as a quota refusal: it is the provider's pushback, not capacity).
 pub(crate) fn when_blocked(
     gate_rejections: usize,
-    pushed_back: usize,
+    (pushed_past, pushed_within): (usize, usize),
     sources: usize,
     circuit_open: WaitMode,
     quota_full: WaitMode,
@@ -83,17 +89,21 @@ pub(crate) fn when_blocked(
     if all_gate_rejected && circuit_open == WaitMode::FailFast {
         return Blocked::FailCircuitOpen;
     }
-    if pushed_back > 0 && gate_rejections + pushed_back >= sources && (gate_rejections == 0 || circuit_open == WaitMode::FailFast) {
+    if pushed_past > 0 && gate_rejections + pushed_past >= sources && (gate_rejections == 0 || circuit_open == WaitMode::FailFast) {
         return Blocked::FailRateLimited;
     }
-    if !all_gate_rejected && quota_full == WaitMode::FailFast {
+    let capacity_blocked = sources.saturating_sub(gate_rejections + pushed_past + pushed_within) > 0;
+    if capacity_blocked && quota_full == WaitMode::FailFast {
         return Blocked::FailQuotaExhausted;
     }
     if stalled {
         return Blocked::FailStalled;
     }
-    // Gate-refused and pushed-back sources only: wait for the breaker side.
-    Blocked::Wait { gate_hint: all_gate_rejected || gate_rejections + pushed_back >= sources }
+    if capacity_blocked {
+        return Blocked::Wait { gate_hint: false, pushback: false };
+    }
+    // Gate-refused and pushed-back sources only: wait for the first of them to free.
+    Blocked::Wait { gate_hint: gate_rejections > 0 || pushed_within == 0, pushback: pushed_within > 0 }
 }
 
 /// The nap of a waiting call: `hint + poll·(0.5 + 0.5·u)` (just the jittered poll when the hint
@@ -122,26 +132,34 @@ mod tests {
     #[test]
     fn decision_table() {
         let cases = [
-            // (gate_rejections, pushed_back, sources, circuit_open, quota_full, stalled) → decision
-            ((3, 0, 3, FailFast, Wait, false), Blocked::FailCircuitOpen),
-            ((3, 0, 3, FailFast, Wait, true), Blocked::FailCircuitOpen),
-            ((3, 0, 3, Wait, FailFast, false), Blocked::Wait { gate_hint: true }),
-            ((3, 0, 3, Wait, Wait, true), Blocked::FailStalled),
-            ((2, 0, 3, FailFast, Wait, false), Blocked::Wait { gate_hint: false }),
-            ((2, 0, 3, FailFast, FailFast, false), Blocked::FailQuotaExhausted),
-            ((0, 0, 1, Wait, Wait, true), Blocked::FailStalled),
+            // (gate_rejections, (pushed past, within), sources, circuit_open, quota_full, stalled) → decision
+            ((3, (0, 0), 3, FailFast, Wait, false), Blocked::FailCircuitOpen),
+            ((3, (0, 0), 3, FailFast, Wait, true), Blocked::FailCircuitOpen),
+            ((3, (0, 0), 3, Wait, FailFast, false), Blocked::Wait { gate_hint: true, pushback: false }),
+            ((3, (0, 0), 3, Wait, Wait, true), Blocked::FailStalled),
+            ((2, (0, 0), 3, FailFast, Wait, false), Blocked::Wait { gate_hint: false, pushback: false }),
+            ((2, (0, 0), 3, FailFast, FailFast, false), Blocked::FailQuotaExhausted),
+            ((0, (0, 0), 1, Wait, Wait, true), Blocked::FailStalled),
             // a single-source scope follows the same rule as any other
-            ((1, 0, 1, FailFast, Wait, false), Blocked::FailCircuitOpen),
-            ((1, 0, 1, Wait, Wait, false), Blocked::Wait { gate_hint: true }),
+            ((1, (0, 0), 1, FailFast, Wait, false), Blocked::FailCircuitOpen),
+            ((1, (0, 0), 1, Wait, Wait, false), Blocked::Wait { gate_hint: true, pushback: false }),
             // a Retry-After past the stall budget: end now, unless an open gate may be waited for
-            ((0, 1, 1, FailFast, Wait, false), Blocked::FailRateLimited),
-            ((0, 1, 1, Wait, Wait, false), Blocked::FailRateLimited),
-            ((1, 1, 2, FailFast, Wait, false), Blocked::FailRateLimited),
-            ((1, 1, 2, Wait, Wait, false), Blocked::Wait { gate_hint: true }),
-            ((0, 1, 2, FailFast, Wait, false), Blocked::Wait { gate_hint: false }),
+            ((0, (1, 0), 1, FailFast, Wait, false), Blocked::FailRateLimited),
+            ((0, (1, 0), 1, Wait, Wait, false), Blocked::FailRateLimited),
+            ((1, (1, 0), 2, FailFast, Wait, false), Blocked::FailRateLimited),
+            ((1, (1, 0), 2, Wait, Wait, false), Blocked::Wait { gate_hint: true, pushback: false }),
+            ((0, (1, 0), 2, FailFast, Wait, false), Blocked::Wait { gate_hint: false, pushback: false }),
+            // a Retry-After within the stall budget: wait for its end, whatever quota_full says
+            ((0, (0, 1), 1, FailFast, FailFast, false), Blocked::Wait { gate_hint: false, pushback: true }),
+            ((1, (0, 1), 2, FailFast, FailFast, false), Blocked::Wait { gate_hint: true, pushback: true }),
+            ((0, (1, 1), 2, FailFast, FailFast, false), Blocked::Wait { gate_hint: false, pushback: true }),
+            ((0, (0, 1), 1, Wait, Wait, true), Blocked::FailStalled),
+            // …but a source only quota-blocked beside it is a capacity wait, in line
+            ((0, (0, 1), 2, FailFast, Wait, false), Blocked::Wait { gate_hint: false, pushback: false }),
+            ((0, (0, 1), 2, FailFast, FailFast, false), Blocked::FailQuotaExhausted),
         ];
         for ((g, p, n, co, qf, stalled), expected) in cases {
-            assert_eq!(when_blocked(g, p, n, co, qf, stalled), expected, "{g}+{p}/{n} {co:?} {qf:?} stalled={stalled}");
+            assert_eq!(when_blocked(g, p, n, co, qf, stalled), expected, "{g}+{p:?}/{n} {co:?} {qf:?} stalled={stalled}");
         }
     }
 

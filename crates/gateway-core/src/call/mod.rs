@@ -68,12 +68,13 @@ pub enum Picked {
     /// `source` was admitted: the attempt starts now.
     Source(usize),
     /// No source was runnable: `gate_rejections` of them were refused by the breaker side;
-    /// `pushed_back` (source, time left) were skipped for a 429 that asked the call to wait past
-    /// its stall budget.
+    /// `pushed_back` (source, time left) were skipped for a 429 whose Retry-After asked every
+    /// call to keep away from its account (the machine tells those past its stall budget, which
+    /// end the call, from those within it, whose end it waits for).
     Blocked {
         /// Sources the breaker side refused.
         gate_rejections: usize,
-        /// Sources a 429 asked to be left alone past the stall budget, with the time left.
+        /// Sources a 429 asked to be left alone, with the time left.
         pushed_back: Vec<(usize, Duration)>,
     },
 }
@@ -157,8 +158,11 @@ pub struct Settled {
 enum Asking {
     /// The retry moment ends the call with `CircuitOpen`.
     ToFail,
-    /// The retry moment is the hint of a nap.
-    ToNap,
+    /// The retry moment is the hint of a nap, at most `at_most` (a pushback's end).
+    ToNap {
+        /// The end of the shortest pushback within the stall budget, if the wait is for it too.
+        at_most: Option<Duration>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -237,20 +241,24 @@ impl CallMachine {
         let stalled = self.stall.stalled(&progress, rules.stall_window, now);
         // The call's pool is the sources it may still use: the spent ones are out of it.
         let pool = rules.sources - self.spent_sources().count();
-        self.phase = match when_blocked(gate_rejections, pushed_back.len(), pool, rules.circuit_open, rules.quota_full, stalled) {
+        let remaining = self.remaining_stall(now);
+        let (past, within): (Vec<_>, Vec<_>) = pushed_back.iter().partition(|(_, away)| *away > remaining);
+        let shortest = |of: &[&(usize, Duration)]| of.iter().map(|(_, away)| *away).min().unwrap_or_default();
+        let pushed = (past.len(), within.len());
+        self.phase = match when_blocked(gate_rejections, pushed, pool, rules.circuit_open, rules.quota_full, stalled) {
             Blocked::FailCircuitOpen => Phase::Asking { except: self.spent_sources().collect(), then: Asking::ToFail },
-            Blocked::FailRateLimited => {
-                let retry_after = pushed_back.iter().map(|(_, away)| *away).min().unwrap_or_default();
-                Phase::Decided(Next::Fail(Failure::RateLimited { retry_after }))
-            }
+            Blocked::FailRateLimited => Phase::Decided(Next::Fail(Failure::RateLimited { retry_after: shortest(&past) })),
             Blocked::FailQuotaExhausted => Phase::Decided(Next::Fail(Failure::QuotaExhausted)),
             Blocked::FailStalled => Phase::Decided(Next::Fail(Failure::Stalled)),
             // Some source is only quota- or AIMD-blocked: wait in line for capacity.
-            Blocked::Wait { gate_hint: false } => Phase::Decided(self.nap(Duration::ZERO, now, true, rng)),
-            // The pushed-back sources' gates are closed (a 0 hint): the wait is for the others.
-            Blocked::Wait { gate_hint: true } => {
+            Blocked::Wait { gate_hint: false, pushback: false } => Phase::Decided(self.nap(Duration::ZERO, now, true, rng)),
+            // Only 429 pushbacks within the stall budget: wait out the shortest, out of line.
+            Blocked::Wait { gate_hint: false, pushback: true } => Phase::Decided(self.nap(shortest(&within), now, false, rng)),
+            // The pushed-back sources' gates are closed (a 0 hint): the wait is for the others,
+            // or for the shortest pushback if it ends first.
+            Blocked::Wait { gate_hint: true, pushback } => {
                 let except = pushed_back.iter().map(|(source, _)| *source).chain(self.spent_sources()).collect();
-                Phase::Asking { except, then: Asking::ToNap }
+                Phase::Asking { except, then: Asking::ToNap { at_most: pushback.then(|| shortest(&within)) } }
             }
         };
     }
@@ -267,7 +275,9 @@ impl CallMachine {
     pub fn on_retry_after<R: Rng + ?Sized>(&mut self, retry_after: Duration, now: Timestamp, rng: &mut R) {
         self.phase = match std::mem::replace(&mut self.phase, Phase::Ready) {
             Phase::Asking { then: Asking::ToFail, .. } => Phase::Decided(Next::Fail(Failure::CircuitOpen { retry_after })),
-            Phase::Asking { then: Asking::ToNap, .. } => Phase::Decided(self.nap(retry_after, now, false, rng)),
+            Phase::Asking { then: Asking::ToNap { at_most }, .. } => {
+                Phase::Decided(self.nap(at_most.map_or(retry_after, |end| end.min(retry_after)), now, false, rng))
+            }
             other => other,
         };
     }

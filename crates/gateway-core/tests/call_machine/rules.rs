@@ -351,6 +351,46 @@ fn a_retry_after_past_the_stall_budget_ends_the_call_at_once_with_it() {
 }
 
 #[test]
+fn a_retry_after_within_the_stall_budget_is_waited_out_to_its_end_not_read_as_a_capacity_wait() {
+    // Another call's 429 pushed the account back for 10 s. quota_full = fail_fast would end a
+    // capacity wait at once, and a capacity wait polls in line: a pushback is neither.
+    let script = "
+        blocked pushed=s1:10s
+        pick s1
+        s1 success after 50ms
+    ";
+    assert_snapshot!(trace(rules(1, json!({"quota_full": "fail_fast"})), script), @r"
+          t=0s       pick (a turn waits at most 300.05s)
+        > blocked pushed=s1:10s
+          t=0s       sleep 10.035s
+          t=10.035s  pick (a turn waits at most 290.015s)
+        > pick s1
+        > s1 success after 50ms
+          t=10.085s  return the answer
+    ");
+    // Beside a source refused by its gate, the first to free is waited for.
+    let script = "
+        blocked gates=1 pushed=s2:10s
+        retry_after 30s
+        blocked gates=1 pushed=s2:0.5s
+        retry_after 0s
+    ";
+    assert_snapshot!(trace(rules(2, json!({})), script), @r"
+          t=0s       pick (a turn waits at most 300.05s)
+        > blocked gates=1 pushed=s2:10s
+          t=0s       ask the gates' retry moment, all but s2
+        > retry_after 30s
+          t=0s       sleep 10.035s
+          t=10.035s  pick (a turn waits at most 290.015s)
+        > blocked gates=1 pushed=s2:0.5s
+          t=10.035s  ask the gates' retry moment, all but s2
+        > retry_after 0s
+          t=10.035s  sleep 0.027s
+          t=10.062s  pick (a turn waits at most 289.988s)
+    ");
+}
+
+#[test]
 fn a_retry_after_past_the_stall_budget_leaves_the_call_to_the_other_sources() {
     let script = "
         pick s1

@@ -23,7 +23,7 @@ pub use attempt::{Attempt, Outcome, ProviderError};
 pub use body::{BodyError, Message, Request, Role};
 pub use rate::{RateReport, RateSignal};
 pub(crate) use response::message_is_usable;
-pub use response::{Response, Usage};
+pub use response::{Response, Usage, answers_otherwise};
 pub use structured::{ParseCheck, Structured};
 
 /// A JSON object: a request body, a response body, a stream chunk.

@@ -170,13 +170,13 @@ impl Response {
         }
     }
 
-    /// The text answers a structured check applies to: every choice's text, unless that choice
-    /// answered with tool calls or a refusal instead.
+    /// The text answers a structured check applies to: every choice's text (`""` for a choice
+    /// that has none: a blank choice of `n` is an answer that is not JSON), unless that choice
+    /// [`answers_otherwise`].
     pub fn text_answers(&self) -> impl Iterator<Item = &str> {
         self.choices().iter().filter_map(|c| {
             let message = c.get("message")?.as_object()?;
-            let other = nonempty_array(message.get("tool_calls")) || nonempty_string(message.get("refusal"));
-            if other { None } else { message.get("content")?.as_str() }
+            if answers_otherwise(message) { None } else { Some(message.get("content").and_then(Value::as_str).unwrap_or("")) }
         })
     }
 }
@@ -195,11 +195,18 @@ fn nonempty_array(value: Option<&Value>) -> bool {
     value.and_then(Value::as_array).is_some_and(|a| !a.is_empty())
 }
 
-/// A message (or a stream delta) that carries something: text, tool calls, a refusal, audio,
-/// or a call of the legacy `functions` API (`function_call`).
+/// A message (or a stream delta) that carries something: text, or it [`answers_otherwise`].
 pub(crate) fn message_is_usable(message: &Object) -> bool {
-    nonempty_string(message.get("content"))
-        || nonempty_array(message.get("tool_calls"))
+    nonempty_string(message.get("content")) || answers_otherwise(message)
+}
+
+/// Whether a message (or a stream delta) answers otherwise than with text: tool calls, a refusal
+/// that says something (a whitespace-only one says nothing), audio, or a call of the legacy
+/// `functions` API (`function_call`). Its text, if any, is then no text answer, and no
+/// structured check applies to it (SPEC §8). The one judgement of a choice, whole or streamed:
+/// a stream's pieces answer otherwise as soon as one of them does, as their concatenation would.
+pub fn answers_otherwise(message: &Object) -> bool {
+    nonempty_array(message.get("tool_calls"))
         || nonempty_string(message.get("refusal"))
         || message.get("audio").is_some_and(|a| a.is_object())
         || message

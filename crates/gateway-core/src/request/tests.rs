@@ -78,6 +78,10 @@ fn text_tool_calls_refusals_and_audio_are_usable_answers() {
     assert!(!chat_answer(json!({"content": null, "tool_calls": []})).is_usable());
     assert_eq!(chat_answer(json!({"content": null, "tool_calls": [{"id": "t"}]})).text_answers().count(), 0);
     assert_eq!(chat_answer(json!({"content": "{}"})).text_answers().collect::<Vec<_>>(), ["{}"]);
+    // A whitespace-only refusal says nothing: not usable, and beside text the text is the answer.
+    assert!(!chat_answer(json!({"content": null, "refusal": "  "})).is_usable());
+    assert_eq!(chat_answer(json!({"content": "x", "refusal": " "})).text_answers().collect::<Vec<_>>(), ["x"]);
+    assert_eq!(chat_answer(json!({"content": null})).text_answers().collect::<Vec<_>>(), [""], "a blank choice is a blank answer");
     let empty = Response::new(Kind::Embeddings, json!({"data": []}).as_object().cloned().unwrap_or_default());
     assert!(!empty.is_usable());
     let b64 = Response::new(Kind::Embeddings, json!({"data": [{"embedding": "AAAA"}]}).as_object().cloned().unwrap_or_default());

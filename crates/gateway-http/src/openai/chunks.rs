@@ -12,8 +12,8 @@ use crate::{HttpLimits, Source};
 use async_trait::async_trait;
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::ports::ChunkSource;
-use gateway_core::request::RateSignal;
 use gateway_core::request::{Outcome, Structured};
+use gateway_core::request::{RateSignal, answers_otherwise};
 use gateway_core::stream::{Chunk, commits};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -284,9 +284,12 @@ pub(super) struct Checked {
     inner: Box<dyn ChunkSource>,
     schemas: Arc<Schemas>,
     structured: Structured,
-    /// Per choice index, its text so far, or `None` once it carries a tool call or a refusal
-    /// (not a text answer: not checked, as in a whole answer).
+    /// Per choice index, its text so far, or `None` once it answers otherwise (a tool call, a
+    /// refusal that says something, audio: not a text answer, not checked, as in a whole answer).
     answers: BTreeMap<u64, Option<String>>,
+    /// Whether some choice carried something (the commit point): a stream that never did is
+    /// empty, not invalid, as a whole answer without a usable choice is.
+    usable: bool,
     /// The attempt's share of what is held: the text kept is held under it.
     held: Held,
 }
@@ -295,17 +298,16 @@ impl Checked {
     /// Checks the text answers of `inner` against `structured` when it ends, holding the text
     /// it keeps under `held`.
     pub(super) fn new(inner: Box<dyn ChunkSource>, schemas: Arc<Schemas>, structured: Structured, held: Held) -> Self {
-        Checked { inner, schemas, structured, answers: BTreeMap::new(), held }
+        Checked { inner, schemas, structured, answers: BTreeMap::new(), usable: false, held }
     }
 
     fn note(&mut self, chunk: &Chunk) -> Result<(), Outcome> {
+        self.usable = self.usable || commits(chunk);
         for choice in chunk.get("choices").and_then(Value::as_array).into_iter().flatten() {
             let index = choice.get("index").and_then(Value::as_u64).unwrap_or(0);
             let Some(delta) = choice.get("delta").and_then(Value::as_object) else { continue };
             let answer = self.answers.entry(index).or_insert_with(|| Some(String::new()));
-            let other = delta.get("tool_calls").and_then(Value::as_array).is_some_and(|calls| !calls.is_empty())
-                || delta.get("refusal").and_then(Value::as_str).is_some_and(|r| !r.is_empty());
-            match (other, answer.as_mut(), delta.get("content").and_then(Value::as_str)) {
+            match (answers_otherwise(delta), answer.as_mut(), delta.get("content").and_then(Value::as_str)) {
                 (true, text, _) => {
                     // Not a text answer: what was kept of it goes.
                     self.held.give_back(text.map_or(0, |t| t.len()));
@@ -328,8 +330,10 @@ impl ChunkSource for Checked {
         match self.inner.next_chunk().await {
             Some(Ok(chunk)) => Some(self.note(&chunk).map(|()| chunk)),
             None => {
-                let texts = std::mem::take(&mut self.answers).into_values().flatten();
-                for text in texts.filter(|t| !t.trim().is_empty()) {
+                // A usable answer's every text answer, blank ones too: as in a whole answer, a
+                // blank choice is not JSON. (One with nothing usable is the call loop's `empty`.)
+                let answers = std::mem::take(&mut self.answers);
+                for text in answers.into_values().flatten().filter(|_| self.usable) {
                     if let Err(why) = self.schemas.check(&self.structured, &text) {
                         return Some(Err(Outcome::new(OutcomeClass::ResultInvalid, why.to_string())));
                     }

@@ -5,16 +5,16 @@
 //! whole or streamed.
 
 use crate::admission::{Pick, SourceAdmission};
+use crate::delivery::{Asked, Delivered, Delivery, Reached};
 use crate::error::{AttemptRecord, CallError, CallReport, Exhausted};
 use crate::partition::Partition;
 use crate::slot::Slot;
 use crate::turns::Turn;
 use gateway_core::admission::SkipReason;
 use gateway_core::breaker::CircuitState;
-use gateway_core::call::{CallMachine, CallRules, Failure, Next, Picked, Streaming};
-use gateway_core::ports::{BackendError, ChunkSource, Streamed, Telemetry, Upstream};
-use gateway_core::request::{Attempt, Outcome, RateSignal, Request, Response, Structured};
-use gateway_core::stream::{Chunk, StructuredStream};
+use gateway_core::call::{CallMachine, CallRules, Failure, Next, Picked};
+use gateway_core::ports::{BackendError, Telemetry, Upstream};
+use gateway_core::request::{Outcome, RateSignal, Request, Response};
 use gateway_core::telemetry::{AttemptEvent, CallEvent, CallResult, SourceReason};
 use gateway_core::time::{Clock, Timestamp};
 use std::collections::BTreeMap;
@@ -167,35 +167,6 @@ impl Drop for CallGuard {
     }
 }
 
-/// How the caller takes the answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Delivery {
-    /// Whole, when the call ends.
-    Whole,
-    /// Chunk by chunk, from the commit point on.
-    Stream,
-}
-
-/// What a call delivered.
-// Made once per call and matched at once: boxing the stream would cost an allocation.
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum Delivered {
-    /// A whole answer.
-    Whole(Response),
-    /// A stream past its commit point.
-    Stream(Committed),
-}
-
-/// An attempt past its commit point: it holds its slot until the stream ends.
-pub(crate) struct Committed {
-    pub(crate) slot: Slot,
-    pub(crate) facts: Facts,
-    /// The chunks up to and including the commit point.
-    pub(crate) preamble: Vec<Chunk>,
-    /// The rest of the stream.
-    pub(crate) rest: Box<dyn ChunkSource>,
-}
-
 /// What is known of an attempt apart from its outcome.
 pub(crate) struct Facts {
     pub(crate) source: usize,
@@ -257,34 +228,6 @@ pub(crate) async fn settle(
     call.attempts.push(AttemptRecord { source: facts.name.clone(), class, detail: outcome.detail.clone(), latency, probe: facts.probe });
 }
 
-/// Reads a stream up to its commit point, as the machine judges it: the chunks so far (the
-/// whole answer, for a stream held to its validated end), or how the attempt ended before
-/// anything could reach the caller.
-async fn to_commit_point(
-    machine: &mut CallMachine,
-    rest: &mut dyn ChunkSource,
-    structured: Option<&Structured>,
-    mode: StructuredStream,
-) -> Result<Vec<Chunk>, Outcome> {
-    loop {
-        match machine.on_chunk(rest.next_chunk().await, structured, mode) {
-            Streaming::ReadOn => {}
-            Streaming::Committed(chunks) | Streaming::Validated(chunks) => return Ok(chunks),
-            Streaming::Ended(outcome) => return Err(outcome),
-        }
-    }
-}
-
-/// What follows a stream that was held to its end: nothing.
-struct Ended;
-
-#[async_trait::async_trait]
-impl ChunkSource for Ended {
-    async fn next_chunk(&mut self) -> Option<Result<Chunk, Outcome>> {
-        None
-    }
-}
-
 pub(crate) struct CallLoop<'a> {
     pub(crate) admission: &'a SourceAdmission,
     pub(crate) upstream: &'a dyn Upstream,
@@ -293,13 +236,12 @@ pub(crate) struct CallLoop<'a> {
 impl CallLoop<'_> {
     /// Performs what the call's machine asks until it returns an answer or ends the call; a
     /// stream past its commit point is delivered as it stands.
-    pub(crate) async fn run(
+    pub(crate) async fn run<D: Delivery>(
         &self,
         scope: &Arc<Partition>,
         request: &Request,
         call: &mut CallState,
-        delivery: Delivery,
-    ) -> Result<Delivered, CallError> {
+    ) -> Result<Delivered<D::Committed>, CallError> {
         let (clock, mut turn) =
             (&self.admission.clock, Turn::new(call.tenant.as_deref(), scope.policy.tenant_weight(call.tenant.as_deref())));
         loop {
@@ -312,8 +254,8 @@ impl CallLoop<'_> {
                     match self.admission.pick(scope, call, request.estimated_tokens).await? {
                         Pick::Slot(slot) => {
                             turn.leave(scope.turns());
-                            if let Some(stream) = self.attempt(scope, request, call, slot, delivery).await {
-                                return Ok(stream);
+                            if let Some(stream) = self.attempt::<D>(scope, request, call, slot).await {
+                                return Ok(Delivered::Stream(stream));
                             }
                         }
                         Pick::Blocked { gate_rejections, pushed_back } => {
@@ -335,17 +277,16 @@ impl CallLoop<'_> {
 
     /// The attempt `slot` admits: made, settled, and told to the machine. A stream that reached
     /// its commit point is delivered instead.
-    async fn attempt(
+    async fn attempt<D: Delivery>(
         &self,
         scope: &Arc<Partition>,
         request: &Request,
         call: &mut CallState,
         slot: Slot,
-        delivery: Delivery,
-    ) -> Option<Delivered> {
+    ) -> Option<D::Committed> {
         let clock = &self.admission.clock;
         let source = slot.source;
-        let mut facts = Facts {
+        let facts = Facts {
             source,
             name: scope.source_name(source).to_owned(),
             started: clock.now(),
@@ -357,28 +298,10 @@ impl CallLoop<'_> {
         };
         call.machine.on_attempt_started(facts.started);
         let mode = request.structured_stream.unwrap_or(scope.policy.structured_stream);
-        let attempt = match delivery {
-            Delivery::Whole => self.upstream.send(&facts.name, request).await,
-            Delivery::Stream => match self.upstream.stream(&facts.name, request).await {
-                Streamed::Ended(attempt) => attempt,
-                Streamed::Chunks(mut rest) => {
-                    facts.rate = rest.rate();
-                    let held = mode.holds(request.structured.as_ref());
-                    if held {
-                        // The machine holds the answer to its end: the upstream counts it all.
-                        rest.hold_to_end();
-                    }
-                    match to_commit_point(&mut call.machine, &mut *rest, request.structured.as_ref(), mode).await {
-                        Ok(preamble) => {
-                            let facts = Facts { committed: Some(clock.now()), ..facts };
-                            // A stream held to its end has nothing more to give.
-                            let rest = if held { Box::new(Ended) } else { rest };
-                            return Some(Delivered::Stream(Committed { slot, facts, preamble, rest }));
-                        }
-                        Err(outcome) => Attempt::ended(outcome),
-                    }
-                }
-            },
+        let asked = Asked { upstream: self.upstream, request, machine: &mut call.machine, clock: &**clock, mode };
+        let (attempt, slot, facts) = match D::attempt(asked, slot, facts).await {
+            Reached::Ended(attempt, slot, facts) => (attempt, slot, facts),
+            Reached::Committed(committed) => return Some(committed),
         };
         let (outcome, response) = attempt.into_parts();
         let tokens = response.as_ref().and_then(Response::usage).map(|u| u.total());

@@ -12,6 +12,7 @@ mod builder;
 mod call;
 mod clock;
 pub mod config;
+mod delivery;
 mod error;
 mod partition;
 mod preset;
@@ -28,7 +29,8 @@ pub use stream::{ChatStream, StreamError};
 pub use telemetry::{Collector, TracingTelemetry};
 
 use admission::SourceAdmission;
-use call::{CallGuard, CallLoop, CallState, Delivered, Delivery};
+use call::{CallGuard, CallLoop, CallState};
+use delivery::{Chunks, Delivered, Delivery, Whole};
 use gateway_core::ports::Upstream;
 use gateway_core::request::{Request, Response};
 use gateway_core::telemetry::{CallEvent, CallResult};
@@ -48,17 +50,11 @@ pub fn echoed(value: &str) -> String {
     shown
 }
 
-/// What a call delivered to its caller.
-enum Answer {
-    Whole(Response),
-    Stream(ChatStream),
-}
-
 /// A stream of the answer (a whole one replayed).
-fn into_stream(answer: Answer) -> ChatStream {
+fn into_stream(answer: Delivered<ChatStream>) -> ChatStream {
     match answer {
-        Answer::Stream(stream) => stream,
-        Answer::Whole(response) => ChatStream::replay(response),
+        Delivered::Stream(stream) => stream,
+        Delivered::Whole(response) => ChatStream::replay(response),
     }
 }
 
@@ -107,7 +103,8 @@ impl GatewayClient {
     /// an error means the call-level budget is spent. Dropping the future at any point releases
     /// everything the call held.
     pub async fn call(&self, scope: &str, request: &Request) -> Result<Response, CallError> {
-        self.whole(self.deliver(scope, None, request, Delivery::Whole).await?).await
+        let Delivered::Whole(response) = self.deliver::<Whole>(scope, None, request).await?;
+        Ok(response)
     }
 
     /// [`call`](Self::call) on behalf of `tenant`. In a scope with `isolation = per_tenant` the
@@ -115,7 +112,8 @@ impl GatewayClient {
     /// (tenant, source), so one tenant's failures never open a source for another. In a shared
     /// scope the tenant changes nothing.
     pub async fn call_as(&self, scope: &str, tenant: &str, request: &Request) -> Result<Response, CallError> {
-        self.whole(self.deliver(scope, Some(tenant), request, Delivery::Whole).await?).await
+        let Delivered::Whole(response) = self.deliver::<Whole>(scope, Some(tenant), request).await?;
+        Ok(response)
     }
 
     /// Runs one chat call in `scope` as a stream: governed like any call up to its commit point
@@ -124,38 +122,27 @@ impl GatewayClient {
     /// attempt's permit, AIMD place and probe lease are held until the stream ends, is dropped,
     /// or outlives the source's timeout.
     pub async fn stream(&self, scope: &str, request: &Request) -> Result<ChatStream, CallError> {
-        Ok(into_stream(self.deliver(scope, None, request, Delivery::Stream).await?))
+        Ok(into_stream(self.deliver::<Chunks>(scope, None, request).await?))
     }
 
     /// [`stream`](Self::stream) on behalf of `tenant` (see [`call_as`](Self::call_as)).
     pub async fn stream_as(&self, scope: &str, tenant: &str, request: &Request) -> Result<ChatStream, CallError> {
-        Ok(into_stream(self.deliver(scope, Some(tenant), request, Delivery::Stream).await?))
-    }
-
-    /// A whole answer (a stream delivered for it is read to its end and assembled).
-    async fn whole(&self, answer: Answer) -> Result<Response, CallError> {
-        match answer {
-            Answer::Whole(response) => Ok(response),
-            Answer::Stream(stream) => {
-                let source = stream.source().to_owned();
-                stream.completion().await.map_err(|e| CallError::StreamBroken { source_name: source, detail: e.detail })
-            }
-        }
+        Ok(into_stream(self.deliver::<Chunks>(scope, Some(tenant), request).await?))
     }
 
     /// The call in `scope`, then, if it ended `CircuitOpen`, `AllSourcesExhausted` or
     /// `RateLimited` and the scope names a fallback, once in the fallback scope (which does not
     /// fall back again). Either way it is one call, with one call event.
-    async fn deliver(&self, scope: &str, tenant: Option<&str>, request: &Request, delivery: Delivery) -> Result<Answer, CallError> {
+    async fn deliver<D: Delivery>(&self, scope: &str, tenant: Option<&str>, request: &Request) -> Result<Delivered<D::Stream>, CallError> {
         let fallback = self.scopes.get(scope).and_then(|p| p.policy().fallback.clone());
         // The primary scope's part of the call, while a fallback is to follow.
         let mut prior = None;
-        let primary = match self.run_in(scope, tenant, request, delivery, &mut prior, fallback.is_some()).await {
+        let primary = match self.run_in::<D>(scope, tenant, request, &mut prior, fallback.is_some()).await {
             Err(e) if falls_back_on(&e) => e,
             done => return done,
         };
         let Some(fallback) = fallback else { return Err(primary) };
-        let second = self.run_in(&fallback, tenant, request, delivery, &mut prior, false).await;
+        let second = self.run_in::<D>(&fallback, tenant, request, &mut prior, false).await;
         if let Some(event) = prior {
             // The fallback refused the call before it started (a kind it does not serve, a
             // tenant it refuses): the primary's part is all of the call, its event and its error.
@@ -176,15 +163,14 @@ impl GatewayClient {
     /// The call in one scope. `prior` is the primary scope's part of a call that falls back to
     /// this scope (taken when the call starts here); `falls_back` says a fallback follows an
     /// error it falls back on, so this part is handed over into `prior` instead of ending.
-    async fn run_in(
+    async fn run_in<D: Delivery>(
         &self,
         scope: &str,
         tenant: Option<&str>,
         request: &Request,
-        delivery: Delivery,
         prior: &mut Option<CallEvent>,
         falls_back: bool,
-    ) -> Result<Answer, CallError> {
+    ) -> Result<Delivered<D::Stream>, CallError> {
         let Some(partitions) = self.scopes.get(scope) else {
             return Err(CallError::UnknownScope {
                 scope: scope.to_owned(),
@@ -196,7 +182,7 @@ impl GatewayClient {
             let served = partitions.policy().kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ");
             return Err(CallError::KindNotServed { scope: scope.to_owned(), kind, served });
         }
-        if delivery == Delivery::Stream && kind != gateway_core::request::Kind::Chat {
+        if D::STREAMS && kind != gateway_core::request::Kind::Chat {
             return Err(CallError::NotStreamable { kind });
         }
         // The name as given reaches error messages (and the proxy's error bodies): cut it short.
@@ -214,13 +200,13 @@ impl GatewayClient {
         state.tenant = tenant;
         let mut guard = CallGuard::new(state, partitions.name().clone(), self.admission.telemetry.clone(), prior.take());
         let run = CallLoop { admission: &self.admission, upstream: &*self.upstream };
-        match run.run(&scope, request, &mut guard.state, delivery).await {
+        match run.run::<D>(&scope, request, &mut guard.state).await {
             Ok(Delivered::Whole(response)) => {
                 guard.end(CallResult::Ok);
-                Ok(Answer::Whole(response))
+                Ok(Delivered::Whole(response))
             }
             // The call goes on in the stream, which ends it.
-            Ok(Delivered::Stream(committed)) => Ok(Answer::Stream(ChatStream::new(self.admission.clone(), scope, committed, guard))),
+            Ok(Delivered::Stream(committed)) => Ok(Delivered::Stream(D::open(committed, self.admission.clone(), scope, guard))),
             Err(error) => {
                 let result = error.result_of_started();
                 if falls_back && falls_back_on(&error) {

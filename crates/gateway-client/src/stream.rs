@@ -16,7 +16,8 @@
 //! stream cannot cut it short.
 
 use crate::admission::SourceAdmission;
-use crate::call::{CallGuard, Committed, Ending, Facts, settle};
+use crate::call::{CallGuard, Ending, Facts, settle};
+use crate::delivery::Committed;
 use crate::partition::Partition;
 use crate::slot::Slot;
 use futures_util::Stream;

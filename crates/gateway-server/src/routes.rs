@@ -159,8 +159,8 @@ enum Relay {
 /// `x-gateway-attempts`, the provider's `x-request-id`). One that needs longer (a quota or
 /// breaker wait) is answered at `keepalive_s` with keep-alive comments until its commit point;
 /// its failure then can only be an SSE `error` event. After the commit point, each chunk as an
-/// SSE event as it arrives, then `[DONE]`; a failure is an `error` event and the stream closes
-/// without `[DONE]`. The call runs inside the body, so a dropped connection drops the call.
+/// SSE event as it arrives (and a keep-alive comment whenever `keepalive_s` passes without one),
+/// then `[DONE]`; a failure is an `error` event and the stream closes without `[DONE]`. The call runs inside the body, so a dropped connection drops the call.
 async fn sse(
     state: Arc<AppState>,
     scope: String,
@@ -217,7 +217,7 @@ fn served_by(stream: &ChatStream) -> Vec<(&'static str, String)> {
 
 /// The next SSE event of a streamed answer and where the relay is after it (`None`: the body
 /// ends): keep-alive comments until the commit point, then each chunk, `[DONE]` or an `error`
-/// event.
+/// event, with a keep-alive comment whenever `keepalive` passes without one.
 async fn next_event(
     mut relay: Relay,
     state: &AppState,
@@ -245,6 +245,10 @@ async fn next_event(
                     None => return Some((Ok("data: [DONE]\n\n".to_owned()), Relay::Done)),
                 },
                 () = state.cut.cancelled() => return Some((Ok(openai::error_event(&cut(state))), Relay::Done)),
+                // A provider that pauses mid-answer (a long tool call, a reasoning model) leaves
+                // the connection idle: a comment keeps every proxy on the path from timing it out.
+                // (The stream's next chunk is read from a channel: dropping the read loses none.)
+                () = tokio::time::sleep(keepalive) => return Some((Ok(": keep-alive\n\n".to_owned()), Relay::Streaming(stream))),
             },
         };
     }

@@ -51,6 +51,8 @@ elseif effect == 'decrease' then
       limit = math.max(math.min(limit, n - 1), 1)
     elseif burst then
       w, held, ep = n, false, ep + 1
+      -- from the flight the burst met (its own lease included), not from an unused limit
+      limit = math.min(limit, math.max(n + 1, redis.call('ZCOUNT', leases, '(' .. now, '+inf') + 1))
       cut()
     end
   end

@@ -15,8 +15,13 @@
 //!   Otherwise the first that matches: below one, `L` ← max(1/16, 0.7·`L`) and a new
 //!   generation; a refused probe (`W` known, `n` ≥ `W`): `W` ← `n`, held, a new epoch,
 //!   `L` ← max(1, min(`L`, `n` − 1)); a burst (≥ 3 429s, this one included, answered within the
-//!   last 4·`t429`): `W` ← `n`, not held, a new epoch, `L` ← max(1/16, 0.7·`L`), a new
-//!   generation; anything else is noise and leaves `L` alone.
+//!   last 4·`t429`): `W` ← `n`, not held, a new epoch, `L` ← max(1/16, 0.7·min(`L`, `f`)) where
+//!   `f`, the flight the burst met, is the larger of `n` + 1 (in flight at its grant, itself
+//!   included) and the leases in flight at the 429 (its own included), a new generation; anything else is noise and leaves `L` alone. (The cut is from the flight
+//!   the burst met, as TCP's `ssthresh = FlightSize/2` is, not from a limit the account did not
+//!   use: a rate-bound account's `L` may stand far above its flight, and a cut from there takes
+//!   several round trips of 429s to bite. This replaces SPEC §4's 0.7·`L`: see the soak figures
+//!   in docs/PERFORMANCE.md.)
 //! - **A real success**: when `W` is known, the lease's epoch is the current one and its `n` ≥
 //!   `W`, the ceiling rose and is forgotten. Then `L` ← min(ceiling, `L` + d/`L`), with d = 1/8
 //!   when held and `L` ≥ `W` − 1 (a probe about every eight round trips), else d = 1.
@@ -258,6 +263,10 @@ impl AccountPacer {
                     } else if burst {
                         self.learned = Some(LearnedCeiling { at: lease.n, held: false });
                         self.epoch += 1;
+                        // From the flight the burst met, not from a limit the account did not
+                        // use (TCP's FlightSize rule): a rate-bound account's L may stand far
+                        // above its flight.
+                        self.limit = self.limit.min((n + 1.0).max(f64::from(self.inflight(now)) + 1.0));
                         self.cut();
                     }
                 }

@@ -53,7 +53,9 @@ fn lone_429s_are_noise_and_a_burst_cuts_once() {
     let burst = take(&mut p, 8, 100_000);
     let after: Vec<f64> = burst.iter().map(|lease| p.release(*lease, Decrease, None, &PARAMS, ms(100_020))).collect();
     assert_eq!(after[..2], [8.0, 8.0], "two 429s are not yet a burst");
-    assert!(after[2..].iter().all(|l| (l - 5.6).abs() < 1e-12), "the third cuts by 0.7, the rest are the same round trip: {after:?}");
+    // The third cuts by 0.7 from the flight it met (six of the eight still out, itself included),
+    // the rest are the same round trip.
+    assert!(after[2..].iter().all(|l| (l - 4.2).abs() < 1e-12), "{after:?}");
     assert_eq!(p.generation(), 1);
     assert_eq!(p.learned_ceiling(), Some(LearnedCeiling { at: 2, held: false }), "the ceiling is the third's n");
 }
@@ -66,7 +68,12 @@ fn the_burst_window_is_four_429_latencies() {
     round(&mut p, 50, 20, Decrease);
     assert_eq!(round(&mut p, 150, 20, Decrease), 8.0, "the others are 100 and 150 ms old: not a burst");
     assert_eq!(round(&mut p, 160, 20, Decrease), 8.0, "two within 80 ms");
-    assert!((round(&mut p, 170, 20, Decrease) - 5.6).abs() < 1e-12, "three within 80 ms");
+    assert!((round(&mut p, 170, 20, Decrease) - 0.7).abs() < 1e-12, "three within 80 ms: a cut from the flight it met, one");
+    // A rate-bound account's limit stands above its flight: a burst cuts from the flight.
+    let mut p = AccountPacer { limit: 30.0, ..AccountPacer::new(&PacerParams { ceiling: 32.0, ..PARAMS }) };
+    let ten = take(&mut p, 10, 1000);
+    let after: Vec<f64> = ten.iter().map(|lease| p.release(*lease, Decrease, None, &PARAMS, ms(1020))).collect();
+    assert!((after[2] - 0.7 * 8.0).abs() < 1e-12, "eight still out when the third came back: {after:?}");
     assert_eq!(p.generation(), 1);
 }
 

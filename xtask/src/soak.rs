@@ -37,8 +37,12 @@ pub fn run_soak(args: SoakArgs) -> Result<(), String> {
     let began = Instant::now();
     let (mut runs, mut failures) = run_all(&o, &scenario, real.as_ref())?;
     // The line on tenants sharing one account runs in this process, on simulated providers.
-    if let Some(flood) = scenario.flood.as_ref().filter(|_| real.is_none() && o.processes == 1) {
-        flood::run_flood(&o, flood, &mut runs, &mut failures)?;
+    if let Some(flood) = &scenario.flood {
+        if real.is_none() && o.processes == 1 {
+            flood::run_flood(&o, flood, &mut runs, &mut failures)?;
+        } else {
+            println!("the [flood] line runs in one process on simulated providers: skipped with --upstreams or --workers");
+        }
     }
     print_seed_means(&runs);
     let runs: Vec<Summary> = runs.into_iter().map(|(_, r)| r).collect();

@@ -25,7 +25,12 @@ pub(crate) enum Pick {
     /// No candidate was runnable; `gate_rejections` of them were refused by the breaker side;
     /// `pushed_back` (source, time left) were skipped for a 429 that asked every call to keep
     /// away from their account.
-    Blocked { gate_rejections: usize, pushed_back: Vec<(usize, Duration)> },
+    Blocked {
+        gate_rejections: usize,
+        pushed_back: Vec<(usize, Duration)>,
+        /// Some account's learned limit refused a source (not only the tenant's own quota).
+        paced: bool,
+    },
 }
 
 /// How one source fared in a pick.
@@ -85,7 +90,7 @@ impl SourceAdmission {
         demote(&mut order, call.machine.fails(), health.as_deref());
         // A source whose answer was more than the call can hold is not asked again.
         order.retain(|&source| !call.machine.is_spent(source));
-        let (mut gate_rejections, mut pushed_back) = (0, Vec::new());
+        let (mut gate_rejections, mut pushed_back, mut paced) = (0, Vec::new(), false);
         for source in order {
             match self.try_source(scope, call, source, estimated_tokens).await? {
                 Tried::Admitted(slot) => return Ok(Pick::Slot(slot)),
@@ -95,11 +100,12 @@ impl SourceAdmission {
                 }
                 Tried::Skipped(reason) => {
                     gate_rejections += usize::from(reason.is_gate_rejection());
+                    paced |= reason == SkipReason::AdaptivePaced;
                     call.skipped(scope.source_name(source), reason);
                 }
             }
         }
-        Ok(Pick::Blocked { gate_rejections, pushed_back })
+        Ok(Pick::Blocked { gate_rejections, pushed_back, paced })
     }
 
     /// One source through memo → AIMD → gate → quota.

@@ -13,6 +13,7 @@ use crate::turns::Turn;
 use gateway_core::admission::SkipReason;
 use gateway_core::breaker::CircuitState;
 use gateway_core::call::{CallMachine, CallRules, Failure, Next, Picked};
+use gateway_core::policy::Isolation;
 use gateway_core::ports::{BackendError, Telemetry, Upstream};
 use gateway_core::request::{Outcome, RateSignal, Request, Response};
 use gateway_core::telemetry::{AttemptEvent, CallEvent, CallResult, SourceReason};
@@ -242,8 +243,10 @@ impl CallLoop<'_> {
         request: &Request,
         call: &mut CallState,
     ) -> Result<Delivered<D::Committed>, CallError> {
-        let (clock, mut turn) =
-            (&self.admission.clock, Turn::new(call.tenant.as_deref(), scope.policy.tenant_weight(call.tenant.as_deref())));
+        // Tenants have lanes of their own in the line where they are isolated (SPEC §11): in a
+        // shared scope a tenant's name changes nothing, so every call is first come, first served.
+        let tenant = call.tenant.as_deref().filter(|_| scope.policy.isolation == Isolation::PerTenant);
+        let (clock, mut turn) = (&self.admission.clock, Turn::new(tenant, scope.policy.tenant_weight(tenant)));
         loop {
             let progress = scope.local().progress;
             match call.machine.poll(clock.now(), progress) {
@@ -258,7 +261,8 @@ impl CallLoop<'_> {
                                 return Ok(Delivered::Stream(stream));
                             }
                         }
-                        Pick::Blocked { gate_rejections, pushed_back } => {
+                        Pick::Blocked { gate_rejections, pushed_back, paced } => {
+                            turn.blocked(paced);
                             let (blocked, progress) = (Picked::Blocked { gate_rejections, pushed_back }, scope.local().progress);
                             call.machine.on_pick(blocked, clock.now(), progress, &mut *self.admission.rng());
                         }

@@ -108,9 +108,10 @@ impl GatewayClient {
     }
 
     /// [`call`](Self::call) on behalf of `tenant`. In a scope with `isolation = per_tenant` the
-    /// call runs in the tenant's own partition: gates, memo, health, AIMD and quota keyed by
-    /// (tenant, source), so one tenant's failures never open a source for another. In a shared
-    /// scope the tenant changes nothing.
+    /// call runs in the tenant's own partition: gates, memo, health and quota keyed by (tenant,
+    /// source), so one tenant's failures never open a source for another; the account limit is
+    /// the provider key's, shared, and waiting calls are served by tier weight between tenants.
+    /// In a shared scope the tenant changes nothing.
     pub async fn call_as(&self, scope: &str, tenant: &str, request: &Request) -> Result<Response, CallError> {
         let Delivered::Whole(response) = self.deliver::<Whole>(scope, Some(tenant), request).await?;
         Ok(response)

@@ -94,6 +94,8 @@ pub(crate) struct Partition {
     /// The pacer of its accounts (`None`: unpaced).
     pub(crate) pacer: Option<PacerParams>,
     pub(crate) selector: Selector,
+    /// Its tenant (`None`: the shared partition), its lane in the scope's line.
+    pub(crate) tenant: crate::turns::Tenant,
     local: Mutex<Local>,
 }
 
@@ -123,6 +125,7 @@ impl Partition {
             policy,
             gates,
             accounts,
+            tenant: tenant.cloned(),
             local: Mutex::new(local),
         }
     }

@@ -286,7 +286,7 @@ impl Drop for Slot {
         let made = self.entry.is_some();
         if probe.is_none() && permit.is_none() && pace.is_none() {
             if made {
-                self.scope.turns().freed();
+                self.scope.turns().freed(&self.scope.tenant);
             }
             return;
         }
@@ -303,7 +303,7 @@ impl Drop for Slot {
             if let Some(permit) = permit {
                 let _ = holders.quota.release(&permit).await;
             }
-            scope.turns().freed();
+            scope.turns().freed(&scope.tenant);
         };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => drop(releases.spawn_on(release, &runtime)),

@@ -22,7 +22,7 @@ use tokio::sync::Notify;
 type Order = (Timestamp, u64);
 
 /// A tenant's lane (`None`: calls made for no tenant).
-type Tenant = Option<Arc<str>>;
+pub(crate) type Tenant = Option<Arc<str>>;
 
 /// One tenant's waiters, oldest first, and its standing between tenants.
 struct Lane {
@@ -30,7 +30,14 @@ struct Lane {
     /// The virtual time at which the lane is next served.
     pass: f64,
     weight: f64,
+    /// Its first waiter last found only its tenant's own limits full (a quota of its own, not
+    /// the account): the lane does not hold the others back, and its first waiter may pick
+    /// whenever it likes (its own quota is nobody else's capacity).
+    own_block: bool,
 }
+
+/// Who heads the line: a lane and its oldest waiter.
+type Head = (Tenant, Order);
 
 #[derive(Default)]
 struct Line {
@@ -45,18 +52,30 @@ impl Line {
         lane.pass.max(self.clock)
     }
 
-    /// The head of the line: the oldest waiter of the lane with the lowest pass (ties: the
-    /// oldest waiter).
+    /// The head of the line: the oldest waiter of the competing lane (not blocked by its own
+    /// limits) with the lowest pass; ties: the oldest waiter.
     fn head(&self) -> Option<(&Tenant, Order, &Arc<Notify>)> {
         self.lanes
             .iter()
+            .filter(|(_, lane)| !lane.own_block)
             .filter_map(|(tenant, lane)| lane.waiting.first_key_value().map(|(order, wake)| (self.pass(lane), tenant, *order, wake)))
             .min_by(|a, b| a.0.total_cmp(&b.0).then(a.2.cmp(&b.2)))
             .map(|(_, tenant, order, wake)| (tenant, order, wake))
     }
 
-    fn is_head(&self, tenant: &Tenant, order: Order) -> bool {
-        self.head().is_some_and(|(t, o, _)| t == tenant && o == order)
+    fn head_key(&self) -> Option<Head> {
+        self.head().map(|(tenant, order, _)| (tenant.clone(), order))
+    }
+
+    fn first_of(&self, tenant: &Tenant) -> Option<Order> {
+        self.lanes.get(tenant).and_then(|lane| lane.waiting.first_key_value().map(|(order, _)| *order))
+    }
+
+    /// Whether the waiter of `tenant` at `order` may pick: it heads the line, or it is the first
+    /// of a lane that waits for its own limits only.
+    fn may_go(&self, tenant: &Tenant, order: Order) -> bool {
+        let own = self.lanes.get(tenant).is_some_and(|lane| lane.own_block);
+        (own && self.first_of(tenant) == Some(order)) || self.head().is_some_and(|(t, o, _)| t == tenant && o == order)
     }
 
     fn wake_head(&self) {
@@ -65,50 +84,57 @@ impl Line {
         }
     }
 
+    /// After a change: the head, if it is another than `before`, is woken (its turn came).
+    fn wake_if_new_head(&self, before: Option<Head>) {
+        if self.head_key() != before {
+            self.wake_head();
+        }
+    }
+
     /// Whether a call of `tenant` that started at `order`, not waiting, would head the line.
     fn would_head(&self, tenant: &Tenant, order: Order) -> bool {
-        let Some((_, head_order, _)) = self.head() else { return true };
-        let (pass, oldest) = match self.lanes.get(tenant) {
-            Some(lane) => (self.pass(lane), lane.waiting.first_key_value().map(|(o, _)| *o)),
-            None => (self.clock, None),
+        let (pass, oldest, own) = match self.lanes.get(tenant) {
+            Some(lane) => (self.pass(lane), lane.waiting.first_key_value().map(|(o, _)| *o), lane.own_block),
+            None => (self.clock, None, false),
         };
         if oldest.is_some_and(|oldest| oldest < order) {
             return false;
         }
+        let Some((_, head_order, _)) = self.head() else { return true };
         let head_pass = self.head_pass();
-        pass < head_pass || (pass == head_pass && order <= head_order)
+        own || pass < head_pass || (pass == head_pass && order <= head_order)
     }
 
+    /// The lowest pass of the competing lanes that have waiters.
     fn head_pass(&self) -> f64 {
-        self.lanes.values().filter(|l| !l.waiting.is_empty()).map(|l| self.pass(l)).fold(f64::INFINITY, f64::min)
+        self.lanes.values().filter(|l| !l.waiting.is_empty() && !l.own_block).map(|l| self.pass(l)).fold(f64::INFINITY, f64::min)
     }
 
     /// Charges `tenant`'s lane (of `weight`) for a slot it took: its pass advances by 1/weight
-    /// from where it competed, and the clock moves there.
+    /// from where it competed, and the clock moves there (never past a waiting lane: a lane in
+    /// debt that took a slot while nobody waited does not reorder those who came since).
     fn charge(&mut self, tenant: &Tenant, weight: f64) {
-        let clock = self.clock;
-        let lane = self.lanes.entry(tenant.clone()).or_insert_with(|| Lane { waiting: BTreeMap::new(), pass: clock, weight });
+        let (clock, lowest) = (self.clock, self.head_pass());
+        let lane =
+            self.lanes.entry(tenant.clone()).or_insert_with(|| Lane { waiting: BTreeMap::new(), pass: clock, weight, own_block: false });
         let pass = lane.pass.max(clock);
         lane.pass = pass + 1.0 / lane.weight;
-        self.clock = pass;
+        lane.own_block = false;
+        self.clock = pass.min(lowest.max(clock));
     }
 
-    /// The call of `tenant` at `order` leaves the line; `served`: it was the head and picked, so
-    /// its lane is charged. The (new) head is woken when the leaver was the head: the turn
-    /// passes on. Lanes with nobody waiting and no pass ahead of the clock are forgotten.
+    /// The call of `tenant` at `order` leaves the line; `served`: it picked, so its lane is
+    /// charged. If the head changed, the new head is woken: the turn passes on. Lanes with
+    /// nobody waiting and no pass ahead of the clock are forgotten.
     fn leave(&mut self, tenant: &Tenant, order: Order, served: bool) {
-        let was_head = self.is_head(tenant, order);
-        if let Some(lane) = self.lanes.get_mut(tenant) {
-            lane.waiting.remove(&order);
-            let weight = lane.weight;
-            if served && was_head {
-                self.charge(tenant, weight);
-            }
+        let before = self.head_key();
+        let was_present = self.lanes.get_mut(tenant).is_some_and(|lane| lane.waiting.remove(&order).is_some());
+        if served && was_present {
+            let weight = self.lanes.get(tenant).map_or(1.0, |lane| lane.weight);
+            self.charge(tenant, weight);
         }
         self.forget_idle();
-        if was_head {
-            self.wake_head();
-        }
+        self.wake_if_new_head(before);
     }
 
     fn forget_idle(&mut self) {
@@ -143,30 +169,55 @@ impl Turns {
         self.lock().would_head(tenant, order)
     }
 
-    /// Takes (or keeps) a place for the call of `tenant` (of `weight`) that started at `order`.
-    pub(crate) fn join(self: &Arc<Self>, tenant: &Tenant, weight: u32, order: Order, held: Option<Place>) -> Place {
-        if let Some(place) = held {
-            return place;
-        }
-        let wake = Arc::new(Notify::new());
+    /// Takes (or keeps) a place for the call of `tenant` (of `weight`) that started at `order`;
+    /// `own_block`: its last pick found only its tenant's own limits full.
+    pub(crate) fn join(self: &Arc<Self>, tenant: &Tenant, weight: u32, order: Order, held: Option<Place>, own_block: bool) -> Place {
         let mut line = self.lock();
-        let clock = line.clock;
-        let lane = line.lanes.entry(tenant.clone()).or_insert_with(|| Lane { waiting: BTreeMap::new(), pass: clock, weight: 1.0 });
-        lane.weight = f64::from(weight.max(1));
-        lane.waiting.insert(order, wake.clone());
-        Place { turns: self.clone(), tenant: tenant.clone(), order, wake }
+        let before = line.head_key();
+        let place = match held {
+            Some(place) => place,
+            None => {
+                let wake = Arc::new(Notify::new());
+                let clock = line.clock;
+                let lane = line.lanes.entry(tenant.clone()).or_insert_with(|| Lane {
+                    waiting: BTreeMap::new(),
+                    pass: clock,
+                    weight: 1.0,
+                    own_block: false,
+                });
+                lane.weight = f64::from(weight.max(1));
+                lane.waiting.insert(order, wake.clone());
+                Place { turns: self.clone(), tenant: tenant.clone(), order, wake }
+            }
+        };
+        // What the lane waits for is what its first waiter last found.
+        if line.first_of(tenant) == Some(order)
+            && let Some(lane) = line.lanes.get_mut(tenant)
+        {
+            lane.own_block = own_block;
+        }
+        line.wake_if_new_head(before);
+        place
     }
 
-    /// A slot was freed: the head of the line tries again.
-    pub(crate) fn freed(&self) {
-        self.lock().wake_head();
+    /// A slot of `tenant`'s was freed: the head of the line tries again, and so does the first
+    /// of `tenant`'s lane if it waits for its own limits (the slot may be its quota's).
+    pub(crate) fn freed(&self, tenant: &Tenant) {
+        let line = self.lock();
+        line.wake_head();
+        if let Some(lane) = line.lanes.get(tenant).filter(|lane| lane.own_block)
+            && let Some((_, wake)) = lane.waiting.first_key_value()
+        {
+            wake.notify_one();
+        }
     }
 }
 
 impl Place {
-    /// Whether this call heads the line.
+    /// Whether this call may pick: it heads the line (or its lane waits for its own limits
+    /// only, and it is the lane's first).
     pub(crate) fn is_first(&self) -> bool {
-        self.turns.lock().is_head(&self.tenant, self.order)
+        self.turns.lock().may_go(&self.tenant, self.order)
     }
 
     /// Resolves when the call is woken (a freed slot, or its turn came).
@@ -187,8 +238,10 @@ impl Turns {
     fn picked_directly(&self, tenant: &Tenant, weight: u32) {
         let mut line = self.lock();
         if line.lanes.values().any(|lane| !lane.waiting.is_empty()) {
+            let before = line.head_key();
             line.charge(tenant, f64::from(weight.max(1)));
             line.forget_idle();
+            line.wake_if_new_head(before);
         }
     }
 }
@@ -205,12 +258,14 @@ pub(crate) struct Turn {
     tenant: Tenant,
     weight: u32,
     place: Option<Place>,
+    /// Its last pick found only its tenant's own limits full (no account refused it).
+    own_block: bool,
 }
 
 impl Turn {
     /// The standing of a call of `tenant`, whose tier weighs `weight`.
     pub(crate) fn new(tenant: Option<&str>, weight: u32) -> Self {
-        Turn { tenant: tenant.map(Arc::from), weight, place: None }
+        Turn { tenant: tenant.map(Arc::from), weight, place: None, own_block: false }
     }
 
     /// Whether the call of `order` may pick now. A call that would not head the line queues;
@@ -218,7 +273,7 @@ impl Turn {
     /// machine is asked again: its stall bound may have passed).
     pub(crate) async fn may_pick(&mut self, turns: &Arc<Turns>, order: Order, patience: Duration) -> bool {
         if self.place.is_none() && !turns.may_pick(&self.tenant, order) {
-            self.place = Some(turns.join(&self.tenant, self.weight, order, None));
+            self.place = Some(turns.join(&self.tenant, self.weight, order, None, self.own_block));
         }
         let Some(waiting) = self.place.as_ref().filter(|place| !place.is_first()) else { return true };
         tokio::select! {
@@ -227,6 +282,13 @@ impl Turn {
             () = tokio::time::sleep(patience) => {}
         }
         false
+    }
+
+    /// The call's pick found no source: `account_bound`, an account's limit refused one (the
+    /// shared capacity the line orders); otherwise only the tenant's own limits (a quota of its
+    /// own) or the breaker did.
+    pub(crate) fn blocked(&mut self, account_bound: bool) {
+        self.own_block = !account_bound;
     }
 
     /// The call picked a source: a waiter's lane is charged for it, and the turn passes on to
@@ -247,7 +309,7 @@ impl Turn {
             tokio::time::sleep(duration).await;
             return;
         }
-        let waiting = turns.join(&self.tenant, self.weight, order, self.place.take());
+        let waiting = turns.join(&self.tenant, self.weight, order, self.place.take(), self.own_block);
         tokio::select! {
             biased;
             () = waiting.woken() => {}

@@ -144,3 +144,24 @@ fn a_tier_weight_out_of_range_is_refused_by_its_key() {
         assert!(error.to_string().contains("1..=1000"), "{error}");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_tenant_waiting_for_its_own_quota_holds_no_other_tenant_back() {
+    // Per tenant, s1 allows one call in flight (each tenant's own quota); the account has room.
+    let extra = json!({"isolation": "per_tenant", "concurrency": 8, "sources": {"s1": {"timeout_s": 30, "max_concurrency": 1}}});
+    let (client, clock) = client(extra);
+    let client = Arc::new(client);
+    let started = clock.now();
+    let mut bronze = Vec::new();
+    for _ in 0..3 {
+        let client = client.clone();
+        bronze.push(tokio::spawn(async move { client.call_as("chat", "bronze", &said("bronze")).await.unwrap() }));
+    }
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    client.call_as("chat", "gold", &said("gold")).await.unwrap();
+    let done = clock.now().saturating_since(started);
+    assert!(done <= Duration::from_millis(120), "gold went at once, beside bronze's queue for its own quota: {done:?}");
+    for call in bronze {
+        call.await.unwrap();
+    }
+}

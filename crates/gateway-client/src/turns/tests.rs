@@ -14,8 +14,8 @@ fn tenant(name: &str) -> Tenant {
 fn the_oldest_waiter_picks_and_a_younger_call_queues_behind() {
     let turns = Arc::new(Turns::default());
     assert!(turns.may_pick(&None, at(5, 1)), "nobody waits");
-    let second = turns.join(&None, 1, at(20, 2), None);
-    let first = turns.join(&None, 1, at(10, 1), None);
+    let second = turns.join(&None, 1, at(20, 2), None, false);
+    let first = turns.join(&None, 1, at(10, 1), None, false);
     assert!(first.is_first() && !second.is_first(), "ordered by start, not by arrival in the line");
     assert!(!turns.may_pick(&None, at(30, 3)), "a younger call may not take a waiter's slot");
     assert!(turns.may_pick(&None, at(1, 0)), "an older call (a retry of an early call) goes first");
@@ -28,9 +28,9 @@ fn the_oldest_waiter_picks_and_a_younger_call_queues_behind() {
 #[tokio::test]
 async fn a_freed_slot_wakes_the_head_and_a_leaving_head_wakes_the_next() {
     let turns = Arc::new(Turns::default());
-    let first = turns.join(&None, 1, at(1, 1), None);
-    let second = turns.join(&None, 1, at(2, 2), None);
-    turns.freed();
+    let first = turns.join(&None, 1, at(1, 1), None, false);
+    let second = turns.join(&None, 1, at(2, 2), None, false);
+    turns.freed(&None);
     first.woken().await; // a stored wake-up: returns at once
     drop(first);
     second.woken().await; // woken by the head leaving
@@ -39,8 +39,8 @@ async fn a_freed_slot_wakes_the_head_and_a_leaving_head_wakes_the_next() {
 #[tokio::test]
 async fn a_served_head_passes_the_turn_on() {
     let turns = Arc::new(Turns::default());
-    let first = turns.join(&tenant("a"), 1, at(1, 1), None);
-    let second = turns.join(&tenant("b"), 1, at(2, 2), None);
+    let first = turns.join(&tenant("a"), 1, at(1, 1), None, false);
+    let second = turns.join(&tenant("b"), 1, at(2, 2), None, false);
     first.served();
     assert!(second.is_first());
     second.woken().await; // woken when the head picked
@@ -57,7 +57,7 @@ fn serve(turns: &Arc<Turns>, places: &mut Vec<Place>, slots: usize, next_id: &mu
         *got.entry(tenant.as_deref().unwrap_or("-").to_owned()).or_default() += 1;
         place.served();
         *next_id += 1;
-        places.push(turns.join(&tenant, weight, at(1000 + *next_id, *next_id), None));
+        places.push(turns.join(&tenant, weight, at(1000 + *next_id, *next_id), None, false));
     }
     got
 }
@@ -70,11 +70,11 @@ fn tenants_are_served_by_weight_and_first_come_within_one() {
     // A bronze flood that came first, then a few gold calls.
     for _ in 0..40 {
         id += 1;
-        places.push(turns.join(&tenant("bronze"), 1, at(id, id), None));
+        places.push(turns.join(&tenant("bronze"), 1, at(id, id), None, false));
     }
     for _ in 0..4 {
         id += 1;
-        places.push(turns.join(&tenant("gold"), 4, at(100 + id, id), None));
+        places.push(turns.join(&tenant("gold"), 4, at(100 + id, id), None, false));
     }
     let got = serve(&turns, &mut places, 500, &mut id);
     assert_eq!((got["gold"], got["bronze"]), (400, 100), "four slots to one");
@@ -90,7 +90,7 @@ fn a_lane_that_waited_for_nothing_earns_no_credit() {
     let mut places = Vec::new();
     for _ in 0..10 {
         id += 1;
-        places.push(turns.join(&tenant("bronze"), 1, at(id, id), None));
+        places.push(turns.join(&tenant("bronze"), 1, at(id, id), None, false));
     }
     // Bronze alone is served a long time: its pass runs far ahead of where gold's lane would be.
     serve(&turns, &mut places, 1000, &mut id);
@@ -98,7 +98,7 @@ fn a_lane_that_waited_for_nothing_earns_no_credit() {
     // instead of taking the next thousand.
     for _ in 0..10 {
         id += 1;
-        places.push(turns.join(&tenant("gold"), 1, at(5000 + id, id), None));
+        places.push(turns.join(&tenant("gold"), 1, at(5000 + id, id), None, false));
     }
     let got = serve(&turns, &mut places, 100, &mut id);
     assert!((49..=51).contains(&got["gold"]), "{got:?}");
@@ -111,12 +111,44 @@ fn a_newcomer_of_a_lane_below_the_head_may_pick_and_one_behind_its_own_lane_may_
     let mut places = Vec::new();
     for _ in 0..5 {
         id += 1;
-        places.push(turns.join(&tenant("bronze"), 1, at(id, id), None));
+        places.push(turns.join(&tenant("bronze"), 1, at(id, id), None, false));
     }
     serve(&turns, &mut places, 3, &mut id);
     assert!(turns.may_pick(&tenant("gold"), at(9000, 99)), "gold waits for nothing: it is below bronze's pass");
     assert!(!turns.may_pick(&tenant("bronze"), at(9000, 99)), "a new bronze call queues behind bronze's waiters");
-    let gold = turns.join(&tenant("gold"), 1, at(9000, 99), None);
+    let gold = turns.join(&tenant("gold"), 1, at(9000, 99), None, false);
     assert!(gold.is_first());
     assert!(!turns.may_pick(&tenant("gold"), at(9001, 100)), "nor behind gold's");
+}
+
+#[test]
+fn a_new_head_is_woken_when_a_direct_pick_or_a_leaver_hands_it_the_turn() {
+    use futures_util::FutureExt;
+    let turns = Arc::new(Turns::default());
+    let a1 = turns.join(&tenant("a"), 1, at(10, 1), None, false);
+    let b1 = turns.join(&tenant("b"), 1, at(20, 2), None, false);
+    assert!(a1.is_first() && !b1.is_first());
+    // An older call of a's picks without waiting (back from a back-off): a's lane is charged,
+    // and b1 heads the line now. It must hear so, not wait out its patience.
+    turns.picked_directly(&tenant("a"), 1);
+    assert!(b1.is_first() && !a1.is_first());
+    assert!(b1.woken().now_or_never().is_some(), "the new head was woken");
+    // A served place that no longer headed the line is charged all the same.
+    a1.served();
+    assert!(turns.lock().lanes.get(&tenant("a")).is_some_and(|lane| lane.pass >= 2.0), "charged twice");
+}
+
+#[test]
+fn a_lane_held_by_its_own_quota_holds_no_other_lane_back() {
+    let turns = Arc::new(Turns::default());
+    // Bronze's first waiter found only bronze's own quota full.
+    let bronze = turns.join(&tenant("bronze"), 1, at(1, 1), None, true);
+    let behind = turns.join(&tenant("bronze"), 1, at(2, 2), None, true);
+    assert!(bronze.is_first(), "it may try again whenever it likes");
+    assert!(!behind.is_first(), "first come, first served within the lane still");
+    assert!(!turns.may_pick(&tenant("bronze"), at(3, 3)), "nor may a newcomer of the lane pass them");
+    assert!(turns.may_pick(&tenant("gold"), at(9, 9)), "gold is not held back by bronze's quota");
+    // Once the account is what bronze waits for, the lanes compete again.
+    let bronze = turns.join(&tenant("bronze"), 1, at(1, 1), Some(bronze), false);
+    assert!(bronze.is_first() && !turns.may_pick(&tenant("gold"), at(9, 9)));
 }

@@ -34,7 +34,8 @@ pub enum Isolation {
     /// One set of gates and local state for every tenant.
     #[default]
     Shared,
-    /// Gates, memo, health EWMA, AIMD and quota keyed by (tenant, source).
+    /// Gates, memo, health EWMA and quota keyed by (tenant, source); the account limit stays
+    /// the provider key's, and waiting calls get a lane per tenant, served by tier weight.
     PerTenant,
 }
 

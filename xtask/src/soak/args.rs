@@ -10,7 +10,7 @@ use gateway_sim::run::{Backend, Transport};
 use std::path::PathBuf;
 
 /// The synopsis `cargo xtask soak --help` opens with (clap's own would read `[OPTIONS]`).
-const SYNOPSIS: &str = "cargo xtask soak [--scenario p6|p6-rpm|single-relay|tenants|FILE] [--set KEY=VALUE]... [--seed N|A..B] [--policy default|baseline|both]
+const SYNOPSIS: &str = "cargo xtask soak [--scenario p6|p6-rpm|single-relay|tenants|tenants-flood|FILE] [--set KEY=VALUE]... [--seed N|A..B] [--policy default|baseline|both]
                         [--calls N] [--callers N] [--circuit-open wait|fail_fast]
                         [--backend memory|redis] [--transport sim|http] [--workers N] [--time-scale S]
                         [--upstreams FILE] [--isolation shared|per_tenant|both] [--stream] [--min-success PERCENT] [--report DIR]
@@ -22,8 +22,8 @@ const SYNOPSIS: &str = "cargo xtask soak [--scenario p6|p6-rpm|single-relay|tena
 #[derive(Args, Debug)]
 #[command(override_usage = SYNOPSIS, args_override_self = true, allow_negative_numbers = true)]
 pub struct SoakArgs {
-    /// a built-in scenario (p6, p6-rpm, single-relay, tenants) or a scenario TOML file
-    #[arg(long, verbatim_doc_comment, value_name = "p6|p6-rpm|single-relay|tenants|FILE", default_value = "p6")]
+    /// a built-in scenario (p6, p6-rpm, single-relay, tenants, tenants-flood) or a scenario TOML file
+    #[arg(long, verbatim_doc_comment, value_name = "p6|p6-rpm|single-relay|tenants|tenants-flood|FILE", default_value = "p6")]
     scenario: String,
     /// overrides one key of the scenario file (repeatable), a dotted key and a TOML value, e.g.
     /// --set accounts.k1.background_429=0.05

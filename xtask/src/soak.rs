@@ -74,26 +74,32 @@ fn run_all(o: &Options, scenario: &Scenario, real: Option<&ScopePolicy>) -> Resu
             let label = isolation.map_or_else(|| name.to_owned(), |i| format!("{name}/{}", i.as_str()));
             for &seed in &o.seeds {
                 let summary = run_one(o, scenario, real, (name, preset), isolation, seed, &label)?;
-                for v in summary.invariants.iter().filter(|v| !v.held) {
-                    failures.push(format!(
-                        "{label} seed {seed}: invariant {} ({}) violated: {}",
-                        v.number,
-                        v.name,
-                        v.violation.as_deref().unwrap_or("")
-                    ));
-                }
-                if let Some(min) = o.min_success.filter(|min| name == "default" && summary.success_rate < *min) {
-                    failures.push(format!(
-                        "{label} seed {seed}: success {:.2} % is below --min-success {:.2} %",
-                        summary.success_rate * 100.0,
-                        min * 100.0
-                    ));
-                }
+                failures.extend(failures_of(&label, &summary, o.min_success.filter(|_| name == "default")));
                 runs.push((label.clone(), summary));
             }
         }
     }
     Ok((runs, failures))
+}
+
+/// What is wrong with a run labelled `label`: its violated invariants, and its success below
+/// `min_success` when that applies to it.
+pub(crate) fn failures_of(label: &str, summary: &Summary, min_success: Option<f64>) -> Vec<String> {
+    let seed = summary.seed;
+    let mut failures: Vec<String> = summary
+        .invariants
+        .iter()
+        .filter(|v| !v.held)
+        .map(|v| format!("{label} seed {seed}: invariant {} ({}) violated: {}", v.number, v.name, v.violation.as_deref().unwrap_or("")))
+        .collect();
+    if let Some(min) = min_success.filter(|min| summary.success_rate < *min) {
+        failures.push(format!(
+            "{label} seed {seed}: success {:.2} % is below --min-success {:.2} %",
+            summary.success_rate * 100.0,
+            min * 100.0
+        ));
+    }
+    failures
 }
 
 /// The mean and worst success of each label run on more than one seed.

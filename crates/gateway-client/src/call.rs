@@ -13,7 +13,6 @@ use crate::turns::Turn;
 use gateway_core::admission::SkipReason;
 use gateway_core::breaker::CircuitState;
 use gateway_core::call::{CallMachine, CallRules, Failure, Next, Picked};
-use gateway_core::policy::Isolation;
 use gateway_core::ports::{BackendError, Telemetry, Upstream};
 use gateway_core::request::{Outcome, RateSignal, Request, Response};
 use gateway_core::telemetry::{AttemptEvent, CallEvent, CallResult, SourceReason};
@@ -243,10 +242,9 @@ impl CallLoop<'_> {
         request: &Request,
         call: &mut CallState,
     ) -> Result<Delivered<D::Committed>, CallError> {
-        // Tenants have lanes of their own in the line where they are isolated (SPEC §11): in a
-        // shared scope a tenant's name changes nothing, so every call is first come, first served.
-        let tenant = call.tenant.as_deref().filter(|_| scope.policy.isolation == Isolation::PerTenant);
-        let (clock, mut turn) = (&self.admission.clock, Turn::new(tenant, scope.policy.tenant_weight(tenant)));
+        // A call's lane in the line is its partition's: a tenant's own with `per_tenant`, else the
+        // shared one (in a shared scope a tenant's name changes nothing).
+        let (clock, mut turn) = (&self.admission.clock, Turn::new(scope.tenant.clone(), scope.weight));
         loop {
             let progress = scope.local().progress;
             match call.machine.poll(clock.now(), progress) {

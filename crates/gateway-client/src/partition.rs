@@ -96,6 +96,8 @@ pub(crate) struct Partition {
     pub(crate) selector: Selector,
     /// Its tenant (`None`: the shared partition), its lane in the scope's line.
     pub(crate) tenant: crate::turns::Tenant,
+    /// Its tenant's tier weight in the line (1 without a tier).
+    pub(crate) weight: u32,
     local: Mutex<Local>,
 }
 
@@ -121,6 +123,7 @@ impl Partition {
         Partition {
             selector: Selector::new(policy.selector),
             rules: CallRules::new(&policy, outcomes),
+            weight: policy.tenant_weight(tenant.map(|t| &**t)),
             pacer,
             policy,
             gates,

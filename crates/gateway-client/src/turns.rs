@@ -263,9 +263,9 @@ pub(crate) struct Turn {
 }
 
 impl Turn {
-    /// The standing of a call of `tenant`, whose tier weighs `weight`.
-    pub(crate) fn new(tenant: Option<&str>, weight: u32) -> Self {
-        Turn { tenant: tenant.map(Arc::from), weight, place: None, own_block: false }
+    /// The standing of a call in `tenant`'s lane, whose tier weighs `weight`.
+    pub(crate) fn new(tenant: Tenant, weight: u32) -> Self {
+        Turn { tenant, weight, place: None, own_block: false }
     }
 
     /// Whether the call of `order` may pick now. A call that would not head the line queues;

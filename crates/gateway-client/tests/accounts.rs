@@ -70,66 +70,48 @@ async fn every_tenant_counts_against_one_limit_per_account() {
     assert!(ends[2] >= Duration::from_millis(150), "gold was served when a slot freed: {ends:?}");
 }
 
-#[tokio::test(start_paused = true)]
-async fn gold_is_served_ahead_of_a_bronze_flood_by_its_weight() {
-    let (client, clock) = client(TIERED());
+/// 20 bronze calls at once, then, 50 ms in, 3 calls of `tenant`: when each of `tenant`'s calls
+/// ended, and when the last bronze one did, from the start.
+async fn beside_a_bronze_flood(extra: serde_json::Value, tenant: &'static str) -> (Vec<Duration>, Duration) {
+    let (client, clock) = client(extra);
     let client = Arc::new(client);
     let started = clock.now();
-    let mut bronze = Vec::new();
-    for _ in 0..20 {
-        let client = client.clone();
-        bronze.push(tokio::spawn(async move { client.call_as("chat", "bronze", &said("bronze")).await.unwrap() }));
-    }
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let mut gold = Vec::new();
-    for _ in 0..3 {
+    let spawn = |who: &'static str| {
         let (client, clock) = (client.clone(), clock.clone());
-        gold.push(tokio::spawn(async move {
-            client.call_as("chat", "gold", &said("gold")).await.unwrap();
-            clock.now()
-        }));
+        tokio::spawn(async move {
+            client.call_as("chat", who, &said(who)).await.unwrap();
+            clock.now().saturating_since(started)
+        })
+    };
+    let bronze: Vec<_> = (0..20).map(|_| spawn("bronze")).collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let theirs: Vec<_> = (0..3).map(|_| spawn(tenant)).collect();
+    let mut ends = Vec::new();
+    for call in theirs {
+        ends.push(call.await.unwrap());
     }
-    for call in gold {
-        let done = call.await.unwrap().saturating_since(started);
-        // One slot of 100 ms at a time: first come, first served, gold would wait for the 20
-        // bronze calls before it (2.1 s and more); by weight it waits for one bronze at most.
-        assert!(done <= Duration::from_millis(500), "gold finished {done:?} into the run");
-    }
+    let mut last = Duration::ZERO;
     for call in bronze {
-        call.await.unwrap();
+        last = last.max(call.await.unwrap());
     }
-    assert!(clock.now().saturating_since(started) >= Duration::from_millis(2300), "one slot at a time");
+    (ends, last)
+}
+
+#[tokio::test(start_paused = true)]
+async fn gold_is_served_ahead_of_a_bronze_flood_by_its_weight() {
+    let (gold, last) = beside_a_bronze_flood(TIERED(), "gold").await;
+    // One slot of 100 ms at a time: first come, first served, gold would wait for the 20 bronze
+    // calls before it (2.1 s and more); by weight it waits for one bronze at most.
+    assert!(gold.iter().all(|d| *d <= Duration::from_millis(500)), "gold finished at {gold:?}");
+    assert!(last >= Duration::from_millis(2300), "one slot at a time: {last:?}");
 }
 
 #[tokio::test(start_paused = true)]
 async fn without_tiers_tenants_share_the_account_one_to_one() {
-    let (client, clock) = client(json!({"isolation": "per_tenant", "concurrency": 1}));
-    let client = Arc::new(client);
-    let started = clock.now();
-    let mut bronze = Vec::new();
-    for _ in 0..20 {
-        let client = client.clone();
-        bronze.push(tokio::spawn(async move { client.call_as("chat", "bronze", &said("bronze")).await.unwrap() }));
-    }
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let mut other = Vec::new();
-    for _ in 0..3 {
-        let (client, clock) = (client.clone(), clock.clone());
-        other.push(tokio::spawn(async move {
-            client.call_as("chat", "acme", &said("acme")).await.unwrap();
-            clock.now()
-        }));
-    }
-    let mut ends = Vec::new();
-    for call in other {
-        ends.push(call.await.unwrap().saturating_since(started));
-    }
+    let (acme, _) = beside_a_bronze_flood(json!({"isolation": "per_tenant", "concurrency": 1}), "acme").await;
     // Alternating with bronze: acme's three calls end by the seventh slot, not after bronze's 20.
-    assert!(ends.iter().all(|d| *d <= Duration::from_millis(800)), "{ends:?}");
-    assert!(ends.iter().any(|d| *d >= Duration::from_millis(450)), "but not all at once ahead of bronze: {ends:?}");
-    for call in bronze {
-        call.await.unwrap();
-    }
+    assert!(acme.iter().all(|d| *d <= Duration::from_millis(800)), "{acme:?}");
+    assert!(acme.iter().any(|d| *d >= Duration::from_millis(450)), "but not all at once ahead of bronze: {acme:?}");
 }
 
 #[test]

@@ -5,7 +5,7 @@
 //! `--min-success`) and reported under the policies `alone` and `flooded`.
 
 use super::args::Options;
-use super::{Runs, run_one};
+use super::{Runs, failures_of, run_one};
 use gateway_client::Preset;
 use gateway_sim::scenario::Flood;
 
@@ -22,16 +22,7 @@ pub(super) fn run_flood(o: &Options, flood: &Flood, runs: &mut Runs, failures: &
         let mut pair = Vec::new();
         for (label, scenario) in [("alone", &alone), ("flooded", &flooded)] {
             let summary = run_one(&own, scenario, None, (label, Preset::Default), None, seed, label)?;
-            failures.extend(summary.invariants.iter().filter(|v| !v.held).map(|v| {
-                format!("{label} seed {seed}: invariant {} ({}) violated: {}", v.number, v.name, v.violation.as_deref().unwrap_or(""))
-            }));
-            if let Some(min) = o.min_success.filter(|min| summary.success_rate < *min) {
-                failures.push(format!(
-                    "{label} seed {seed}: success {:.2} % is below --min-success {:.2} %",
-                    summary.success_rate * 100.0,
-                    min * 100.0
-                ));
-            }
+            failures.extend(failures_of(label, &summary, o.min_success));
             pair.push((label.to_owned(), summary));
         }
         let (a, b) = (wait(&pair[0].1), wait(&pair[1].1));

@@ -15,6 +15,10 @@
 //! - silence: the request is read and never answered ([`Answer::hang`]);
 //! - a value kept alive while the answer is served ([`Answer::holding`]: an account's slot).
 //!
+//! Delays are waited out on tokio's timer, which follows a paused clock; a server built with
+//! [`Builder::timer`]`(`[`Timer::Precise`]`)` waits them out to a tenth of a millisecond of real
+//! time instead (a soak in real time at a small time scale).
+//!
 //! [`answering`] (or [`MockServer::answering`]) makes a closure a responder. [`Script`] answers
 //! from queues per route (path prefix), in order, with a fallback; [`Echo`] answers as OpenAI
 //! does, echoing the last message, with markers for errors, tools, refusals, cut, slow and gated
@@ -38,6 +42,7 @@ pub mod openai;
 mod recording;
 mod responder;
 mod server;
+mod timer;
 mod upstream;
 
 pub use answer::{Answer, Frame};
@@ -47,15 +52,8 @@ pub use gate::Gate;
 pub use recording::{Received, Recording};
 pub use responder::{Responder, Script, answering};
 pub use server::{Builder, MockServer, source_url};
+pub use timer::Timer;
 pub use upstream::{EchoUpstream, Plan, ScriptedUpstream, Step};
 
 /// `HeaderMap` of [`Received::headers`].
 pub use axum::http::HeaderMap;
-
-/// Waits `delay` on tokio's clock; a zero delay returns at once, with no timer (tokio rounds
-/// every sleep up to its 1 ms tick, which a benchmark would measure as the provider's latency).
-pub(crate) async fn wait(delay: std::time::Duration) {
-    if !delay.is_zero() {
-        tokio::time::sleep(delay).await;
-    }
-}

@@ -5,6 +5,7 @@
 use crate::answer::{Answer, Body, Frame};
 use crate::recording::{Received, Recording};
 use crate::responder::{Responder, answering};
+use crate::timer::Timer;
 use axum::response::Response;
 use axum::serve::ListenerExt;
 use futures_util::stream::{self, BoxStream, Stream, StreamExt};
@@ -29,11 +30,12 @@ pub struct MockServer {
 pub struct Builder {
     record: bool,
     max_body_bytes: usize,
+    timer: Timer,
 }
 
 impl Default for Builder {
     fn default() -> Self {
-        Builder { record: true, max_body_bytes: 16 << 20 }
+        Builder { record: true, max_body_bytes: 16 << 20, timer: Timer::Tokio }
     }
 }
 
@@ -41,6 +43,7 @@ struct Shared {
     responder: Box<dyn Responder>,
     recording: Option<Recording>,
     max_body_bytes: usize,
+    timer: Timer,
 }
 
 impl Builder {
@@ -56,6 +59,12 @@ impl Builder {
         self
     }
 
+    /// Waits out the answers' delays and pauses with `timer` (default [`Timer::Tokio`]).
+    pub fn timer(mut self, timer: Timer) -> Builder {
+        self.timer = timer;
+        self
+    }
+
     /// Serves `answer` (what each request gets) on a free port of 127.0.0.1.
     pub async fn answering(self, answer: impl Fn(&Received) -> Answer + Send + Sync + 'static) -> std::io::Result<MockServer> {
         self.start(answering(answer)).await
@@ -68,6 +77,7 @@ impl Builder {
             responder: Box::new(responder),
             recording: self.record.then(|| recording.clone()),
             max_body_bytes: self.max_body_bytes,
+            timer: self.timer,
         });
         let app = axum::Router::new().fallback(move |request: axum::extract::Request| {
             let shared = shared.clone();
@@ -151,7 +161,7 @@ async fn handle(shared: &Shared, request: axum::extract::Request) -> Response {
     let (parts, body) = request.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, shared.max_body_bytes).await else {
         let error = serde_json::json!({"error": {"message": "the request body is over the mock's limit", "type": "invalid_request_error"}});
-        return play(Answer::json(413, &error)).await;
+        return play(Answer::json(413, &error), shared.timer).await;
     };
     let received = Received {
         method: parts.method.to_string(),
@@ -164,19 +174,19 @@ async fn handle(shared: &Shared, request: axum::extract::Request) -> Response {
     if let Some(recording) = &shared.recording {
         recording.push(received);
     }
-    play(answer).await
+    play(answer, shared.timer).await
 }
 
 /// Waits as the answer says, then makes its response. What it holds is dropped on return, but
 /// for a stream (it goes with the body) and a hang (it never returns).
-async fn play(mut answer: Answer) -> Response {
-    crate::wait(answer.after).await;
+async fn play(mut answer: Answer, timer: Timer) -> Response {
+    timer.wait(answer.after).await;
     if let Some(gate) = answer.gate.take() {
         gate.pass().await;
     }
     let body = match std::mem::replace(&mut answer.body, Body::Whole(String::new())) {
         Body::Whole(text) => axum::body::Body::from(text),
-        Body::Frames(frames) => axum::body::Body::from_stream(played(frames, answer.held.take())),
+        Body::Frames(frames) => axum::body::Body::from_stream(played(frames, answer.held.take(), timer)),
         Body::Never => {
             let never: Infallible = std::future::pending().await;
             match never {}
@@ -207,13 +217,17 @@ fn head(answer: &Answer, body: axum::body::Body) -> Response {
 
 /// The body of a streamed answer: each `Data` frame sent as it comes, pauses and gates waited
 /// out, a `Cut` breaking the connection. `held` lives until the stream ends or is dropped.
-fn played(frames: BoxStream<'static, Frame>, held: Option<Box<dyn Send>>) -> impl Stream<Item = Result<String, std::io::Error>> + Send {
-    stream::unfold(Some((frames, held)), |state| async move {
+fn played(
+    frames: BoxStream<'static, Frame>,
+    held: Option<Box<dyn Send>>,
+    timer: Timer,
+) -> impl Stream<Item = Result<String, std::io::Error>> + Send {
+    stream::unfold(Some((frames, held)), move |state| async move {
         let (mut frames, held) = state?;
         loop {
             match frames.next().await? {
                 Frame::Data(text) => return Some((Ok(text), Some((frames, held)))),
-                Frame::Pause(delay) => crate::wait(delay).await,
+                Frame::Pause(delay) => timer.wait(delay).await,
                 Frame::Hold(gate) => gate.pass().await,
                 Frame::Cut => return Some((Err(std::io::Error::other("gateway-mock cuts the stream here")), None)),
             }

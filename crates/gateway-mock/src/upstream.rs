@@ -83,7 +83,7 @@ impl Upstream for ScriptedUpstream {
                 None => (Step::Ok, LATENCY),
             }
         };
-        crate::wait(latency).await;
+        crate::Timer::Tokio.wait(latency).await;
         let usage = Some(Usage { prompt_tokens: 10, completion_tokens: 5 });
         match step {
             Step::Ok => match request.kind() {

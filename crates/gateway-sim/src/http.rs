@@ -8,14 +8,16 @@
 //! first token. Every answer holds the reply (and the account slot it holds) until it is sent.
 
 use crate::upstream::{Answer, Prompt, Providers};
-use gateway_mock::{Frame, MockServer, Received, Responder, openai};
+use gateway_mock::{Frame, MockServer, Received, Responder, Timer, openai};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
 impl Providers {
-    /// Serves the providers on a free port of 127.0.0.1 (keeping no record of the requests).
+    /// Serves the providers on a free port of 127.0.0.1 (keeping no record of the requests),
+    /// waiting out their latencies to a tenth of a millisecond: HTTP runs in real time, where
+    /// tokio's late tick, scaled up, would be latency the scenario does not have.
     pub async fn serve(self: Arc<Self>) -> std::io::Result<MockServer> {
-        MockServer::builder().unrecorded().start(self).await
+        MockServer::builder().unrecorded().timer(Timer::Precise).start(self).await
     }
 }
 

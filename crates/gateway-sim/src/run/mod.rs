@@ -343,7 +343,8 @@ impl Target {
         match (self, config.transport) {
             (Target::Scenario, Transport::Sim) => {
                 let policy = scope_policy(scenario, scope, config)?;
-                let upstream = Arc::new(SimUpstream::new(scenario, &policy, clock, config.seed));
+                let timer = if config.time_scale.is_some() { gateway_mock::Timer::Precise } else { gateway_mock::Timer::Tokio };
+                let upstream = Arc::new(SimUpstream::new(scenario, &policy, clock, config.seed, timer));
                 let providers = upstream.providers();
                 Ok((policy, upstream, None, Some(providers)))
             }

@@ -10,6 +10,7 @@ use gateway_core::ports::{ChunkSource, Streamed, Upstream};
 use gateway_core::request::{Attempt, Outcome, RateSignal, Request, Response, Usage};
 use gateway_core::stream::{Chunk, opening_failure};
 use gateway_core::time::Clock;
+use gateway_mock::Timer;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -24,6 +25,8 @@ pub fn prompt_of(request: &Request) -> Prompt {
 struct SimSource {
     timeout: Duration,
     watchdog: Option<Duration>,
+    /// How the provider's latencies and the adapter's bounds are waited out.
+    timer: Timer,
 }
 
 impl SimSource {
@@ -42,9 +45,12 @@ pub struct SimUpstream {
 }
 
 impl SimUpstream {
-    /// The providers of `scenario` behind the sources of `scope`, on `clock`, seeded.
-    pub fn new(scenario: &Scenario, scope: &ScopePolicy, clock: Arc<dyn Clock>, seed: u64) -> Self {
-        let sources = scope.sources.iter().map(|s| (s.name.clone(), SimSource { timeout: s.timeout, watchdog: s.watchdog })).collect();
+    /// The providers of `scenario` behind the sources of `scope`, on `clock`, seeded, waiting
+    /// with `timer` ([`Timer::Precise`] in real time, where tokio's late tick would be latency
+    /// the scenario does not have; [`Timer::Tokio`] in virtual time).
+    pub fn new(scenario: &Scenario, scope: &ScopePolicy, clock: Arc<dyn Clock>, seed: u64, timer: Timer) -> Self {
+        let sources =
+            scope.sources.iter().map(|s| (s.name.clone(), SimSource { timeout: s.timeout, watchdog: s.watchdog, timer })).collect();
         SimUpstream {
             providers: Arc::new(Providers::new(scenario, clock, seed)),
             sources,
@@ -85,19 +91,19 @@ impl SimUpstream {
         let (header_wait, cut) = gateway_http::header_wait(src.timeout, src.watchdog, None);
         match reply.answer {
             Answer::Refused => {
-                tokio::time::sleep(reply.after).await;
+                src.timer.wait(reply.after).await;
                 Begun::Ended(fail(OutcomeClass::Transient, "connect"))
             }
             Answer::Hang => {
-                tokio::time::sleep(header_wait).await;
+                src.timer.wait(header_wait).await;
                 Begun::Ended(fail(OutcomeClass::Transient, cut))
             }
             Answer::Status(..) if reply.after >= header_wait => {
-                tokio::time::sleep(header_wait).await;
+                src.timer.wait(header_wait).await;
                 Begun::Ended(fail(OutcomeClass::Transient, cut))
             }
             Answer::Status(status, code) => {
-                tokio::time::sleep(reply.after).await;
+                src.timer.wait(reply.after).await;
                 // The HTTP adapter's own table, so both transports classify a reply alike.
                 let status = axum::http::StatusCode::from_u16(status).unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
                 let (class, detail) = gateway_http::classify::classify_status(status, Some(code), self.not_found);
@@ -112,14 +118,14 @@ impl SimUpstream {
 /// the attempt is streamed from a source with one), else the timeout. `Err` is the cut-off.
 async fn first_token(src: &SimSource, after: Duration) -> Result<(), Outcome> {
     if let Some(watchdog) = src.watchdog.filter(|w| after > *w && *w < src.timeout) {
-        tokio::time::sleep(watchdog).await;
+        src.timer.wait(watchdog).await;
         return Err(Outcome::new(OutcomeClass::Transient, "watchdog"));
     }
     if after >= src.timeout {
-        tokio::time::sleep(src.timeout).await;
+        src.timer.wait(src.timeout).await;
         return Err(Outcome::new(OutcomeClass::Transient, "timeout"));
     }
-    tokio::time::sleep(after).await;
+    src.timer.wait(after).await;
     Ok(())
 }
 

@@ -54,6 +54,10 @@ elseif effect == 'decrease' then
       -- from the flight the burst met (its own lease included), not from an unused limit
       limit = math.min(limit, math.max(n + 1, redis.call('ZCOUNT', leases, '(' .. now, '+inf') + 1))
       cut()
+    elseif w ~= nil and redis.call('ZCOUNT', leases, '(' .. now, '+inf') >= w then
+      -- an overtaken probe: the flight it met is at or above W; held there
+      held, ep = true, ep + 1
+      limit = math.max(math.min(limit, w - 1), 1)
     end
   end
 end

@@ -14,14 +14,21 @@
 //! - **A 429** on a lease of an older generation changes nothing (one cut per round trip).
 //!   Otherwise the first that matches: below one, `L` ← max(1/16, 0.7·`L`) and a new
 //!   generation; a refused probe (`W` known, `n` ≥ `W`): `W` ← `n`, held, a new epoch,
-//!   `L` ← max(1, min(`L`, `n` − 1)); a burst (≥ 3 429s, this one included, answered within the
-//!   last 4·`t429`): `W` ← `n`, not held, a new epoch, `L` ← max(1/16, 0.7·min(`L`, `f`)) where
-//!   `f`, the flight the burst met, is the larger of `n` + 1 (in flight at its grant, itself
-//!   included) and the leases in flight at the 429 (its own included), a new generation; anything else is noise and leaves `L` alone. (The cut is from the flight
-//!   the burst met, as TCP's `ssthresh = FlightSize/2` is, not from a limit the account did not
-//!   use: a rate-bound account's `L` may stand far above its flight, and a cut from there takes
-//!   several round trips of 429s to bite. This replaces SPEC §4's 0.7·`L`: see the soak figures
-//!   in docs/PERFORMANCE.md.)
+//!   `L` ← max(1, min(`L`, `n` − 1)); a burst (≥ 3 429s, this one included, answered within
+//!   the last 4·`t429`): `W` ← `n`, not held, a new epoch, `L` ← max(1/16, 0.7·min(`L`, `f`))
+//!   where `f`, the flight the burst met, is the larger of `n` + 1 (in flight at its grant,
+//!   itself included) and the leases in flight at the 429 (its own included), a new
+//!   generation; an overtaken probe (`W` known, the leases still in flight at the 429 number
+//!   `W` or more): as a refused probe of `W`; anything else is noise and leaves `L` alone.
+//!
+//!   Two rules differ from SPEC §4, both measured in the soak (docs/SOAK.md). The burst cuts
+//!   from the flight it met, as TCP's `ssthresh = FlightSize/2` does, not from a limit the
+//!   account did not use: a rate-bound account's `L` may stand far above its flight, and a cut
+//!   from there takes several round trips of 429s to bite. And a lone 429 that met `W` or
+//!   more still in flight is a refused probe, not noise: a probe granted after it overtook it
+//!   on the way to the provider and took the slot it was refused. Requests race on real networks; with
+//!   SPEC's `n` ≥ `W` alone that refusal reads as noise, the probe's success then forgets the
+//!   ceiling, and the limit climbs into a burst (over loopback HTTP, half again as many 429s).
 //! - **A real success**: when `W` is known, the lease's epoch is the current one and its `n` ≥
 //!   `W`, the ceiling rose and is forgotten. Then `L` ← min(ceiling, `L` + d/`L`), with d = 1/8
 //!   when held and `L` ≥ `W` − 1 (a probe about every eight round trips), else d = 1.
@@ -257,9 +264,7 @@ impl AccountPacer {
                     if below_one {
                         self.cut();
                     } else if self.learned.is_some_and(|w| lease.n >= w.at) {
-                        self.learned = Some(LearnedCeiling { at: lease.n, held: true });
-                        self.epoch += 1;
-                        self.limit = self.limit.min(n - 1.0).max(1.0);
+                        self.hold(lease.n);
                     } else if burst {
                         self.learned = Some(LearnedCeiling { at: lease.n, held: false });
                         self.epoch += 1;
@@ -268,6 +273,10 @@ impl AccountPacer {
                         // above its flight.
                         self.limit = self.limit.min((n + 1.0).max(f64::from(self.inflight(now)) + 1.0));
                         self.cut();
+                    } else if let Some(w) = self.learned.filter(|w| self.inflight(now) >= w.at) {
+                        // The flight it met is at or above W: a probe granted after it overtook
+                        // it on the way and took the slot it was refused.
+                        self.hold(w.at);
                     }
                 }
             }
@@ -293,6 +302,13 @@ impl AccountPacer {
         {
             w.at = top as u32;
         }
+    }
+
+    /// A refused probe of the ceiling `at`: hold just below it, in a new epoch.
+    fn hold(&mut self, at: u32) {
+        self.learned = Some(LearnedCeiling { at, held: true });
+        self.epoch += 1;
+        self.limit = self.limit.min(f64::from(at) - 1.0).max(1.0);
     }
 
     fn cut(&mut self) {

@@ -105,6 +105,31 @@ fn a_refused_probe_holds_the_ceiling_and_a_success_above_it_forgets_it() {
 }
 
 #[test]
+fn a_429_that_meets_a_flight_above_the_ceiling_is_the_refused_probe() {
+    // Held at W = 10 with L just past 11: a lease at n = 9, then the probe at n = 10. On the way
+    // the probe overtakes the first, takes the account's last slot, and the first is refused.
+    let held = AccountPacer { limit: 11.0, learned: Some(LearnedCeiling { at: 10, held: true }), epoch: 1, ..AccountPacer::new(&PARAMS) };
+    let mut p = held.clone();
+    take(&mut p, 9, 0);
+    let (overtaken, probe) = (p.try_acquire(&PARAMS, 1, ms(0)).unwrap(), p.try_acquire(&PARAMS, 1, ms(0)).unwrap());
+    assert_eq!((overtaken.n, probe.n), (9, 10));
+    assert_eq!(p.release(overtaken, Decrease, None, &PARAMS, ms(20)), 9.0, "the flight it met is 10 ≥ W: L ← min(L, W − 1)");
+    assert_eq!(
+        (p.learned_ceiling(), p.epoch, p.generation()),
+        (Some(LearnedCeiling { at: 10, held: true }), 2, 0),
+        "W kept, held, a new epoch"
+    );
+    // The probe that overtook it succeeds, but of the old epoch: the ceiling stays.
+    p.release(probe, Increase, None, &PARAMS, ms(1000));
+    assert_eq!(p.learned_ceiling(), Some(LearnedCeiling { at: 10, held: true }));
+    // A 429 below W while the flight is below W too is noise, as before.
+    let mut p = held;
+    let leases = take(&mut p, 9, 0);
+    assert_eq!(p.release(leases[8], Decrease, None, &PARAMS, ms(20)), 11.0, "n = 8, eight still out: noise");
+    assert_eq!((p.learned_ceiling(), p.epoch), (Some(LearnedCeiling { at: 10, held: true }), 1));
+}
+
+#[test]
 fn a_429_of_an_older_generation_changes_nothing() {
     let mut p = AccountPacer::new(&PARAMS);
     let old = take(&mut p, 1, 0)[0];

@@ -3,15 +3,16 @@
 
 use crate::GatewayClient;
 use crate::admission::SourceAdmission;
+use crate::affinity::{AFFINITY_TTL, Affinities};
 use crate::clock::TokioClock;
 use crate::partition::{Partitions, tenant_name};
 use crate::preset::Preset;
 use crate::slot::Holders;
 use crate::telemetry::TracingTelemetry;
 use gateway_core::policy::ScopePolicy;
-use gateway_core::ports::{BreakerGate, PacerGate, QuotaGate, Telemetry, Upstream};
+use gateway_core::ports::{AffinityMap, BreakerGate, PacerGate, QuotaGate, Telemetry, Upstream};
 use gateway_core::time::Clock;
-use gateway_memory::{MemoryGates, MemoryPacer, MemoryQuota};
+use gateway_memory::{MemoryAffinity, MemoryGates, MemoryPacer, MemoryQuota};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
 use std::collections::BTreeMap;
@@ -57,6 +58,8 @@ pub struct GatewayClientBuilder {
     seed: Option<u64>,
     pinned_tenants: Vec<String>,
     background_records: Option<(usize, Duration)>,
+    affinity: Option<Arc<dyn AffinityMap>>,
+    affinity_ttl: Option<Duration>,
 }
 
 /// Records in the background at once, by default (see [`GatewayClientBuilder::background_records`]).
@@ -151,6 +154,20 @@ impl GatewayClientBuilder {
         self
     }
 
+    /// Where the client remembers which source holds the state an id names (default: a map
+    /// of this process, [`MemoryAffinity`] of at most `gateway_memory::affinity::MAX_IDS` ids;
+    /// several processes share one through the backend).
+    pub fn affinity(mut self, map: Arc<dyn AffinityMap>) -> Self {
+        self.affinity = Some(map);
+        self
+    }
+
+    /// How long an id is remembered (default [`AFFINITY_TTL`], 30 days).
+    pub fn affinity_ttl(mut self, ttl: Duration) -> Self {
+        self.affinity_ttl = Some(ttl);
+        self
+    }
+
     /// The client.
     pub fn build(self) -> Result<GatewayClient, BuildError> {
         let upstream = self.upstream.ok_or(BuildError::NoUpstream)?;
@@ -190,6 +207,10 @@ impl GatewayClientBuilder {
             telemetry: telemetry.clone(),
             clock: clock.clone(),
         };
+        let affinity = Affinities {
+            map: self.affinity.unwrap_or_else(|| Arc::new(MemoryAffinity::new(clock.clone(), gateway_memory::affinity::MAX_IDS))),
+            ttl: self.affinity_ttl.unwrap_or(AFFINITY_TTL),
+        };
         Ok(GatewayClient {
             scopes,
             admission: Arc::new(SourceAdmission {
@@ -200,6 +221,7 @@ impl GatewayClientBuilder {
             }),
             upstream,
             next_call: AtomicU64::new(1),
+            affinity,
         })
     }
 }

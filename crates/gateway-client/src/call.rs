@@ -31,6 +31,8 @@ pub(crate) struct CallState {
     pub(crate) machine: CallMachine,
     reasons: BTreeMap<String, SourceReason>,
     attempts: Vec<AttemptRecord>,
+    /// Why the call may use one source only, if it is pinned (for its errors).
+    pub(crate) pinned: Option<String>,
 }
 
 impl CallState {
@@ -44,6 +46,7 @@ impl CallState {
             machine: CallMachine::new(rules, started),
             reasons: BTreeMap::new(),
             attempts: Vec::new(),
+            pinned: None,
         }
     }
 
@@ -62,7 +65,12 @@ impl CallState {
     }
 
     pub(crate) fn report(&self) -> CallReport {
-        CallReport { reasons: self.reasons.clone(), attempts: self.attempts.clone(), waited: self.machine.idle(self.clock.now()) }
+        CallReport {
+            reasons: self.reasons.clone(),
+            attempts: self.attempts.clone(),
+            waited: self.machine.idle(self.clock.now()),
+            pinned: self.pinned.clone(),
+        }
     }
 
     pub(crate) fn backend(&self, error: BackendError) -> CallError {

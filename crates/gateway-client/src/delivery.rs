@@ -10,7 +10,7 @@ use crate::slot::Slot;
 use crate::stream::ChatStream;
 use gateway_core::call::{CallMachine, Streaming};
 use gateway_core::ports::{ChunkSource, Streamed, Upstream};
-use gateway_core::request::{Attempt, Outcome, Request, Response, Structured};
+use gateway_core::request::{Attempt, Kind, Outcome, Request, Response, Structured};
 use gateway_core::stream::{Chunk, StructuredStream};
 use gateway_core::time::Clock;
 use std::convert::Infallible;
@@ -29,6 +29,8 @@ pub(crate) enum Delivered<S> {
 
 /// An attempt past its commit point: it holds its slot until the stream ends.
 pub(crate) struct Committed {
+    /// The kind of call streamed (its dialect).
+    pub(crate) kind: Kind,
     pub(crate) slot: Slot,
     pub(crate) facts: Facts,
     /// The chunks up to and including the commit point.
@@ -71,6 +73,9 @@ pub(crate) trait Delivery: Send + Sync + 'static {
     /// The stream the caller reads, relayed and settled through `admission`; `guard` ends the
     /// call.
     fn open(committed: Self::Committed, admission: Arc<SourceAdmission>, scope: Arc<Partition>, guard: CallGuard) -> Self::Stream;
+
+    /// The source streaming a committed attempt, and its chunks up to the commit point.
+    fn preamble(committed: &Self::Committed) -> (&str, &[Chunk]);
 }
 
 /// The whole answer, when the call ends.
@@ -91,6 +96,10 @@ impl Delivery for Whole {
     fn open(committed: Infallible, _: Arc<SourceAdmission>, _: Arc<Partition>, _: CallGuard) -> Infallible {
         committed
     }
+
+    fn preamble(committed: &Infallible) -> (&str, &[Chunk]) {
+        match *committed {}
+    }
 }
 
 impl Delivery for Chunks {
@@ -110,12 +119,12 @@ impl Delivery for Chunks {
             // The machine holds the answer to its end: the upstream counts it all.
             rest.hold_to_end();
         }
-        match to_commit_point(machine, &mut *rest, request.structured.as_ref(), mode).await {
+        match to_commit_point(machine, &mut *rest, request, mode).await {
             Ok(preamble) => {
                 let facts = Facts { committed: Some(clock.now()), ..facts };
                 // A stream held to its end has nothing more to give.
                 let rest = if held { Box::new(Ended) } else { rest };
-                Reached::Committed(Committed { slot, facts, preamble, rest })
+                Reached::Committed(Committed { kind: request.kind(), slot, facts, preamble, rest })
             }
             Err(outcome) => Reached::Ended(Attempt::ended(outcome), slot, facts),
         }
@@ -123,6 +132,10 @@ impl Delivery for Chunks {
 
     fn open(committed: Committed, admission: Arc<SourceAdmission>, scope: Arc<Partition>, guard: CallGuard) -> ChatStream {
         ChatStream::new(admission, scope, committed, guard)
+    }
+
+    fn preamble(committed: &Committed) -> (&str, &[Chunk]) {
+        (&committed.facts.name, &committed.preamble)
     }
 }
 
@@ -132,11 +145,12 @@ impl Delivery for Chunks {
 async fn to_commit_point(
     machine: &mut CallMachine,
     rest: &mut dyn ChunkSource,
-    structured: Option<&Structured>,
+    request: &Request,
     mode: StructuredStream,
 ) -> Result<Vec<Chunk>, Outcome> {
+    let structured: Option<&Structured> = request.structured.as_ref();
     loop {
-        match machine.on_chunk(rest.next_chunk().await, structured, mode) {
+        match machine.on_chunk(rest.next_chunk().await, request.kind(), structured, mode) {
             Streaming::ReadOn => {}
             Streaming::Committed(chunks) | Streaming::Validated(chunks) => return Ok(chunks),
             Streaming::Ended(outcome) => return Err(outcome),

@@ -33,10 +33,16 @@ pub struct CallReport {
     pub attempts: Vec<AttemptRecord>,
     /// Time the call spent not attempting.
     pub waited: Duration,
+    /// Why only one source could serve the call, if it was pinned (`source s1 holds
+    /// previous_response_id resp_1`): no other source was tried.
+    pub pinned: Option<String>,
 }
 
 impl fmt::Display for CallReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(pinned) = &self.pinned {
+            write!(f, "only {pinned}, so no other source may serve the call; ")?;
+        }
         write!(f, "{} attempts, waited {:.3}s; reasons:", self.attempts.len(), self.waited.as_secs_f64())?;
         if self.reasons.is_empty() {
             f.write_str(" none")?;
@@ -138,7 +144,8 @@ pub enum CallError {
         /// The configured scopes.
         known: String,
     },
-    /// A stream was asked of a request that is not a chat request.
+    /// A stream was asked of a request of a kind that does not stream (only chat, responses and
+    /// legacy completions do).
     #[error("{kind} requests cannot be streamed")]
     NotStreamable {
         /// The request's kind.
@@ -177,6 +184,21 @@ pub enum CallError {
         /// How it ended there.
         fallback: Box<CallError>,
     },
+    /// The request refers to state a provider keeps (a previous response, a conversation, a
+    /// file) that the gateway cannot route it to: refused before any attempt, since no other
+    /// source holds it.
+    #[error("scope {scope:?} cannot route the request's {field} {id:?}: {reason}")]
+    Unroutable {
+        /// The scope.
+        scope: String,
+        /// The id, as given.
+        id: String,
+        /// The request field naming it (`previous_response_id`, `conversation`, `file_id`…; a
+        /// route's own id is `id`).
+        field: String,
+        /// Why.
+        reason: Unroutable,
+    },
     /// The scope would not take the call's tenant.
     #[error("scope {scope:?} refuses tenant {tenant:?}: {reason}")]
     TenantRefused {
@@ -187,6 +209,42 @@ pub enum CallError {
         /// Why.
         reason: TenantRefusal,
     },
+}
+
+/// Why a request's state cannot be reached.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Unroutable {
+    /// No source is known to hold it: it was not made through this gateway, it was deleted,
+    /// or its affinity expired.
+    #[error("no source is known to hold it (it was not made through this gateway, was deleted, or has expired)")]
+    Unknown,
+    /// Another scope's source holds it.
+    #[error("it is held by source {source_name:?} of scope {scope:?}: call that scope")]
+    OtherScope {
+        /// That scope.
+        scope: String,
+        /// Its source.
+        source_name: String,
+    },
+    /// The request also names state that another source holds: no one source can serve it.
+    #[error("it is held by source {source_name:?}, but {other} is held by source {other_source:?}")]
+    Split {
+        /// The source holding this id.
+        source_name: String,
+        /// The other id.
+        other: String,
+        /// The source holding the other id.
+        other_source: String,
+    },
+    /// The source that holds it is no longer one of the scope's.
+    #[error("it is held by source {source_name:?}, which the scope no longer has")]
+    SourceGone {
+        /// The source.
+        source_name: String,
+    },
+    /// The affinity map could not answer.
+    #[error("the affinity map could not answer: {0}")]
+    Backend(BackendError),
 }
 
 /// Why a scope refused a call's tenant.
@@ -224,6 +282,7 @@ impl CallError {
             CallError::UnknownScope { .. }
             | CallError::KindNotServed { .. }
             | CallError::NotStreamable { .. }
+            | CallError::Unroutable { .. }
             | CallError::TenantRefused { .. } => {
                 return None;
             }
@@ -253,6 +312,7 @@ impl CallError {
             | CallError::KindNotServed { .. }
             | CallError::NotStreamable { .. }
             | CallError::StreamBroken { .. }
+            | CallError::Unroutable { .. }
             | CallError::TenantRefused { .. } => None,
         }
     }

@@ -8,6 +8,7 @@
 //! Telemetry: [`TracingTelemetry`] and the in-memory [`Collector`].
 
 mod admission;
+mod affinity;
 mod builder;
 mod call;
 mod clock;
@@ -21,9 +22,10 @@ mod stream;
 mod telemetry;
 mod turns;
 
+pub use affinity::AFFINITY_TTL;
 pub use builder::{BACKGROUND_RECORDS, BuildError, GatewayClientBuilder, RECORD_TIMEOUT};
 pub use clock::TokioClock;
-pub use error::{AttemptRecord, CallError, CallReport, Exhausted, TenantRefusal};
+pub use error::{AttemptRecord, CallError, CallReport, Exhausted, TenantRefusal, Unroutable};
 pub use preset::Preset;
 pub use stream::{ChatStream, StreamError};
 pub use telemetry::{Collector, TracingTelemetry};
@@ -90,6 +92,7 @@ pub struct GatewayClient {
     admission: Arc<SourceAdmission>,
     upstream: Arc<dyn Upstream>,
     next_call: AtomicU64,
+    affinity: affinity::Affinities,
 }
 
 impl GatewayClient {
@@ -117,7 +120,23 @@ impl GatewayClient {
         Ok(response)
     }
 
-    /// Runs one chat call in `scope` as a stream: governed like any call up to its commit point
+    /// The scopes that serve `kind` (their `kinds`), by name.
+    pub fn scopes_serving(&self, kind: gateway_core::request::Kind) -> Vec<String> {
+        self.scopes.iter().filter(|(_, p)| p.policy().kinds.contains(&kind)).map(|(name, _)| name.clone()).collect()
+    }
+
+    /// Where the state `id` names (a stored response, a conversation, a file, a batch) lives:
+    /// its scope and source, if the gateway made it and it has not expired.
+    pub async fn affinity_of(&self, id: &str) -> Result<Option<gateway_core::ports::Affinity>, gateway_core::ports::BackendError> {
+        self.affinity.map.find(id).await
+    }
+
+    /// Forgets where `id` lives (its state was deleted).
+    pub async fn forget(&self, id: &str) -> Result<(), gateway_core::ports::BackendError> {
+        self.affinity.map.forget(id).await
+    }
+
+    /// Runs one call in `scope` as a stream (chat, responses, legacy completions): governed like any call up to its commit point
     /// (the first chunk with content, a tool-call delta or a refusal), so failures before it
     /// retry, switch source or wait unseen; from it on, the chunks as they arrive. The
     /// attempt's permit, AIMD place and probe lease are held until the stream ends, is dropped,
@@ -183,7 +202,7 @@ impl GatewayClient {
             let served = partitions.policy().kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ");
             return Err(CallError::KindNotServed { scope: scope.to_owned(), kind, served });
         }
-        if D::STREAMS && kind != gateway_core::request::Kind::Chat {
+        if D::STREAMS && !kind.streams() {
             return Err(CallError::NotStreamable { kind });
         }
         // The name as given reaches error messages (and the proxy's error bodies): cut it short.
@@ -197,17 +216,28 @@ impl GatewayClient {
             Some(primary) => primary.call_id,
             None => self.next_call.fetch_add(1, Ordering::Relaxed),
         };
+        // A request referring to kept state goes to the source holding it, or nowhere.
+        let pinned = self.affinity.pin(partitions.policy(), request).await?;
         let mut state = CallState::new(id, self.admission.clock.clone(), scope.rules);
+        if let Some((source, why)) = pinned {
+            state.machine.restrict_to(source);
+            state.pinned = Some(why);
+        }
         state.tenant = tenant;
         let mut guard = CallGuard::new(state, partitions.name().clone(), self.admission.telemetry.clone(), prior.take());
         let run = CallLoop { admission: &self.admission, upstream: &*self.upstream };
         match run.run::<D>(&scope, request, &mut guard.state).await {
             Ok(Delivered::Whole(response)) => {
+                self.affinity.remember(partitions.name(), response.source().unwrap_or_default(), request, &response).await;
                 guard.end(CallResult::Ok);
                 Ok(Delivered::Whole(response))
             }
             // The call goes on in the stream, which ends it.
-            Ok(Delivered::Stream(committed)) => Ok(Delivered::Stream(D::open(committed, self.admission.clone(), scope, guard))),
+            Ok(Delivered::Stream(committed)) => {
+                let (source, preamble) = D::preamble(&committed);
+                self.affinity.remember_streamed(partitions.name(), source, request, preamble).await;
+                Ok(Delivered::Stream(D::open(committed, self.admission.clone(), scope, guard)))
+            }
             Err(error) => {
                 let result = error.result_of_started();
                 if falls_back && falls_back_on(&error) {

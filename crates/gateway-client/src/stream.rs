@@ -23,11 +23,10 @@ use crate::slot::Slot;
 use futures_util::Stream;
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::ports::ChunkSource;
-use gateway_core::request::{Outcome, Response, Usage};
-use gateway_core::stream::{Assembly, Chunk};
+use gateway_core::request::{Kind, Outcome, Response, Usage};
+use gateway_core::stream::{Assembly, Chunk, failure_of, finishes};
 use gateway_core::telemetry::CallResult;
 use gateway_core::time::Timestamp;
-use serde_json::Value;
 use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -50,8 +49,10 @@ pub struct StreamError {
     pub detail: String,
 }
 
-/// The chunks of a streamed chat call, from its commit point on.
+/// The chunks of a streamed call (chat, Responses events, legacy completions), from its commit
+/// point on.
 pub struct ChatStream {
+    kind: Kind,
     chunks: Pin<Box<dyn Stream<Item = Result<Chunk, StreamError>> + Send>>,
     source: String,
     attempts: u32,
@@ -71,7 +72,7 @@ impl ChatStream {
     /// The stream of `committed`, relayed and settled through `admission` in `scope` on a task
     /// of its own; `guard` ends the call.
     pub(crate) fn new(admission: Arc<SourceAdmission>, scope: Arc<Partition>, committed: Committed, guard: CallGuard) -> Self {
-        let source = committed.facts.name.clone();
+        let (source, kind) = (committed.facts.name.clone(), committed.kind);
         let attempts = u32::try_from(guard.state.attempts_made() + 1).unwrap_or(u32::MAX);
         let request_id = committed.rest.request_id().map(str::to_owned);
         let timeout = scope.policy.sources.get(committed.facts.source).map(|s| s.timeout).unwrap_or_default();
@@ -79,6 +80,7 @@ impl ChatStream {
         let (sender, receiver) = mpsc::channel(READ_AHEAD);
         let ending: StreamEnding = Arc::default();
         let relay = Relay {
+            kind,
             admission: admission.clone(),
             scope,
             guard,
@@ -98,7 +100,7 @@ impl ChatStream {
                 }
             }
         });
-        ChatStream { chunks: Box::pin(chunks), source, attempts, request_id }
+        ChatStream { kind, chunks: Box::pin(chunks), source, attempts, request_id }
     }
 
     /// A whole answer, already settled, as the chunks of a stream.
@@ -107,7 +109,12 @@ impl ChatStream {
         let attempts = response.attempts();
         let request_id = response.request_id().map(str::to_owned);
         let chunks = gateway_core::stream::chunks_of(&response).into_iter().map(Ok);
-        ChatStream { chunks: Box::pin(futures_util::stream::iter(chunks)), source, attempts, request_id }
+        ChatStream { kind: response.kind(), chunks: Box::pin(futures_util::stream::iter(chunks)), source, attempts, request_id }
+    }
+
+    /// The kind of call streamed: the dialect of its chunks.
+    pub fn kind(&self) -> Kind {
+        self.kind
     }
 
     /// The source streaming.
@@ -130,10 +137,10 @@ impl ChatStream {
         futures_util::StreamExt::next(self).await
     }
 
-    /// Reads the stream to its end and assembles the `chat.completion` it streamed, chunk by
-    /// chunk.
+    /// Reads the stream to its end and assembles the whole answer it streamed (a
+    /// `chat.completion`, a `response`, a `text_completion`), chunk by chunk.
     pub async fn completion(mut self) -> Result<Response, StreamError> {
-        let mut assembly = Assembly::default();
+        let mut assembly = Assembly::of(self.kind);
         while let Some(chunk) = self.next().await {
             assembly.push(&chunk?);
         }
@@ -158,6 +165,7 @@ struct Open {
 
 /// The relay task of one stream.
 struct Relay {
+    kind: Kind,
     admission: Arc<SourceAdmission>,
     scope: Arc<Partition>,
     guard: CallGuard,
@@ -193,6 +201,14 @@ impl Relay {
                 biased;
                 () = sender.closed() => return self.caller_gone().await,
                 next = open.rest.next_chunk() => next,
+            };
+            // A chunk that says the answer failed (a Responses `response.failed`) breaks it.
+            let next = match next {
+                Some(Ok(chunk)) => match failure_of(self.kind, &chunk) {
+                    Some(outcome) => Some(Err(outcome)),
+                    None => Some(Ok(chunk)),
+                },
+                other => other,
             };
             match next {
                 Some(Ok(chunk)) => {
@@ -241,10 +257,7 @@ impl Relay {
         if let Some(usage) = Usage::of(chunk) {
             self.usage = Some(usage);
         }
-        for choice in chunk.get("choices").and_then(Value::as_array).into_iter().flatten() {
-            let index = choice.get("index").and_then(Value::as_u64).unwrap_or(0);
-            *self.finished.entry(index).or_default() |= choice.get("finish_reason").is_some_and(|r| !r.is_null());
-        }
+        finishes(self.kind, chunk, &mut self.finished);
     }
 
     /// The caller dropped the stream: the answer it had is the success it was if every choice

@@ -5,10 +5,13 @@
 //! - [`breaker`]: the per-(scope, source) circuit breaker (SPEC §3);
 //! - [`memo`], [`health`], [`aimd`], [`stall`], [`backoff`]: the process-local helpers (§4, §7);
 //! - [`select`]: health-aware P2C, round-robin, least-in-flight, in-call demotion (§5);
+//! - [`affinity`]: the ids of state a provider keeps, which a later request must follow;
 //! - [`admission`]: the pure decisions of admission: skip reasons, "no candidate runnable", naps (§6);
 //! - [`call`]: one call as a sans-io state machine, `CallMachine`: budget, re-asks, back-off, the
 //!   stall bound, the waits and a stream's commit point (§5–§8, §13);
 //! - [`quota`]: the local quota of a source account (concurrency, rpm, tpm with leases);
+//! - [`responses`]: the Responses API's answers: usable, failed, the state a provider keeps;
+//! - [`stream`]: streamed answers in each dialect: commit points, assembly, replay;
 //! - [`policy`]: validated policies and the raw config shapes they come from (§9);
 //! - [`ports`]: `BreakerGate`, `QuotaGate`, `Upstream`, `Telemetry`; [`time`]: `Clock`, `WallClock`.
 //!
@@ -21,6 +24,7 @@
 //! checks that this crate depends on no async runtime, Redis or HTTP crate.
 
 pub mod admission;
+pub mod affinity;
 pub mod aimd;
 pub mod backoff;
 pub mod breaker;
@@ -33,6 +37,7 @@ pub mod ports;
 pub mod quota;
 pub mod random;
 pub mod request;
+pub mod responses;
 pub mod select;
 pub mod stall;
 pub mod stream;

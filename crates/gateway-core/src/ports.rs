@@ -265,5 +265,32 @@ pub trait Telemetry: Send + Sync {
 }
 
 /// Proves the ports are object safe.
+/// Where a provider keeps a piece of state (a stored response, a conversation, an uploaded file,
+/// a batch): the scope and the source that made it. A request referring to it can go nowhere
+/// else.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Affinity {
+    /// The scope.
+    pub scope: Arc<str>,
+    /// The source.
+    pub source: Arc<str>,
+}
+
+/// The affinity map: which source holds the state an id names (SPEC §13: conversation state
+/// stays where it lives). Shared by every process through the backend; its entries expire
+/// after the time they were remembered for, and a bounded map forgets its oldest first.
+#[async_trait]
+pub trait AffinityMap: Send + Sync {
+    /// Remembers that `id` lives at `at`, for `ttl` (refreshed if it was known).
+    async fn remember(&self, id: &str, at: &Affinity, ttl: Duration) -> Result<(), BackendError>;
+
+    /// Where `id` lives, if it is known and has not expired.
+    async fn find(&self, id: &str) -> Result<Option<Affinity>, BackendError>;
+
+    /// Forgets `id` (its state was deleted).
+    async fn forget(&self, id: &str) -> Result<(), BackendError>;
+}
+
 const _: fn(&dyn BreakerGate, &dyn QuotaGate, &dyn PacerGate, &dyn Telemetry) = |_, _, _, _| {};
+const _: fn(&dyn AffinityMap) = |_| {};
 const _: fn(&dyn Upstream, &dyn ChunkSource) = |_, _| {};

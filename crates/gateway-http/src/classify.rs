@@ -12,7 +12,9 @@
 //! | 401, 403, 402; error code `insufficient_quota`, `invalid_api_key`, `account_deactivated`, `billing_hard_limit_reached` (any status) | SourceDead | `http_401` …, or the code |
 //! | 404 or error code `model_not_found`, at a source that serves one kind of call | SourceDead (its own model is gone) | `http_404`, `model_not_found` |
 //! | 404 or error code `model_not_found`, at a source that serves several kinds | RequestRejected (the request chose an endpoint its model lacks) | `http_404`, `model_not_found` |
-//! | error code `context_length_exceeded` (any status, an error inside a 2xx or a stream too) | RequestRejected | `context_length_exceeded` |
+//! | error code `context_length_exceeded` or `previous_response_not_found` (any status, an error inside a 2xx or a stream too) | RequestRejected | the code |
+//! | 404 on a stored object's route (`GET responses/{id}`…): the id the caller chose | RequestRejected | `http_404` |
+//! | 2xx Responses answer with `status: "failed"` (whole, or `response.failed` in a stream) | Transient; RequestRejected for a code the request caused (`invalid_prompt`, `invalid_image…`); RateLimited for `rate_limit_exceeded` | `response_failed:<code>` |
 //! | 400, 413, 422 | RequestRejected | `http_400` … |
 //! | 408, 5xx, any other status | Transient | `http_503` … |
 //! | timeout (header or total), connect refused, reset | Transient | `timeout`, `header_timeout`, `connect`, `reset` |
@@ -62,7 +64,8 @@ pub fn classify_code(error_code: &str, not_found: NotFound) -> Option<OutcomeCla
     match error_code {
         code if DEAD_CODES.contains(&code) => Some(OutcomeClass::SourceDead),
         "model_not_found" => Some(not_found.class()),
-        "context_length_exceeded" => Some(OutcomeClass::RequestRejected),
+        // The request continued a response (or a conversation) this source does not hold.
+        "context_length_exceeded" | "previous_response_not_found" => Some(OutcomeClass::RequestRejected),
         _ => None,
     }
 }
@@ -238,6 +241,7 @@ mod tests {
             assert_eq!(classify_status(status, code, NotFound::Request).0, OutcomeClass::RequestRejected, "{status} {code:?}");
         }
         assert_eq!(classify_code("context_length_exceeded", NotFound::Source), Some(OutcomeClass::RequestRejected));
+        assert_eq!(classify_code("previous_response_not_found", NotFound::Source), Some(OutcomeClass::RequestRejected));
         assert_eq!(classify_code("invalid_api_key", NotFound::Request), Some(OutcomeClass::SourceDead));
         assert_eq!(classify_code("server_error", NotFound::Request), None);
     }

@@ -1,8 +1,10 @@
 //! `gateway-memory`: the in-process gates. [`MemoryGates`] implements `BreakerGate`,
 //! [`MemoryQuota`] implements `QuotaGate` and [`MemoryPacer`] implements `PacerGate` by running
 //! gateway-core's state machines under sharded locks (no global lock on the hot path). They are
-//! the reference implementation the contract suite holds the Redis gates to.
+//! the reference implementation the contract suite holds the Redis gates to. [`MemoryAffinity`]
+//! is the process's affinity map (`AffinityMap`).
 
+pub mod affinity;
 pub mod backstop;
 mod sharded;
 
@@ -16,6 +18,7 @@ use gateway_core::quota::QuotaAccount;
 use gateway_core::random::Incarnations;
 use gateway_core::request::RateSignal;
 use gateway_core::time::Clock;
+pub use affinity::MemoryAffinity;
 use sharded::Sharded;
 use std::sync::Arc;
 use std::time::Duration;

@@ -29,7 +29,7 @@ impl Frame {
 
 /// The body of an answer.
 pub(crate) enum Body {
-    Whole(String),
+    Whole(bytes::Bytes),
     Frames(BoxStream<'static, Frame>),
     /// The request is accepted and never answered.
     Never,
@@ -52,7 +52,7 @@ pub struct Answer {
 impl Answer {
     /// `status` with an empty body and no headers.
     pub fn new(status: u16) -> Answer {
-        Answer { status, headers: Vec::new(), after: Duration::ZERO, gate: None, body: Body::Whole(String::new()), held: None }
+        Answer { status, headers: Vec::new(), after: Duration::ZERO, gate: None, body: Body::Whole(bytes::Bytes::new()), held: None }
     }
 
     /// `status` with `body` as `application/json`.
@@ -87,8 +87,15 @@ impl Answer {
 
     /// The same answer with `text` as its whole body.
     pub fn body(mut self, text: impl Into<String>) -> Answer {
-        self.body = Body::Whole(text.into());
+        self.body = Body::Whole(text.into().into());
         self
+    }
+
+    /// `status` with `bytes` as its whole body, of `content_type` (audio, a file's bytes).
+    pub fn bytes(status: u16, content_type: &str, bytes: impl Into<bytes::Bytes>) -> Answer {
+        let mut answer = Answer::new(status).header("content-type", content_type);
+        answer.body = Body::Whole(bytes.into());
+        answer
     }
 
     /// The same answer with header `name` set to `value` (replacing one of the same name).

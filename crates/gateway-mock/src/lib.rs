@@ -22,7 +22,9 @@
 //! [`answering`] (or [`MockServer::answering`]) makes a closure a responder. [`Script`] answers
 //! from queues per route (path prefix), in order, with a fallback; [`Echo`] answers as OpenAI
 //! does, echoing the last message, with markers for errors, tools, refusals, cut, slow and gated
-//! streams. [`source_url`] and [`MockServer::source_url`] name a source served under its own path
+//! streams; [`Surface`] is the rest of OpenAI's API as a stateful provider (the Responses API
+//! with stored responses and background ones, legacy completions, moderations, images, audio,
+//! files and batches), one account per path prefix. [`source_url`] and [`MockServer::source_url`] name a source served under its own path
 //! (`/{source}/v1`), as the soak serves its simulated providers (gateway-sim implements
 //! `Responder` for them). [`Blackhole`] is lower still: it accepts TCP connections and never
 //! reads them. [`openai`] has the bodies a hand-written answer needs.
@@ -42,6 +44,7 @@ pub mod openai;
 mod recording;
 mod responder;
 mod server;
+mod surface;
 mod timer;
 mod upstream;
 
@@ -49,11 +52,13 @@ pub use answer::{Answer, Frame};
 pub use blackhole::Blackhole;
 pub use echo::Echo;
 pub use gate::Gate;
-pub use recording::{Received, Recording};
+pub use recording::{FormPart, Received, Recording};
+pub use surface::Surface;
+pub use surface::media::speech_bytes;
 pub use responder::{Responder, Script, answering};
 pub use server::{Builder, MockServer, source_url};
 pub use timer::Timer;
-pub use upstream::{EchoUpstream, Plan, ScriptedUpstream, Step};
+pub use upstream::{EchoUpstream, Plan, ScriptedUpstream, Step, text_answer};
 
 /// `HeaderMap` of [`Received::headers`].
 pub use axum::http::HeaderMap;

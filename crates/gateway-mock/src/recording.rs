@@ -12,12 +12,29 @@ pub struct Received {
     pub method: String,
     /// The path, without the query.
     pub path: String,
+    /// The query string, without `?` (empty: none).
+    pub query: String,
     /// Every header, as sent.
     pub headers: HeaderMap,
     /// The body exactly as it arrived (lossily decoded as UTF-8).
     pub raw: String,
     /// The body as JSON; `Value::Null` when it is not JSON.
     pub body: Value,
+    /// The body's bytes, exactly as they arrived.
+    pub bytes: bytes::Bytes,
+}
+
+/// One part of a multipart form as it arrived.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FormPart {
+    /// Its field name.
+    pub name: String,
+    /// Its file name, for a file part.
+    pub filename: Option<String>,
+    /// Its content type, if it had one.
+    pub content_type: Option<String>,
+    /// Its bytes.
+    pub data: bytes::Bytes,
 }
 
 impl Received {
@@ -36,6 +53,60 @@ impl Received {
     pub fn wants_stream(&self) -> bool {
         self.body["stream"] == Value::Bool(true)
     }
+
+    /// The parts of a `multipart/form-data` body, in order (`None` for another body, or one
+    /// that cannot be read as a form).
+    pub fn form(&self) -> Option<Vec<FormPart>> {
+        let kind = self.headers.get("content-type")?.to_str().ok()?;
+        let boundary = kind.split(';').find_map(|p| p.trim().strip_prefix("boundary="))?.trim_matches('"');
+        let delimiter = format!("--{boundary}").into_bytes();
+        let body = &self.bytes[..];
+        let mut starts = Vec::new();
+        let mut at = 0;
+        while let Some(found) = find(&body[at..], &delimiter) {
+            starts.push(at + found);
+            at += found + delimiter.len();
+        }
+        let mut parts = Vec::new();
+        for pair in starts.windows(2) {
+            let segment = &body[pair[0] + delimiter.len()..pair[1]];
+            let segment = segment.strip_prefix(b"\r\n")?.strip_suffix(b"\r\n")?;
+            let split = find(segment, b"\r\n\r\n")?;
+            let head = std::str::from_utf8(&segment[..split]).ok()?;
+            let data = self.bytes.slice_ref(&segment[split + 4..]);
+            let (mut name, mut filename, mut content_type) = (None, None, None);
+            for line in head.split("\r\n") {
+                let (header, value) = line.split_once(':')?;
+                match header.trim().to_ascii_lowercase().as_str() {
+                    "content-disposition" => {
+                        for field in value.split(';').map(str::trim) {
+                            if let Some(v) = field.strip_prefix("name=") {
+                                name = Some(v.trim_matches('"').to_owned());
+                            } else if let Some(v) = field.strip_prefix("filename=") {
+                                filename = Some(v.trim_matches('"').to_owned());
+                            }
+                        }
+                    }
+                    "content-type" => content_type = Some(value.trim().to_owned()),
+                    _ => {}
+                }
+            }
+            parts.push(FormPart { name: name?, filename, content_type, data });
+        }
+        Some(parts)
+    }
+
+    /// The text of the form field `name`, if the body is a form that has it.
+    pub fn form_value(&self, name: &str) -> Option<String> {
+        let parts = self.form()?;
+        let part = parts.into_iter().find(|p| p.name == name && p.filename.is_none())?;
+        String::from_utf8(part.data.to_vec()).ok()
+    }
+}
+
+/// Where `needle` first occurs in `haystack`.
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 /// The requests a server received, in arrival order. Clones share one record.

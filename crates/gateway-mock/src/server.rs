@@ -166,9 +166,11 @@ async fn handle(shared: &Shared, request: axum::extract::Request) -> Response {
     let received = Received {
         method: parts.method.to_string(),
         path: parts.uri.path().to_owned(),
+        query: parts.uri.query().unwrap_or_default().to_owned(),
         headers: parts.headers,
         raw: String::from_utf8_lossy(&bytes).into_owned(),
         body: serde_json::from_slice(&bytes).unwrap_or_default(),
+        bytes,
     };
     let answer = shared.responder.answer(&received);
     if let Some(recording) = &shared.recording {
@@ -184,7 +186,7 @@ async fn play(mut answer: Answer, timer: Timer) -> Response {
     if let Some(gate) = answer.gate.take() {
         gate.pass().await;
     }
-    let body = match std::mem::replace(&mut answer.body, Body::Whole(String::new())) {
+    let body = match std::mem::replace(&mut answer.body, Body::Whole(bytes::Bytes::new())) {
         Body::Whole(text) => axum::body::Body::from(text),
         Body::Frames(frames) => axum::body::Body::from_stream(played(frames, answer.held.take(), timer)),
         Body::Never => {

@@ -90,7 +90,7 @@ impl Upstream for ScriptedUpstream {
                 Kind::Embeddings => {
                     Attempt::success(Response::embedding_vectors(&vec![vec![0.5; 4]; request.texts().count()], usage), "http_200")
                 }
-                Kind::Chat => Attempt::success(Response::chat_text(&format!("ok from {source}"), usage), "http_200"),
+                kind => Attempt::success(text_answer(kind, &format!("ok from {source}"), usage), "http_200"),
             },
             Step::Fail(class) => Attempt::failure(class, format!("scripted_{class}"), None),
             Step::RateLimited(retry_after) => Attempt::failure(OutcomeClass::RateLimited, "http_429", retry_after),
@@ -110,10 +110,28 @@ impl Upstream for EchoUpstream {
         let last = request.texts().last().unwrap_or("");
         let response = match request.kind() {
             // A request for structured output gets JSON (a prose echo would fail it and be re-asked).
-            Kind::Chat if request.structured.is_some() => Response::chat_text(&serde_json::json!({"echo": last}).to_string(), None),
-            Kind::Chat => Response::chat_text(&format!("echo: {last}"), None),
+            kind if request.structured.is_some() => text_answer(kind, &serde_json::json!({"echo": last}).to_string(), None),
             Kind::Embeddings => Response::embedding_vectors(&vec![vec![0.5, -1.0, 2.0]; request.texts().count().max(1)], None),
+            kind => text_answer(kind, &format!("echo: {last}"), None),
         };
         Attempt::success(response, "http_200")
+    }
+}
+
+/// A usable answer of `kind` saying `text` (images, speech, files and the like: a small
+/// answer of their shape).
+pub fn text_answer(kind: Kind, text: &str, usage: Option<Usage>) -> Response {
+    use serde_json::json;
+    let object = |value: serde_json::Value| value.as_object().cloned().unwrap_or_default();
+    match kind {
+        Kind::Chat | Kind::Embeddings => Response::chat_text(text, usage),
+        Kind::Responses => Response::responses_text("resp_mock", text, usage),
+        Kind::Completions => Response::new(kind, object(json!({"object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": "stop"}]}))),
+        Kind::Moderations => Response::new(kind, object(json!({"id": "modr-mock", "results": [{"flagged": false}]}))),
+        Kind::Images | Kind::ImageEdits => Response::new(kind, object(json!({"created": 1, "data": [{"b64_json": "aGk="}]}))),
+        Kind::Transcriptions | Kind::Translations => Response::new(kind, object(json!({"text": text}))),
+        Kind::Speech => Response::raw(kind, gateway_core::request::Raw { content_type: "audio/mpeg".into(), bytes: text.as_bytes().to_vec().into() }),
+        Kind::Files => Response::new(kind, object(json!({"id": "file-mock", "object": "file"}))),
+        Kind::Batches => Response::new(kind, object(json!({"id": "batch_mock", "object": "batch", "status": "validating"}))),
     }
 }

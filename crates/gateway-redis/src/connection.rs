@@ -226,6 +226,23 @@ impl RedisConnection {
         })
     }
 
+    /// Runs the plain command `name` with `args` on `key` (routed by its slot), under the
+    /// command timeout; an error names `key`.
+    pub(crate) async fn command(&self, name: &'static str, key: &str, args: Vec<Value>) -> Result<Value, BackendError> {
+        let slot = Some(fred::util::redis_keyslot(key.as_bytes()));
+        let mut argv = Vec::with_capacity(1 + args.len());
+        argv.push(Value::String(key.into()));
+        argv.extend(args);
+        self.pool.with_options(&self.options).custom(CustomCommand::new(name, slot, false), argv).await.map_err(|e| {
+            let detail = format!("{name}: {e}");
+            if is_script_error(&e) {
+                BackendError::Malformed { backend: "redis", key: key.to_owned(), detail }
+            } else {
+                BackendError::BackendUnavailable { backend: "redis", key: key.to_owned(), detail }
+            }
+        })
+    }
+
     /// Counts and logs a record operation that Redis did not take (it could not answer, or it
     /// answered that the script could not do its work); the call goes on.
     pub(crate) fn degrade(&self, op: &'static str, error: &BackendError) {

@@ -1,5 +1,5 @@
-//! `gateway-redis`: `BreakerGate`, `QuotaGate` and `PacerGate` on Redis, shared by every
-//! worker process of a deployment.
+//! `gateway-redis`: `BreakerGate`, `QuotaGate`, `PacerGate` and `AffinityMap` on Redis, shared
+//! by every worker process of a deployment.
 //!
 //! - Lua scripts (`lua/`), loaded once, called with EVALSHA, reloaded on NOSCRIPT (after a
 //!   restart, a failover or SCRIPT FLUSH): `gate.lua` is every breaker operation and mirrors
@@ -21,6 +21,7 @@
 //!   reply, a Lua error, a key of the wrong type) is `BackendError::Malformed`, never an outage; a
 //!   record that meets it is logged as an error and counted the same way.
 
+mod affinity;
 mod connection;
 mod gates;
 mod keys;
@@ -36,6 +37,7 @@ fn incarnations() -> gateway_core::random::Incarnations {
     use std::hash::BuildHasher;
     gateway_core::random::Incarnations::seeded(std::collections::hash_map::RandomState::new().hash_one(std::process::id()))
 }
+pub use affinity::RedisAffinity;
 pub use gates::RedisGates;
 pub use pacer::RedisPacer;
 pub use quota::RedisQuota;

@@ -4,7 +4,12 @@
 //! happens while Redis cannot answer by `[backend] on_unavailable`.
 //!
 //! Routes: `POST /v1/chat/completions` (plain and `stream: true`), `POST /v1/embeddings`,
-//! `GET /v1/models` (the scopes), `GET /v1/gateway/sources` (every source's gate and local
+//! `POST /v1/completions`, `POST /v1/moderations`, `POST /v1/responses` (plain and streamed) and
+//! a stored response's routes (`GET`/`DELETE /v1/responses/{id}`, `…/input_items`, `…/cancel`),
+//! `POST /v1/images/generations` and `…/edits`, `POST /v1/audio/transcriptions`,
+//! `…/translations` and `…/speech`, `POST /v1/files` and a file's routes, `POST /v1/batches`
+//! and a batch's routes (a stored object's route goes to the source that made it: the
+//! affinity map), 501 for the Realtime API and listings, `GET /v1/models` (the scopes), `GET /v1/gateway/sources` (every source's gate and local
 //! view), `GET /metrics` (Prometheus; behind the metrics key or a gateway key, or on
 //! `metrics_listen`), `GET /healthz`, `GET /readyz`. The request's `model` names a scope; the
 //! tenant comes from the API key's binding or `x-tenant-id`.
@@ -34,7 +39,7 @@ use axum::Router;
 use axum::routing::{get, post};
 use config::{BackendConfig, ServerConfig};
 use gateway_client::{GatewayClient, TracingTelemetry};
-use gateway_core::ports::{BreakerGate, SourceKey, Telemetry};
+use gateway_core::ports::{AffinityMap, BreakerGate, SourceKey, Telemetry};
 use gateway_core::telemetry::{AttemptEvent, CallEvent, GateEvent};
 use gateway_http::structured::{SchemaLimits, Schemas};
 use gateway_memory::backstop::{Backstop, BackstopGates, BackstopPacer, BackstopQuota, OnUnavailable};
@@ -138,8 +143,27 @@ impl Telemetry for ServerTelemetry {
 /// The routes.
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
-        .route("/v1/chat/completions", post(routes::chat))
-        .route("/v1/embeddings", post(routes::embeddings))
+        .route("/v1/chat/completions", post(routes::chat::chat))
+        .route("/v1/embeddings", post(routes::chat::embeddings))
+        .route("/v1/completions", post(routes::chat::completions))
+        .route("/v1/moderations", post(routes::chat::moderations))
+        .route("/v1/responses", post(routes::responses::create))
+        .route("/v1/responses/{id}", get(routes::responses::retrieve).delete(routes::responses::delete))
+        .route("/v1/responses/{id}/input_items", get(routes::responses::input_items))
+        .route("/v1/responses/{id}/cancel", post(routes::responses::cancel))
+        .route("/v1/images/generations", post(routes::media::images))
+        .route("/v1/images/edits", post(routes::media::image_edits))
+        .route("/v1/audio/transcriptions", post(routes::media::transcriptions))
+        .route("/v1/audio/translations", post(routes::media::translations))
+        .route("/v1/audio/speech", post(routes::media::speech))
+        .route("/v1/files", post(routes::files::upload).get(routes::listing))
+        .route("/v1/files/{id}", get(routes::files::retrieve).delete(routes::files::delete))
+        .route("/v1/files/{id}/content", get(routes::files::content))
+        .route("/v1/batches", post(routes::files::create_batch).get(routes::listing))
+        .route("/v1/batches/{id}", get(routes::files::retrieve_batch))
+        .route("/v1/batches/{id}/cancel", post(routes::files::cancel_batch))
+        .route("/v1/realtime", get(routes::realtime).post(routes::realtime))
+        .route("/v1/realtime/{*rest}", get(routes::realtime).post(routes::realtime))
         .route("/v1/models", get(routes::models))
         .route("/v1/models/{id}", get(routes::model))
         .route("/v1/gateway/sources", get(routes::sources))
@@ -183,7 +207,7 @@ async fn shared_backend(
     backend: &BackendConfig,
     url: &str,
     clock: Arc<dyn gateway_core::time::Clock>,
-) -> Result<(Shared, Arc<Backstop>), BuildError> {
+) -> Result<(Shared, Arc<Backstop>, Arc<dyn AffinityMap>), BuildError> {
     let redis = gateway_redis::RedisConfig {
         url: url.to_owned(),
         command_timeout: Duration::from_millis(backend.command_timeout_ms),
@@ -195,9 +219,11 @@ async fn shared_backend(
     let shared: Shared = (
         Arc::new(BackstopGates::new(Arc::new(gateway_redis::RedisGates::new(conn.clone())), backstop.clone())),
         Arc::new(BackstopQuota::new(Arc::new(gateway_redis::RedisQuota::new(conn.clone())), backstop.clone())),
-        Arc::new(BackstopPacer::new(Arc::new(gateway_redis::RedisPacer::new(conn)), backstop.clone())),
+        Arc::new(BackstopPacer::new(Arc::new(gateway_redis::RedisPacer::new(conn.clone())), backstop.clone())),
     );
-    Ok((shared, backstop))
+    // Where stored state lives must be one answer for every replica: no local stand-in.
+    let affinity: Arc<dyn AffinityMap> = Arc::new(gateway_redis::RedisAffinity::new(conn));
+    Ok((shared, backstop, affinity))
 }
 
 type Shared = (Arc<dyn BreakerGate>, Arc<dyn gateway_core::ports::QuotaGate>, Arc<dyn gateway_core::ports::PacerGate>);
@@ -222,10 +248,10 @@ pub async fn build_with(
     let upstream = Arc::new(upstream);
     let metrics = Arc::new(Metrics::new(config.metrics_max_tenants));
     let clock: Arc<dyn gateway_core::time::Clock> = Arc::new(gateway_client::TokioClock::new());
-    let ((gates, quota, pacer), backstop): (Shared, _) = match &backend.redis_url {
+    let ((gates, quota, pacer), backstop, affinity): (Shared, _, Arc<dyn AffinityMap>) = match &backend.redis_url {
         Some(url) => {
-            let (shared, backstop) = shared_backend(&backend, url, clock.clone()).await?;
-            (shared, Some(backstop))
+            let (shared, backstop, affinity) = shared_backend(&backend, url, clock.clone()).await?;
+            (shared, Some(backstop), affinity)
         }
         None => (
             (
@@ -234,6 +260,7 @@ pub async fn build_with(
                 Arc::new(gateway_memory::MemoryPacer::new(clock.clone())),
             ),
             None,
+            Arc::new(gateway_memory::MemoryAffinity::new(clock.clone(), config.affinity_max_ids)),
         ),
     };
     let client = GatewayClient::builder()
@@ -243,6 +270,8 @@ pub async fn build_with(
         .quota(quota)
         .pacer(pacer)
         .upstream(upstream.clone())
+        .affinity(affinity)
+        .affinity_ttl(Duration::from_secs_f64(config.affinity_ttl_s))
         .telemetry(Arc::new(ServerTelemetry { metrics: metrics.clone() }))
         .clock(clock)
         .build()?;

@@ -92,3 +92,61 @@ fn what_reached_the_provider(r: &support::Running) {
     let gate = r.gates.snapshot(&gateway_core::ports::SourceKey::new("chat", "mock")).unwrap();
     assert!(gate.f0 + gate.f1 >= 1, "the cut counted as a failure: {gate:?}");
 }
+
+/// Python with the openai package, or why the test cannot run (SKIPPED unless required).
+fn python_with_openai(test: &str) -> Option<String> {
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let probe = Command::new(&python).args(["-c", "import openai"]).output();
+    if probe.as_ref().is_ok_and(|o| o.status.success()) {
+        return Some(python);
+    }
+    let why = match probe {
+        Err(e) => format!("{python} cannot run: {e}"),
+        Ok(o) => format!("the openai package is not installed ({})", String::from_utf8_lossy(&o.stderr).trim()),
+    };
+    assert!(!required(), "GATEWAY_SDK_REQUIRED=1 but {why}");
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why} (pip install openai)");
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_openai_python_sdk_reaches_responses_images_audio_files_and_batches() {
+    let Some(python) = python_with_openai("the_official_openai_python_sdk_reaches_responses_images_audio_files_and_batches") else { return };
+    let (r, _surface) = support::start_surface(&support::surface_scope("chat", "", &[("a", "a"), ("b", "b")])).await;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openai_sdk_surface.py");
+    let base = format!("{}/v1", r.url);
+    let output = tokio::process::Command::new(&python).args([script, &base, support::KEY, &r.provider.root()]).output().await.unwrap();
+    assert!(
+        output.status.success(),
+        "openai_sdk_surface.py failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let received = r.provider.received();
+    let find = |path: &str, check: &dyn Fn(&gateway_mock::Received) -> bool| {
+        received.iter().find(|q| q.path.ends_with(path) && check(q)).cloned().unwrap_or_else(|| panic!("nothing reached {path}"))
+    };
+    // The Responses bodies, verbatim but for the source's model.
+    let tool = find("/v1/responses", &|q| q.body["input"] == "TOOLS please");
+    assert_eq!(tool.body["tools"][0]["name"], "get_weather", "function tools stay flat: {}", tool.raw);
+    assert!(tool.body["model"].as_str().is_some_and(|m| m.starts_with("m-")), "{}", tool.raw);
+    let output_turn = find("/v1/responses", &|q| q.body["input"][0]["type"] == "function_call_output");
+    assert_eq!(output_turn.body["input"][0], json!({"type": "function_call_output", "call_id": "call_1", "output": "sunny"}));
+    assert!(output_turn.body["previous_response_id"].is_string());
+    // A multipart upload: the source's model set, the file's bytes exactly as sent.
+    let heard = find("/v1/audio/transcriptions", &|q| q.form_value("language").as_deref() == Some("en"));
+    let form = heard.form().unwrap();
+    let file = form.iter().find(|p| p.name == "file").unwrap();
+    assert_eq!((file.filename.as_deref(), &file.data[..]), (Some("hello.wav"), &b"RIFF\x24\x00\x00\x00WAVEfmt \xff\xfe\x00\x01"[..]));
+    assert!(heard.form_value("model").is_some_and(|m| m.starts_with("m-")), "model set per source");
+    let edit = find("/v1/images/edits", &|_| true);
+    assert_eq!(edit.form_value("prompt").as_deref(), Some("make it blue"));
+    let speech = find("/v1/audio/speech", &|_| true);
+    assert_eq!((speech.body["voice"].as_str(), speech.body["input"].as_str()), (Some("alloy"), Some("hello world")));
+    let upload = find("/v1/files", &|_| true);
+    assert_eq!(upload.form_value("purpose").as_deref(), Some("batch"));
+    assert!(upload.form_value("model").is_none(), "a file names no model");
+    let batch = find("/v1/batches", &|q| q.method == "POST");
+    assert!(batch.body.get("model").is_none(), "a batch names no model: {}", batch.raw);
+    assert_eq!(batch.path.split('/').nth(1), upload.path.split('/').nth(1), "the batch went to its file's account");
+}

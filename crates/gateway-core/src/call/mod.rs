@@ -382,6 +382,16 @@ impl CallMachine {
         self.spent.get(source).copied().unwrap_or(false)
     }
 
+    /// Restricts the call to `source`, the one holding the state its request refers to (SPEC
+    /// §13): every other is out of its pool from the start, as a spent source is, so the call
+    /// waits for that source, or fails as its scope's `circuit_open` and `quota_full` say, and
+    /// never goes elsewhere.
+    pub fn restrict_to(&mut self, source: usize) {
+        for (i, spent) in self.spent.iter_mut().enumerate() {
+            *spent = i != source;
+        }
+    }
+
     fn spent_sources(&self) -> impl Iterator<Item = usize> + '_ {
         self.spent.iter().enumerate().filter(|(_, spent)| **spent).map(|(source, _)| source)
     }

@@ -3,8 +3,8 @@
 
 use super::CallMachine;
 use crate::outcome::OutcomeClass;
-use crate::request::{Outcome, Structured};
-use crate::stream::{Assembly, Chunk, StructuredStream, assemble, chunks_of, commits, opening_failure};
+use crate::request::{Kind, Outcome, Structured};
+use crate::stream::{Assembly, Chunk, StructuredStream, assemble, chunks_of, commits, failure_of, opening_failure};
 
 /// Where a streamed attempt stands after a chunk.
 #[derive(Clone, Debug, PartialEq)]
@@ -23,8 +23,9 @@ pub enum Streaming {
 }
 
 impl CallMachine {
-    /// A chunk of a streamed attempt before its commit point (the first chunk with content, a
-    /// tool-call delta or a refusal). `None`: the stream ended. An answer that must be JSON
+    /// A chunk of a streamed attempt of `kind` before its commit point (the first chunk with
+    /// content, a tool-call delta or a refusal). `None`: the stream ended. A chunk that says the
+    /// answer failed (a Responses `response.failed`) ends the attempt with its outcome. An answer that must be JSON
     /// (`structured`) and opens with prose ends at its commit point, unseen, and is re-asked
     /// like a whole one; a stream that ends without content is `Transient(empty)`. A stream
     /// asking for JSON under `StructuredStream::Validated` is held (merged as it comes) to its
@@ -33,6 +34,7 @@ impl CallMachine {
     pub fn on_chunk(
         &mut self,
         chunk: Option<Result<Chunk, Outcome>>,
+        kind: Kind,
         structured: Option<&Structured>,
         mode: StructuredStream,
     ) -> Streaming {
@@ -46,10 +48,13 @@ impl CallMachine {
                 };
             }
         };
+        if let Some(outcome) = failure_of(kind, &chunk) {
+            return Streaming::Ended(outcome);
+        }
         // The commit point is judged once per chunk, and never again once reached.
-        let committed = !self.opened && commits(&chunk);
+        let committed = !self.opened && commits(kind, &chunk);
         if mode.holds(structured) {
-            let answer = self.held.get_or_insert_with(Assembly::default);
+            let answer = self.held.get_or_insert_with(|| Assembly::of(kind));
             answer.push(&chunk);
             if committed {
                 self.opened = true;
@@ -64,7 +69,7 @@ impl CallMachine {
             return Streaming::ReadOn;
         }
         if structured.is_some()
-            && let Some(outcome) = opening_failure(structured, assemble(&self.preamble).text_answers())
+            && let Some(outcome) = opening_failure(structured, assemble(kind, &self.preamble).text_answers())
         {
             return Streaming::Ended(outcome);
         }

@@ -1,7 +1,7 @@
 //! The request a caller writes: its native body, the builders of chat and embeddings bodies,
 //! and the token estimate read from it.
 
-use super::{Kind, Object, Structured};
+use super::{Form, Kind, Object, Structured, Target};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -64,6 +64,14 @@ pub struct Request {
     /// This request's own commit point for a stream asking for JSON, over its scope's
     /// `structured_stream` (the proxy's `x-gateway-structured-stream` header).
     pub structured_stream: Option<crate::stream::StructuredStream>,
+    /// A stored object's route, when the request goes there rather than to its kind's create
+    /// endpoint.
+    target: Option<Arc<Target>>,
+    /// A multipart form, sent instead of the JSON body.
+    form: Option<Arc<Form>>,
+    /// The one source the call may use (the one holding the state the request refers to), and
+    /// the id of that state.
+    pin: Option<(Arc<str>, Arc<str>)>,
 }
 
 /// Completion tokens assumed when a chat body sets no limit.
@@ -73,9 +81,60 @@ impl Request {
     /// A request of `kind` with this native body, its token estimate from the body (a quarter
     /// of the text's characters, plus the completion limit for chat).
     pub fn native(kind: Kind, body: Object) -> Self {
-        let mut request = Request { kind, body: Arc::new(body), structured: None, estimated_tokens: 0, structured_stream: None };
+        let mut request = Request {
+            kind,
+            body: Arc::new(body),
+            structured: None,
+            estimated_tokens: 0,
+            structured_stream: None,
+            target: None,
+            form: None,
+            pin: None,
+        };
         request.estimated_tokens = request.estimate();
         request
+    }
+
+    /// A request of `kind` sent as this multipart form (an upload); its token estimate from its
+    /// `prompt` field.
+    pub fn multipart(kind: Kind, form: Form) -> Self {
+        let mut request = Request::native(kind, Object::new());
+        request.form = Some(Arc::new(form));
+        request.estimated_tokens = request.estimate();
+        request
+    }
+
+    /// A request of `kind` to a stored object's route (`GET responses/{id}`), with no body.
+    pub fn to_target(kind: Kind, target: Target) -> Self {
+        Request::native(kind, Object::new()).with_target(target)
+    }
+
+    /// The same request sent to `target` instead of its kind's create endpoint.
+    pub fn with_target(mut self, target: Target) -> Self {
+        self.target = Some(Arc::new(target));
+        self
+    }
+
+    /// The same request, allowed on `source` only: the source that holds the state `id` names
+    /// (a stored object's route).
+    pub fn pinned_to(mut self, source: &str, id: &str) -> Self {
+        self.pin = Some((Arc::from(source), Arc::from(id)));
+        self
+    }
+
+    /// The route it goes to, when not its kind's create endpoint.
+    pub fn target(&self) -> Option<&Target> {
+        self.target.as_deref()
+    }
+
+    /// The multipart form it is sent as, if it is an upload.
+    pub fn form(&self) -> Option<&Form> {
+        self.form.as_deref()
+    }
+
+    /// The one source the call may use and the id of the state it holds, if it is pinned.
+    pub fn pinned(&self) -> Option<(&str, &str)> {
+        self.pin.as_ref().map(|(source, id)| (&**source, &**id))
     }
 
     /// A request of `kind` from any body that serializes to a JSON object (for example an
@@ -152,42 +211,62 @@ impl Request {
         &self.body
     }
 
-    /// Every text the request carries (message contents and text parts; embeddings inputs):
-    /// what providers and estimates read.
+    /// The body fields holding the texts a provider reads, by kind.
+    fn text_fields(&self) -> &'static [&'static str] {
+        match self.kind {
+            Kind::Chat => &["messages"],
+            Kind::Embeddings | Kind::Moderations | Kind::Speech => &["input"],
+            Kind::Responses => &["instructions", "input"],
+            Kind::Completions | Kind::Images | Kind::ImageEdits | Kind::Transcriptions | Kind::Translations => &["prompt"],
+            Kind::Files | Kind::Batches => &[],
+        }
+    }
+
+    /// Every text the request carries (message contents and text parts; inputs and prompts; a
+    /// form's `prompt` field): what providers and estimates read.
     pub fn texts(&self) -> impl Iterator<Item = &str> {
-        let field = match self.kind {
-            Kind::Chat => "messages",
-            Kind::Embeddings => "input",
-        };
         let mut texts = Vec::new();
-        if let Some(value) = self.body.get(field) {
-            collect_texts(value, &mut texts, 0);
+        for field in self.text_fields() {
+            if let Some(value) = self.body.get(*field) {
+                collect_texts(value, &mut texts, 0);
+            }
+            if let Some(text) = self.form.as_deref().and_then(|form| form.value(field)) {
+                texts.push(text);
+            }
         }
         texts.into_iter()
     }
 
-    /// A quarter of the characters of the texts (token arrays count a token each), plus the
-    /// completion limit for chat.
+    /// A quarter of the characters of the texts (token arrays count a token each), plus what
+    /// the answer may use: the completion limit for chat (× `n`), responses and legacy
+    /// completions (× `n`).
     fn estimate(&self) -> u32 {
         let chars: usize = self.texts().map(str::len).sum();
         let tokens = u32::try_from(chars / 4 + 1).unwrap_or(u32::MAX).saturating_add(self.token_arrays());
-        match self.kind {
-            Kind::Chat => {
-                let limit = ["max_completion_tokens", "max_tokens"]
-                    .iter()
-                    .find_map(|f| self.body.get(*f).and_then(Value::as_u64))
-                    .map_or(DEFAULT_COMPLETION_TOKENS, |n| u32::try_from(n).unwrap_or(u32::MAX));
-                // `n` choices each get up to the completion limit (the provider counts it so).
-                let choices = self.body.get("n").and_then(Value::as_u64).map_or(1, |n| u32::try_from(n.max(1)).unwrap_or(u32::MAX));
-                tokens.saturating_add(limit.saturating_mul(choices))
-            }
-            Kind::Embeddings => tokens,
-        }
+        let (limits, default): (&[&str], u32) = match self.kind {
+            Kind::Chat => (&["max_completion_tokens", "max_tokens"], DEFAULT_COMPLETION_TOKENS),
+            Kind::Responses => (&["max_output_tokens"], DEFAULT_COMPLETION_TOKENS),
+            // The legacy endpoint's own default is 16 tokens.
+            Kind::Completions => (&["max_tokens"], 16),
+            _ => return tokens,
+        };
+        let limit = limits
+            .iter()
+            .find_map(|f| self.body.get(*f).and_then(Value::as_u64))
+            .map_or(default, |n| u32::try_from(n).unwrap_or(u32::MAX));
+        // `n` choices each get up to the completion limit (the provider counts it so).
+        let choices = self.body.get("n").and_then(Value::as_u64).map_or(1, |n| u32::try_from(n.max(1)).unwrap_or(u32::MAX));
+        tokens.saturating_add(limit.saturating_mul(choices))
     }
 
-    /// Tokens given as numbers (an embeddings input of token arrays).
+    /// Tokens given as numbers (an embeddings input or a legacy prompt of token arrays).
     fn token_arrays(&self) -> u32 {
-        let Some(Value::Array(input)) = self.body.get("input").filter(|_| self.kind == Kind::Embeddings) else { return 0 };
+        let field = match self.kind {
+            Kind::Embeddings => "input",
+            Kind::Completions => "prompt",
+            _ => return 0,
+        };
+        let Some(Value::Array(input)) = self.body.get(field) else { return 0 };
         let count = |v: &Value| v.as_array().map_or(usize::from(v.is_number()), |a| a.iter().filter(|t| t.is_number()).count());
         u32::try_from(input.iter().map(count).sum::<usize>()).unwrap_or(u32::MAX)
     }

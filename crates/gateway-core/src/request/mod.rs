@@ -12,6 +12,7 @@ mod body;
 mod rate;
 mod response;
 mod structured;
+mod target;
 #[cfg(test)]
 mod tests;
 
@@ -25,6 +26,7 @@ pub use rate::{RateReport, RateSignal};
 pub(crate) use response::message_is_usable;
 pub use response::{Response, Usage, answers_otherwise};
 pub use structured::{ParseCheck, Structured};
+pub use target::{Form, Method, Part, Raw, Target};
 
 /// A JSON object: a request body, a response body, a stream chunk.
 pub type Object = Map<String, Value>;
@@ -38,26 +40,92 @@ pub enum Kind {
     Chat,
     /// Embeddings (`/embeddings`).
     Embeddings,
+    /// The Responses API (`/responses`, and the routes of a stored response).
+    Responses,
+    /// Legacy text completions (`/completions`).
+    Completions,
+    /// Moderations (`/moderations`).
+    Moderations,
+    /// Image generation (`/images/generations`).
+    Images,
+    /// Image edits (`/images/edits`, multipart).
+    ImageEdits,
+    /// Speech to text (`/audio/transcriptions`, multipart).
+    Transcriptions,
+    /// Speech to English text (`/audio/translations`, multipart).
+    Translations,
+    /// Text to speech (`/audio/speech`, a binary answer).
+    Speech,
+    /// Files (`/files`: an upload, and a stored file's routes).
+    Files,
+    /// Batches (`/batches`, and a stored batch's routes).
+    Batches,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 2] = [Kind::Chat, Kind::Embeddings];
+    pub const ALL: [Kind; 12] = [
+        Kind::Chat,
+        Kind::Embeddings,
+        Kind::Responses,
+        Kind::Completions,
+        Kind::Moderations,
+        Kind::Images,
+        Kind::ImageEdits,
+        Kind::Transcriptions,
+        Kind::Translations,
+        Kind::Speech,
+        Kind::Files,
+        Kind::Batches,
+    ];
 
-    /// The config and telemetry name: `chat`, `embeddings`.
+    /// The config and telemetry name: `chat`, `embeddings`, `responses`, …
     pub const fn as_str(self) -> &'static str {
         match self {
             Kind::Chat => "chat",
             Kind::Embeddings => "embeddings",
+            Kind::Responses => "responses",
+            Kind::Completions => "completions",
+            Kind::Moderations => "moderations",
+            Kind::Images => "images",
+            Kind::ImageEdits => "image_edits",
+            Kind::Transcriptions => "transcriptions",
+            Kind::Translations => "translations",
+            Kind::Speech => "speech",
+            Kind::Files => "files",
+            Kind::Batches => "batches",
         }
     }
 
-    /// The endpoint path below a provider's base URL.
+    /// The endpoint path below a provider's base URL of a call that creates (a request with a
+    /// [`Target`] goes where it says instead).
     pub const fn path(self) -> &'static str {
         match self {
             Kind::Chat => "chat/completions",
             Kind::Embeddings => "embeddings",
+            Kind::Responses => "responses",
+            Kind::Completions => "completions",
+            Kind::Moderations => "moderations",
+            Kind::Images => "images/generations",
+            Kind::ImageEdits => "images/edits",
+            Kind::Transcriptions => "audio/transcriptions",
+            Kind::Translations => "audio/translations",
+            Kind::Speech => "audio/speech",
+            Kind::Files => "files",
+            Kind::Batches => "batches",
         }
+    }
+
+    /// Whether a call of this kind can be answered as a stream of events the gateway governs
+    /// to a commit point (SPEC §13).
+    pub const fn streams(self) -> bool {
+        matches!(self, Kind::Chat | Kind::Responses | Kind::Completions)
+    }
+
+    /// Whether its body names a model, which the gateway sets per source (files and batches
+    /// name none: a batch's requests name theirs).
+    pub const fn takes_model(self) -> bool {
+        !matches!(self, Kind::Files | Kind::Batches)
     }
 }
 

@@ -1,7 +1,7 @@
 //! What a provider answers: its whole body with typed accessors, the token counts it reports,
 //! and when an answer is usable.
 
-use super::{Kind, Object};
+use super::{Kind, Object, Raw};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
@@ -20,11 +20,19 @@ impl Usage {
         self.prompt_tokens.saturating_add(self.completion_tokens)
     }
 
-    /// The `usage` object of a response or a chunk, if it has one.
+    /// The `usage` object of a response or a chunk, if it has one: chat's and the legacy
+    /// endpoints' `prompt_tokens` / `completion_tokens`, or the Responses API's (and images',
+    /// and transcriptions') `input_tokens` / `output_tokens`. A Responses event carries it in
+    /// its `response`.
     pub fn of(body: &Object) -> Option<Usage> {
-        let usage = body.get("usage")?.as_object()?;
-        let count = |field: &str| usage.get(field).and_then(Value::as_u64).map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX));
-        Some(Usage { prompt_tokens: count("prompt_tokens"), completion_tokens: count("completion_tokens") })
+        let usage = match body.get("usage").and_then(Value::as_object) {
+            Some(usage) => usage,
+            None => body.get("response")?.as_object()?.get("usage")?.as_object()?,
+        };
+        let count = |fields: [&str; 2]| {
+            fields.iter().find_map(|f| usage.get(*f).and_then(Value::as_u64)).map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX))
+        };
+        Some(Usage { prompt_tokens: count(["prompt_tokens", "input_tokens"]), completion_tokens: count(["completion_tokens", "output_tokens"]) })
     }
 }
 /// A usable answer: the provider's whole body, and who served it.
@@ -32,6 +40,8 @@ impl Usage {
 pub struct Response {
     kind: Kind,
     body: Object,
+    /// The answer, when it is not JSON (then `body` is empty).
+    raw: Option<Raw>,
     request_id: Option<String>,
     source: Option<String>,
     attempts: u32,
@@ -40,7 +50,18 @@ pub struct Response {
 impl Response {
     /// A provider's answer of `kind`, as it sent it.
     pub fn new(kind: Kind, body: Object) -> Self {
-        Response { kind, body, request_id: None, source: None, attempts: 0 }
+        Response { kind, body, raw: None, request_id: None, source: None, attempts: 0 }
+    }
+
+    /// A provider's answer of `kind` that is not JSON (audio, a file's bytes, a transcript as
+    /// text), as it sent it.
+    pub fn raw(kind: Kind, raw: Raw) -> Self {
+        Response { raw: Some(raw), ..Response::new(kind, Object::new()) }
+    }
+
+    /// The answer's bytes and content type, when it is not JSON.
+    pub fn raw_body(&self) -> Option<&Raw> {
+        self.raw.as_ref()
     }
 
     /// A chat completion of one text choice (for simulated and scripted upstreams).
@@ -53,6 +74,22 @@ impl Response {
             body["usage"] = json!({"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens, "total_tokens": u.total()});
         }
         Response::new(Kind::Chat, into_object(body))
+    }
+
+    /// A Responses `response` of one message of text (for simulated and scripted upstreams),
+    /// with the id `id`.
+    pub fn responses_text(id: &str, content: &str, usage: Option<Usage>) -> Self {
+        let mut body = json!({
+            "id": id,
+            "object": "response",
+            "status": "completed",
+            "output": [{"type": "message", "id": format!("msg_{id}"), "role": "assistant", "status": "completed",
+                        "content": [{"type": "output_text", "text": content, "annotations": []}]}],
+        });
+        if let Some(u) = usage {
+            body["usage"] = json!({"input_tokens": u.prompt_tokens, "output_tokens": u.completion_tokens, "total_tokens": u.total()});
+        }
+        Response::new(Kind::Responses, into_object(body))
     }
 
     /// An embeddings answer of these vectors (for simulated and scripted upstreams).
@@ -143,9 +180,14 @@ impl Response {
         Usage::of(&self.body)
     }
 
+    /// The `data` entries (embeddings, images).
+    pub fn data(&self) -> &[Value] {
+        self.body.get("data").and_then(Value::as_array).map_or(&[], Vec::as_slice)
+    }
+
     /// The embeddings' `data` entries.
     pub fn embeddings(&self) -> &[Value] {
-        self.body.get("data").and_then(Value::as_array).map_or(&[], Vec::as_slice)
+        self.data()
     }
 
     /// The `i`-th embedding as numbers (`None` for base64 or a missing entry).
@@ -154,8 +196,14 @@ impl Response {
     }
 
     /// Whether the answer can be used (SPEC §2): a chat choice with text, tool calls, a refusal
-    /// or audio; embeddings, each with a vector. Anything else is `Transient("empty")`.
+    /// or audio; embeddings, each with a vector; a Responses output with a message that says
+    /// something (text or a refusal) or a tool call, or a background response's
+    /// acknowledgement; a legacy completion choice with text; moderation results; images, each
+    /// with a URL or its bytes; a transcript (an empty one is silence, not a fault); speech
+    /// audio; a stored file's or batch's id. Anything else is `Transient("empty")`. (An answer
+    /// of a stored object's route is the provider's word on it, and not judged here.)
     pub fn is_usable(&self) -> bool {
+        let nonempty = |field: &str| self.body.get(field).and_then(Value::as_array).is_some_and(|a| !a.is_empty());
         match self.kind {
             Kind::Chat => self.choices().iter().any(|c| c.get("message").and_then(Value::as_object).is_some_and(message_is_usable)),
             Kind::Embeddings => {
@@ -167,17 +215,32 @@ impl Response {
                         _ => false,
                     })
             }
+            Kind::Responses => crate::responses::is_usable(&self.body),
+            Kind::Completions => self.choices().iter().any(|c| nonempty_string(c.get("text"))),
+            Kind::Moderations => nonempty("results"),
+            Kind::Images | Kind::ImageEdits => {
+                nonempty("data")
+                    && self.data().iter().all(|image| nonempty_string(image.get("url")) || nonempty_string(image.get("b64_json")))
+            }
+            Kind::Transcriptions | Kind::Translations => self.raw.is_some() || self.body.get("text").is_some_and(Value::is_string),
+            Kind::Speech => self.raw.as_ref().is_some_and(|raw| !raw.bytes.is_empty()),
+            Kind::Files | Kind::Batches => nonempty_string(self.body.get("id")),
         }
     }
 
-    /// The text answers a structured check applies to: every choice's text (`""` for a choice
-    /// that has none: a blank choice of `n` is an answer that is not JSON), unless that choice
-    /// [`answers_otherwise`].
-    pub fn text_answers(&self) -> impl Iterator<Item = &str> {
-        self.choices().iter().filter_map(|c| {
-            let message = c.get("message")?.as_object()?;
-            if answers_otherwise(message) { None } else { Some(message.get("content").and_then(Value::as_str).unwrap_or("")) }
-        })
+    /// The text answers a structured check applies to: every chat choice's text (`""` for a
+    /// choice that has none: a blank choice of `n` is an answer that is not JSON), unless that
+    /// choice [`answers_otherwise`]; every Responses message's text, unless it refused. Other
+    /// kinds have none.
+    pub fn text_answers(&self) -> Box<dyn Iterator<Item = &str> + '_> {
+        match self.kind {
+            Kind::Chat => Box::new(self.choices().iter().filter_map(|c| {
+                let message = c.get("message")?.as_object()?;
+                if answers_otherwise(message) { None } else { Some(message.get("content").and_then(Value::as_str).unwrap_or("")) }
+            })),
+            Kind::Responses => Box::new(crate::responses::text_answers(&self.body)),
+            _ => Box::new(std::iter::empty()),
+        }
     }
 }
 /// The object a `json!({…})` literal built, without copying it.

@@ -133,7 +133,7 @@ impl Run {
     }
 
     fn chunk(&mut self, chunk: Option<Result<gateway_core::stream::Chunk, Outcome>>) {
-        match self.machine.on_chunk(chunk, self.structured.as_ref(), self.mode) {
+        match self.machine.on_chunk(chunk, gateway_core::request::Kind::Chat, self.structured.as_ref(), self.mode) {
             Streaming::ReadOn => self.say("read on"),
             Streaming::Committed(preamble) => self.say(&format!("commit: {} chunk(s) to the caller", preamble.len())),
             Streaming::Validated(whole) => {

@@ -12,9 +12,9 @@ use crate::{HttpLimits, Source};
 use async_trait::async_trait;
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::ports::ChunkSource;
-use gateway_core::request::{Outcome, Structured};
+use gateway_core::request::{Kind, Outcome, Structured};
 use gateway_core::request::{RateSignal, answers_otherwise};
-use gateway_core::stream::{Chunk, commits};
+use gateway_core::stream::{Assembly, Chunk, commits, ends_with_done, failure_of, finishes};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -60,9 +60,14 @@ pub(super) enum Holding {
     Everything,
 }
 
-/// `data:` events of an SSE response, one chunk at a time.
+/// `data:` events of an SSE response, one chunk at a time. A chat or legacy completions stream
+/// ends with `[DONE]` (or closes once every choice has its finish reason); a Responses stream
+/// closes after its terminal event, a `response.failed` one ending it with the failure's
+/// outcome; an `error` event, in either shape (`{"error": {…}}`, or a Responses `{"type":
+/// "error", "code", "message"}`), ends it with the error's class.
 pub(super) struct Sse {
     response: reqwest::Response,
+    kind: Kind,
     buffer: Vec<u8>,
     /// Bytes of `buffer` known to hold no line end.
     scanned: usize,
@@ -98,6 +103,7 @@ impl Sse {
     pub(super) fn new(
         response: reqwest::Response,
         src: &Source,
+        kind: Kind,
         limits: &HttpLimits,
         (held, holding): (Held, Holding),
         (started, deadline): (Instant, Instant),
@@ -105,6 +111,7 @@ impl Sse {
     ) -> Self {
         Sse {
             response,
+            kind,
             buffer: Vec::new(),
             scanned: 0,
             max_event: limits.max_event_bytes,
@@ -210,17 +217,24 @@ impl Sse {
     }
 
     /// Notes what `event` says of the stream: the commit point, the watchdog's restart, the
-    /// choices and their finish.
+    /// choices and their finish (a Responses stream's terminal event).
     fn note(&mut self, event: &Chunk) {
-        if self.committed || commits(event) {
+        if self.committed || commits(self.kind, event) {
             self.committed = true;
             self.watch_from = Instant::now();
         }
-        for choice in event.get("choices").and_then(Value::as_array).into_iter().flatten() {
-            let index = choice.get("index").and_then(Value::as_u64).unwrap_or(0);
-            let finished = choice.get("finish_reason").is_some_and(|r| !r.is_null());
-            *self.choices.entry(index).or_default() |= finished;
+        finishes(self.kind, event, &mut self.choices);
+    }
+
+    /// The outcome an event ends the stream with: an error event, or a failed response.
+    fn failure(&self, event: &Chunk) -> Option<Outcome> {
+        if let Some(error) = event.get("error").filter(|e| e.is_object()) {
+            return Some(error_in_answer(self.not_found, error, "error_in_stream"));
         }
+        if event.get("type").and_then(Value::as_str) == Some("error") {
+            return Some(error_in_answer(self.not_found, &Value::Object(event.clone()), "error_in_stream"));
+        }
+        failure_of(self.kind, event)
     }
 }
 
@@ -234,7 +248,7 @@ impl ChunkSource for Sse {
             let data = match self.buffered_event() {
                 Some(Ok(data)) => data,
                 Some(Err(outcome)) => return Some(Err(outcome)),
-                None if self.eof && self.finished() => {
+                None if self.finished() && (self.eof || !ends_with_done(self.kind)) => {
                     self.done = true;
                     return None;
                 }
@@ -251,8 +265,8 @@ impl ChunkSource for Sse {
                 return Some(Err(outcome));
             }
             return Some(match serde_json::from_str::<Value>(&data) {
-                Ok(Value::Object(event)) => match event.get("error") {
-                    Some(error) => Err(error_in_answer(self.not_found, error, "error_in_stream")),
+                Ok(Value::Object(event)) => match self.failure(&event) {
+                    Some(outcome) => Err(outcome),
                     None => {
                         self.note(&event);
                         Ok(event)
@@ -282,11 +296,10 @@ impl ChunkSource for Sse {
 /// it is ended at its commit point by the call loop, before the caller sees it.)
 pub(super) struct Checked {
     inner: Box<dyn ChunkSource>,
+    kind: Kind,
     schemas: Arc<Schemas>,
     structured: Structured,
-    /// Per choice index, its text so far, or `None` once it answers otherwise (a tool call, a
-    /// refusal that says something, audio: not a text answer, not checked, as in a whole answer).
-    answers: BTreeMap<u64, Option<String>>,
+    texts: Texts,
     /// Whether some choice carried something (the commit point): a stream that never did is
     /// empty, not invalid, as a whole answer without a usable choice is.
     usable: bool,
@@ -294,19 +307,43 @@ pub(super) struct Checked {
     held: Held,
 }
 
+/// What a checked stream keeps of its text answers.
+enum Texts {
+    /// Chat: per choice index, its text so far, or `None` once it answers otherwise (a tool
+    /// call, a refusal that says something, audio: not a text answer, not checked, as in a whole
+    /// answer).
+    Choices(BTreeMap<u64, Option<String>>),
+    /// A Responses stream: its `response` so far (its text held as it comes).
+    Assembled(Box<Assembly>),
+}
+
 impl Checked {
-    /// Checks the text answers of `inner` against `structured` when it ends, holding the text
-    /// it keeps under `held`.
-    pub(super) fn new(inner: Box<dyn ChunkSource>, schemas: Arc<Schemas>, structured: Structured, held: Held) -> Self {
-        Checked { inner, schemas, structured, answers: BTreeMap::new(), usable: false, held }
+    /// Checks the text answers of `inner`, a stream of `kind`, against `structured` when it
+    /// ends, holding the text it keeps under `held`.
+    pub(super) fn new(inner: Box<dyn ChunkSource>, kind: Kind, schemas: Arc<Schemas>, structured: Structured, held: Held) -> Self {
+        let texts = match kind {
+            Kind::Responses => Texts::Assembled(Box::new(Assembly::of(kind))),
+            _ => Texts::Choices(BTreeMap::new()),
+        };
+        Checked { inner, kind, schemas, structured, texts, usable: false, held }
     }
 
     fn note(&mut self, chunk: &Chunk) -> Result<(), Outcome> {
-        self.usable = self.usable || commits(chunk);
+        self.usable = self.usable || commits(self.kind, chunk);
+        let answers = match &mut self.texts {
+            Texts::Assembled(assembly) => {
+                if let Some(piece) = chunk.get("delta").and_then(Value::as_str) {
+                    self.held.take(piece.len())?;
+                }
+                assembly.push(chunk);
+                return Ok(());
+            }
+            Texts::Choices(answers) => answers,
+        };
         for choice in chunk.get("choices").and_then(Value::as_array).into_iter().flatten() {
             let index = choice.get("index").and_then(Value::as_u64).unwrap_or(0);
             let Some(delta) = choice.get("delta").and_then(Value::as_object) else { continue };
-            let answer = self.answers.entry(index).or_insert_with(|| Some(String::new()));
+            let answer = answers.entry(index).or_insert_with(|| Some(String::new()));
             match (answers_otherwise(delta), answer.as_mut(), delta.get("content").and_then(Value::as_str)) {
                 (true, text, _) => {
                     // Not a text answer: what was kept of it goes.
@@ -322,6 +359,18 @@ impl Checked {
         }
         Ok(())
     }
+
+    /// The first text answer that fails the check, and why.
+    fn failing(&mut self) -> Option<Outcome> {
+        let texts: Vec<String> = match std::mem::replace(&mut self.texts, Texts::Choices(BTreeMap::new())) {
+            Texts::Choices(answers) => answers.into_values().flatten().collect(),
+            Texts::Assembled(assembly) => assembly.finish().text_answers().map(str::to_owned).collect(),
+        };
+        // A usable answer's every text answer, blank ones too: as in a whole answer, a blank
+        // choice is not JSON. (One with nothing usable is the call loop's `empty`.)
+        let why = texts.iter().filter(|_| self.usable).find_map(|text| self.schemas.check(&self.structured, text).err())?;
+        Some(Outcome::new(OutcomeClass::ResultInvalid, why.to_string()))
+    }
 }
 
 #[async_trait]
@@ -329,17 +378,7 @@ impl ChunkSource for Checked {
     async fn next_chunk(&mut self) -> Option<Result<Chunk, Outcome>> {
         match self.inner.next_chunk().await {
             Some(Ok(chunk)) => Some(self.note(&chunk).map(|()| chunk)),
-            None => {
-                // A usable answer's every text answer, blank ones too: as in a whole answer, a
-                // blank choice is not JSON. (One with nothing usable is the call loop's `empty`.)
-                let answers = std::mem::take(&mut self.answers);
-                for text in answers.into_values().flatten().filter(|_| self.usable) {
-                    if let Err(why) = self.schemas.check(&self.structured, &text) {
-                        return Some(Err(Outcome::new(OutcomeClass::ResultInvalid, why.to_string())));
-                    }
-                }
-                None
-            }
+            None => self.failing().map(Err),
             broken => broken,
         }
     }

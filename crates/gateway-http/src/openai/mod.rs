@@ -1,14 +1,17 @@
-//! The OpenAI chat-completions and embeddings dialect on the wire: the body of one attempt (the
-//! caller's native body with the source's `model`; `stream` and `stream_options.include_usage`
-//! the gateway's), a whole answer read and checked, and a stream of `chat.completion.chunk`
-//! events read one at a time under the watchdog and the source's deadline. What an attempt
-//! holds of its answer is counted against its budget (`max_response_bytes`) as it comes.
+//! The OpenAI dialect on the wire, every kind of call: the request of one attempt
+//! ([`request`]: the kind's endpoint or a stored object's route; the caller's native body or
+//! form with the source's `model`), a whole answer read and checked (JSON, or the bytes of
+//! audio, a transcript as text, a stored file), and a stream (`chat.completion.chunk`s,
+//! Responses events, `text_completion` chunks) read one event at a time under the watchdog and
+//! the source's deadline ([`chunks`]). What an attempt holds of its answer is counted against
+//! its budget (`max_response_bytes`) as it comes.
 //!
 //! The watchdog (SPEC §13): before the commit point it bounds the time from the attempt's start
 //! (the wait for headers included) to the first chunk with something to show, whatever else
 //! arrives meanwhile (role-only chunks, SSE comments); after it, every gap between chunks.
 
 mod chunks;
+mod request;
 
 use crate::classify::{NotFound, classify_code, classify_status, classify_transport, retry_after};
 use crate::held::Held;
@@ -17,7 +20,7 @@ use crate::{HttpLimits, Shared, Source, header_wait};
 use chunks::{Checked, Holding, Replayed, Sse};
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::ports::Streamed;
-use gateway_core::request::{Attempt, Kind, Object, Outcome, ProviderError, Request, Response};
+use gateway_core::request::{Attempt, Kind, Outcome, ProviderError, Raw, Request, Response};
 use gateway_core::stream::{Assembly, opening_failure, streamed_upstream};
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -26,37 +29,9 @@ fn transient(detail: &str) -> Outcome {
     Outcome::new(OutcomeClass::Transient, detail)
 }
 
-/// The body of one attempt of `request` at `src`.
-fn attempt_body(src: &Source, request: &Request, stream: bool) -> Object {
-    let mut body = request.body().clone();
-    body.insert("model".into(), json!(src.model));
-    let options = body.remove("stream_options");
-    if stream {
-        body.insert("stream".into(), json!(true));
-        if !src.stream_options {
-            // A deployment that refuses `stream_options` gets none; the usage is not asked for.
-            return body;
-        }
-        // The caller's options, with the usage always asked for: it settles the token quota.
-        let mut options = match options {
-            Some(Value::Object(options)) => options,
-            _ => Object::new(),
-        };
-        options.insert("include_usage".into(), json!(true));
-        body.insert("stream_options".into(), Value::Object(options));
-    } else {
-        body.remove("stream");
-    }
-    body
-}
-
-/// Posts the attempt's body; the response once its headers are in, or how it failed.
+/// Sends the attempt's request; the response once its headers are in, or how it failed.
 async fn post(src: &Source, request: &Request, stream: bool, limits: &HttpLimits) -> Result<reqwest::Response, Outcome> {
-    let body = attempt_body(src, request, stream);
-    let mut builder = src.client.post(format!("{}/{}", src.base_url, request.kind().path())).headers(src.headers.clone()).json(&body);
-    if let Some(key) = &src.api_key {
-        builder = builder.bearer_auth(key.expose());
-    }
+    let builder = request::build(src, request, stream);
     let (wait, cause) = header_wait(src.timeout, src.watchdog.filter(|_| stream), limits.header_timeout);
     match tokio::time::timeout(wait, builder.send()).await {
         Err(_) => Err(transient(cause)),
@@ -70,13 +45,15 @@ async fn post(src: &Source, request: &Request, stream: bool, limits: &HttpLimits
 
 /// A non-2xx answer as an outcome: its class, Retry-After for a 429, and the provider's own
 /// error body for a request it refused (passed on to the caller as it came).
-async fn refusal(src: &Source, mut response: reqwest::Response, shared: &Shared) -> Outcome {
+async fn refusal(src: &Source, request: &Request, mut response: reqwest::Response, shared: &Shared) -> Outcome {
     let status = response.status();
+    // On a stored object's route a 404 is the id the caller chose, never the source's fault.
+    let not_found = if request.target().is_some() { NotFound::Request } else { src.not_found };
     let headers = response.headers().clone();
     let body = read_body(&mut response, &shared.hold()).await.unwrap_or_default();
     let parsed: Option<Value> = serde_json::from_slice(&body).ok();
     let code = parsed.as_ref().and_then(|v| v.get("error")).and_then(error_code_of);
-    let (class, detail) = classify_status(status, code.as_deref(), src.not_found);
+    let (class, detail) = classify_status(status, code.as_deref(), not_found);
     let retry_after = if class == OutcomeClass::RateLimited { shared.ignored.note(retry_after(&headers, &*shared.wall)) } else { None };
     let rate = shared.ignored.rate(&headers, &*shared.wall).map(Box::new);
     let provider_error = (class == OutcomeClass::RequestRejected).then(|| {
@@ -125,8 +102,18 @@ pub(crate) async fn exchange(src: &Source, request: &Request, shared: &Shared) -
     }
 }
 
-/// A usable answer that passes the request's structured check (on its text answers only).
+/// A usable answer that passes the request's structured check (on its text answers only). A
+/// Responses answer that `failed` is charged as its error code says. (The answer of a stored
+/// object's route is the provider's word on it: only a failure is judged.)
 fn checked(response: Response, request: &Request, schemas: &Schemas) -> Result<Response, Outcome> {
+    if request.kind() == Kind::Responses
+        && let Some(outcome) = gateway_core::responses::failure(response.body())
+    {
+        return Err(outcome);
+    }
+    if request.target().is_some() {
+        return Ok(response);
+    }
     if !response.is_usable() {
         return Err(transient("empty"));
     }
@@ -144,31 +131,46 @@ fn checked(response: Response, request: &Request, schemas: &Schemas) -> Result<R
 /// An answer, its detail and its rate signal.
 type Answered = (Response, String, Option<gateway_core::request::RateSignal>);
 
+/// Whether an answer of `request` may be other than JSON: audio, a transcript as text or
+/// subtitles, a stored file's bytes.
+fn may_be_raw(request: &Request) -> bool {
+    matches!(request.kind(), Kind::Speech | Kind::Transcriptions | Kind::Translations) || request.target().is_some()
+}
+
 async fn whole(src: &Source, request: &Request, shared: &Shared) -> Result<Answered, Outcome> {
     let mut response = post(src, request, false, &shared.limits).await?;
     if !response.status().is_success() {
-        return Err(refusal(src, response, shared).await);
+        return Err(refusal(src, request, response, shared).await);
     }
     let detail = format!("http_{}", response.status().as_u16());
     let head = Head::of(&response, shared);
+    let content_type = response.headers().get("content-type").and_then(|v| v.to_str().ok()).map(str::to_owned);
     let rated = |outcome: Outcome| outcome.with_rate(head.rate);
-    let body = read_body(&mut response, &shared.hold()).await.map_err(rated)?;
-    let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(&body) else { return Err(rated(transient("malformed_json"))) };
-    if let Some(error) = body.get("error") {
+    let bytes = read_body(&mut response, &shared.hold()).await.map_err(rated)?;
+    let says_json = content_type.as_deref().is_none_or(|t| t.contains("json"));
+    let body = match serde_json::from_slice::<Value>(&bytes) {
+        Ok(Value::Object(body)) if says_json || !may_be_raw(request) => body,
+        _ if may_be_raw(request) => {
+            let raw = Raw { content_type: content_type.unwrap_or_else(|| "application/octet-stream".into()), bytes: bytes.into() };
+            return Ok((Response::raw(request.kind(), raw).with_request_id(head.request_id), detail, head.rate));
+        }
+        _ => return Err(rated(transient("malformed_json"))),
+    };
+    if let Some(error) = body.get("error").filter(|e| e.is_object() && request.kind() != Kind::Responses) {
         // Some relays answer an error with a 2xx status.
         return Err(rated(error_in_answer(src.not_found, error, "error_in_2xx")));
     }
     Ok((Response::new(request.kind(), body).with_request_id(head.request_id), detail, head.rate))
 }
 
-/// A chat answer streamed from the source and assembled chunk by chunk (every event counted
+/// An answer streamed from the source and assembled chunk by chunk (every event counted
 /// against the attempt's budget: the whole answer is held).
 async fn assembled(src: &Source, request: &Request, shared: &Shared) -> Result<Answered, Outcome> {
     let mut chunks = match open(src, request, shared, &shared.hold(), Holding::Everything).await {
         Streamed::Ended(attempt) => return Err(attempt.into_parts().0),
         Streamed::Chunks(chunks) => chunks,
     };
-    let mut assembly = Assembly::default();
+    let mut assembly = Assembly::of(request.kind());
     while let Some(chunk) = chunks.next_chunk().await {
         assembly.push(&chunk.map_err(|outcome| outcome.with_rate(chunks.rate()))?);
     }
@@ -183,13 +185,13 @@ pub(crate) async fn open_checked(src: &Source, request: &Request, shared: &Share
     let held = shared.hold();
     match (open(src, request, shared, &held, Holding::UntilCommit).await, &request.structured) {
         (Streamed::Chunks(inner), Some(structured)) => {
-            Streamed::Chunks(Box::new(Checked::new(inner, shared.schemas.clone(), structured.clone(), held)))
+            Streamed::Chunks(Box::new(Checked::new(inner, request.kind(), shared.schemas.clone(), structured.clone(), held)))
         }
         (streamed, _) => streamed,
     }
 }
 
-/// Opens a streamed chat attempt: the chunks, or how it ended without them. A source that
+/// Opens a streamed attempt: the chunks, or how it ended without them. A source that
 /// answers a stream request with a whole JSON answer is replayed as chunks. `held` is the
 /// attempt's share of what is held, `holding` what of the stream it holds.
 async fn open(src: &Source, request: &Request, shared: &Shared, held: &Held, holding: Holding) -> Streamed {
@@ -200,7 +202,7 @@ async fn open(src: &Source, request: &Request, shared: &Shared, held: &Held, hol
         Err(outcome) => return Streamed::Ended(Attempt::ended(outcome)),
     };
     if !response.status().is_success() {
-        return Streamed::Ended(Attempt::ended(refusal(src, response, shared).await));
+        return Streamed::Ended(Attempt::ended(refusal(src, request, response, shared).await));
     }
     let is_sse = response.headers().get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|t| t.starts_with("text/event-stream"));
     let head = Head::of(&response, shared);
@@ -211,15 +213,20 @@ async fn open(src: &Source, request: &Request, shared: &Shared, held: &Held, hol
             Err(outcome) => return ended(outcome),
         };
         return match serde_json::from_slice::<Value>(&body) {
-            Ok(Value::Object(body)) if body.get("error").is_some() => ended(error_in_answer(src.not_found, &body["error"], "error_in_2xx")),
+            Ok(Value::Object(body)) if body.get("error").is_some_and(Value::is_object) && request.kind() != Kind::Responses => {
+                ended(error_in_answer(src.not_found, &body["error"], "error_in_2xx"))
+            }
             Ok(Value::Object(body)) => {
-                let chunks = gateway_core::stream::chunks_of(&Response::new(Kind::Chat, body));
+                if let Some(outcome) = gateway_core::responses::failure(&body).filter(|_| request.kind() == Kind::Responses) {
+                    return ended(outcome);
+                }
+                let chunks = gateway_core::stream::chunks_of(&Response::new(request.kind(), body));
                 Streamed::Chunks(Box::new(Replayed::new(chunks.into(), head)))
             }
             _ => ended(transient("malformed_json")),
         };
     }
-    let reader = Sse::new(response, src, &shared.limits, (held.clone(), holding), (started, deadline), head);
+    let reader = Sse::new(response, src, request.kind(), &shared.limits, (held.clone(), holding), (started, deadline), head);
     Streamed::Chunks(Box::new(reader))
 }
 

@@ -50,7 +50,7 @@ async fn judged(choices: Vec<serde_json::Value>, structured: bool) -> (OutcomeCl
     let mut committed = false;
     let streamed = loop {
         match chunks.next_chunk().await {
-            Some(Ok(chunk)) => committed |= commits(&chunk),
+            Some(Ok(chunk)) => committed |= commits(gateway_core::request::Kind::Chat, &chunk),
             Some(Err(outcome)) => break outcome.class,
             None if committed => break Success,
             None => break Transient,

@@ -26,6 +26,12 @@ pub enum ConfigError {
         /// Its value.
         value: f64,
     },
+    /// `server.affinity_ttl_s` outside (0, 366 days].
+    #[error("server.affinity_ttl_s: value {value} is out of range (expected 0 < seconds <= 31622400, a year)")]
+    AffinityTtl {
+        /// Its value.
+        value: f64,
+    },
     /// A size or count of `[server]` that must be at least 1 is 0.
     #[error("server.{key}: value 0 is out of range (expected at least 1)")]
     Zero {

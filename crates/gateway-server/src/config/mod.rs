@@ -89,6 +89,15 @@ pub struct ServerConfig {
     /// Gateway API keys by name. None: no authentication (for a loopback-only deployment).
     #[serde(default)]
     pub api_keys: BTreeMap<String, ApiKey>,
+    /// How long the gateway remembers which source holds a stored response, a conversation, a
+    /// file or a batch (default 30 days, as long as OpenAI keeps a stored response).
+    #[serde(default = "default_affinity_ttl")]
+    pub affinity_ttl_s: f64,
+    /// The most ids the in-process affinity map keeps (default 200 000, a few tens of MiB), the
+    /// oldest remembered forgotten first; with `[backend] redis_url` the map is Redis's, and
+    /// its memory policy bounds it.
+    #[serde(default = "default_affinity_ids")]
+    pub affinity_max_ids: usize,
 }
 
 /// The `[backend]` table: where the gates, quota and pacers are shared, and what happens while
@@ -196,6 +205,12 @@ fn default_keepalive() -> f64 {
 fn default_metrics_tenants() -> usize {
     100
 }
+fn default_affinity_ttl() -> f64 {
+    gateway_client::AFFINITY_TTL.as_secs_f64()
+}
+fn default_affinity_ids() -> usize {
+    gateway_memory::affinity::MAX_IDS
+}
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -218,6 +233,8 @@ impl Default for ServerConfig {
             metrics_listen: None,
             metrics_max_tenants: default_metrics_tenants(),
             api_keys: BTreeMap::new(),
+            affinity_ttl_s: default_affinity_ttl(),
+            affinity_max_ids: default_affinity_ids(),
         }
     }
 }
@@ -228,6 +245,7 @@ const MIN_KEY_CHARS: usize = 16;
 impl ServerConfig {
     /// Checks the values a type cannot: positive durations, limits, long enough keys.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        let at_least_one_early = |key: &'static str, v: usize| if v == 0 { Err(ConfigError::Zero { key }) } else { Ok(()) };
         let positive = |key: &'static str, value: f64| {
             if value.is_finite() && value > 0.0 && value <= 86_400.0 { Ok(()) } else { Err(ConfigError::Seconds { key, value }) }
         };
@@ -236,6 +254,10 @@ impl ServerConfig {
         positive("header_timeout_s", self.header_timeout_s)?;
         positive("body_timeout_s", self.body_timeout_s)?;
         positive("idle_timeout_s", self.idle_timeout_s)?;
+        if !(self.affinity_ttl_s.is_finite() && self.affinity_ttl_s > 0.0 && self.affinity_ttl_s <= 366.0 * 86_400.0) {
+            return Err(ConfigError::AffinityTtl { value: self.affinity_ttl_s });
+        }
+        at_least_one_early("affinity_max_ids", self.affinity_max_ids)?;
         let at_least_one = |key: &'static str, v: usize| if v == 0 { Err(ConfigError::Zero { key }) } else { Ok(()) };
         at_least_one("max_body_bytes", self.max_body_bytes)?;
         at_least_one("max_response_bytes", self.max_response_bytes)?;

@@ -169,3 +169,30 @@ pub fn answering_state(server: &str, scopes: &str) -> Arc<AppState> {
     let quota = Arc::new(MemoryQuota::new(clock.clone()));
     state_on(server, scopes, gates, quota, Arc::new(EchoUpstream), clock)
 }
+
+/// The proxy in front of gateway-mock's [`gateway_mock::Surface`] (one account per path
+/// prefix: `{root}/a/v1`, `{root}/b/v1`, …) with the test keys and `scopes` (`{root}` in them
+/// names the provider), and the persona, to take an account down.
+pub async fn start_surface(scopes: &str) -> (Running, Arc<gateway_mock::Surface>) {
+    let surface = Arc::new(gateway_mock::Surface::new());
+    let provider = MockServer::start(surface.clone()).await.unwrap();
+    let root = provider.root();
+    let text = format!(
+        "[server]\nkeepalive_s = 0.05\nshutdown_grace_s = 0.5\n[server.api_keys.ops]\nkey = \"{KEY}\"\n{}",
+        scopes.replace("{root}", &root)
+    );
+    let (running, _) = start_serving(&text, provider, Gate::default(), std::future::pending()).await;
+    (running, surface)
+}
+
+/// A scope `name` of sources (`source = account` pairs, each on that account of the Surface
+/// provider at `{root}`), with `extra` scope lines.
+pub fn surface_scope(name: &str, extra: &str, sources: &[(&str, &str)]) -> String {
+    let mut text = format!("[{name}]\n{extra}\n[{name}.breaker]\nfail_threshold = 5\ncooldown_s = 60\n");
+    for (source, account) in sources {
+        text.push_str(&format!(
+            "[{name}.sources.{source}]\nbase_url = \"{{root}}/{account}/v1\"\napi_key = \"sk-{source}\"\nmodel = \"m-{source}\"\ntimeout_s = 10\n"
+        ));
+    }
+    text
+}

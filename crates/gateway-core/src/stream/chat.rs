@@ -1,49 +1,11 @@
-//! Streamed chat answers (SPEC §13): the commit point, and a `chat.completion` assembled from
-//! `chat.completion.chunk`s (for a caller that did not ask for a stream, when the source is
-//! streamed so that its watchdog applies), and the reverse, chunks of a whole answer (for an
-//! upstream that cannot stream).
-//!
-//! The commit point is the first chunk carrying content, a tool-call delta or a refusal. Before
-//! it, nothing has reached the caller and a failure may be retried; after it, chunks are relayed
-//! as they come and a failure ends the stream. A stream asked for JSON commits, by default,
-//! only once its answer has passed the check ([`StructuredStream`]).
+//! Chat completions as a stream: the commit point of a `chat.completion.chunk`, a
+//! `chat.completion` assembled from the chunks (for a caller that did not ask for a stream, when
+//! the source is streamed so that its watchdog applies), and the reverse, chunks of a whole
+//! answer (for an upstream that cannot stream).
 
-use crate::outcome::OutcomeClass;
-use crate::request::{Kind, Object, Outcome, Response, Structured, message_is_usable};
+use super::Chunk;
+use crate::request::{Kind, Object, Response, message_is_usable};
 use serde_json::{Value, json};
-
-/// One `chat.completion.chunk`.
-pub type Chunk = Object;
-
-/// Where a stream whose request asks for JSON (a structured check applies) commits (SPEC §13).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StructuredStream {
-    /// When its answer has passed the check: its chunks are held (merged, so what is held is
-    /// the answer so far), then released at once; a truncated or invalid answer is re-asked
-    /// unseen, like a whole one.
-    #[default]
-    Validated,
-    /// At its first token, as any stream (for callers that render partial JSON): an answer
-    /// that fails the check at its end breaks the stream.
-    FirstToken,
-}
-
-impl StructuredStream {
-    /// Whether a stream of a request asking for `structured` is held to its validated end.
-    pub fn holds(self, structured: Option<&Structured>) -> bool {
-        structured.is_some() && self == StructuredStream::Validated
-    }
-
-    /// The value of the `structured_stream` key or the per-request header.
-    pub fn parse(text: &str) -> Option<StructuredStream> {
-        match text.trim() {
-            "validated" => Some(StructuredStream::Validated),
-            "first_token" => Some(StructuredStream::FirstToken),
-            _ => None,
-        }
-    }
-}
 
 /// Whether `chunk` is the commit point: some choice's delta carries content, a tool call, a
 /// refusal, audio or a legacy `function_call`.
@@ -54,58 +16,16 @@ pub fn commits(chunk: &Chunk) -> bool {
         .is_some_and(|choices| choices.iter().any(|c| c.get("delta").and_then(Value::as_object).is_some_and(message_is_usable)))
 }
 
-/// Whether a text answer, from as much of it as has come, can no longer be JSON: past
-/// whitespace it begins with a character that neither starts a JSON value nor a Markdown fence
-/// (which the structured check strips, as it trims any whitespace). A stream asked for JSON
-/// that opens with prose (`Sure! Here is the JSON: …`) is known to fail its structure at its
-/// commit point, before anything reaches the caller, so the upstream adapters end it there
-/// `ResultInvalid` and it is re-asked like a whole answer (SPEC §8, §13); one that opens like
-/// JSON is checked whole at its end.
-pub(crate) fn opens_unlike_json(text: &str) -> bool {
-    text.chars().find(|c| !c.is_whitespace()).is_some_and(|c| !matches!(c, '{' | '[' | '"' | '-' | '0'..='9' | 't' | 'f' | 'n' | '`'))
-}
-
-/// Whether an attempt for a whole answer to `kind` from a source with `watchdog` is asked for as
-/// a stream upstream and assembled (SPEC §13, one watchdog): the watchdog then bounds its first
-/// token and every gap, as it bounds a streamed call's. Only chat answers stream.
-pub fn streamed_upstream(kind: Kind, watchdog: Option<std::time::Duration>) -> bool {
-    kind == Kind::Chat && watchdog.is_some()
-}
-
-/// Whether a text answer to a request asking for `structured` is known to fail it from its
-/// opening alone: a JSON Schema check and a text that [`opens_unlike_json`]. (A parse function
-/// can only judge the whole text.)
-pub(crate) fn fails_from_its_opening(structured: Option<&Structured>, text: &str) -> bool {
-    matches!(structured, Some(Structured::JsonSchema(_))) && opens_unlike_json(text)
-}
-
-/// How an answer whose text `texts` (its text answers) fails the request's `structured` from
-/// the opening alone ends: `ResultInvalid` "not_json", or `None`. The one statement of it, asked
-/// at a stream's commit point (by the call loop, whatever the transport) and of a whole answer
-/// (by each upstream adapter, before any fuller check).
-pub fn opening_failure<'a>(structured: Option<&Structured>, mut texts: impl Iterator<Item = &'a str>) -> Option<Outcome> {
-    texts.any(|text| fails_from_its_opening(structured, text)).then(|| Outcome::new(OutcomeClass::ResultInvalid, "not_json"))
-}
-
-/// The `chat.completion` the chunks of one stream make (an [`Assembly`] of them). Per choice index: the deltas merged
-/// into one message — text that streams in pieces (`content`, `refusal`, `reasoning_content`,
-/// `reasoning`, and inside objects `arguments`, `data` and `transcript`, as in `audio` and a
-/// legacy `function_call`) concatenated, nested objects merged the same way, arrays extended,
-/// any other value kept from the first delta that has it; tool calls merged by their index
-/// (a delta without one continues the last call unless it brings a new `id`); logprobs
-/// concatenated (nulls skipped); the last finish reason. The usage of the chunk that carries
-/// it; `id`, `created`, `model`, `system_fingerprint` and `service_tier` from the first chunk
-/// that has them.
-pub fn assemble(chunks: &[Chunk]) -> Response {
-    let mut assembly = Assembly::default();
-    for chunk in chunks {
-        assembly.push(chunk);
-    }
-    assembly.finish()
-}
-
-/// A `chat.completion` assembled chunk by chunk as [`assemble`] says: each chunk is merged when
-/// it comes and need not be kept, so what it holds is the answer so far, not the stream.
+/// A `chat.completion` assembled chunk by chunk: each chunk is merged when it comes and need not
+/// be kept, so what it holds is the answer so far, not the stream. Per choice index: the deltas
+/// merged into one message — text that streams in pieces (`content`, `refusal`,
+/// `reasoning_content`, `reasoning`, and inside objects `arguments`, `data` and `transcript`, as
+/// in `audio` and a legacy `function_call`) concatenated, nested objects merged the same way,
+/// arrays extended, any other value kept from the first delta that has it; tool calls merged by
+/// their index (a delta without one continues the last call unless it brings a new `id`);
+/// logprobs concatenated (nulls skipped); the last finish reason. The usage of the chunk that
+/// carries it; `id`, `created`, `model`, `system_fingerprint` and `service_tier` from the first
+/// chunk that has them.
 #[derive(Clone, Debug, Default)]
 pub struct Assembly {
     body: Object,
@@ -285,6 +205,11 @@ pub fn chunks_of(response: &Response) -> Vec<Chunk> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stream::opens_unlike_json;
+
+    fn assemble(chunks: &[Chunk]) -> Response {
+        crate::stream::assemble(Kind::Chat, chunks)
+    }
 
     fn chunk(value: Value) -> Chunk {
         value.as_object().cloned().unwrap_or_default()

@@ -1,4 +1,5 @@
-//! The OpenAI dialect at the server's edge. A request body is passed on as the caller wrote it:
+//! The OpenAI dialect at the server's edge (its request bodies in [`bodies`], its streamed
+//! events in [`events`]). A request body is passed on as the caller wrote it:
 //! the proxy reads only what the gateway itself needs (`model`, the scope; `stream` and
 //! `stream_options`, which the gateway owns; `response_format`, checked locally too; enough of
 //! `messages` or `input` to estimate tokens), and every error names the field. Answers are the
@@ -7,11 +8,14 @@
 
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use gateway_client::{CallError, CallReport, Exhausted, StreamError, TenantRefusal};
-use gateway_core::request::{Kind, Object, Request, Structured};
-use gateway_core::stream::{Chunk, StructuredStream};
+mod bodies;
+mod events;
+
+pub use bodies::*;
+pub use events::*;
+
+use gateway_client::{CallError, CallReport, Exhausted, StreamError, TenantRefusal, Unroutable};
 use gateway_http::HttpUpstream;
-use gateway_http::structured::Schemas;
 use serde_json::{Value, json};
 
 /// An error answered in the OpenAI shape.
@@ -154,6 +158,22 @@ pub fn call_error(error: &CallError) -> ApiError {
         }
         CallError::TenantRefused { .. } => ApiError::new(StatusCode::FORBIDDEN, "permission_error", "tenant_refused", message),
         CallError::FallbackFailed { fallback, .. } => ApiError { message, ..call_error(fallback) },
+        CallError::Unroutable { reason: Unroutable::Backend(_), .. } => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", "affinity_backend_unavailable", message)
+        }
+        // What OpenAI answers a request continuing a response (or a conversation) it lacks.
+        CallError::Unroutable { reason: Unroutable::Unknown, field, id, .. } => {
+            let code = match field.as_str() {
+                "previous_response_id" => "previous_response_not_found",
+                "conversation" => "conversation_not_found",
+                _ => "not_found",
+            };
+            let message = format!("{} with id '{id}' not found: {message}", if field == "conversation" { "Conversation" } else { "Previous response" });
+            ApiError { param: Some(field.clone()), ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_request_error", code, message) }
+        }
+        CallError::Unroutable { field, .. } => {
+            ApiError { param: Some(field.clone()), ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_request_error", "unroutable", message) }
+        }
     }
 }
 
@@ -176,113 +196,3 @@ pub fn stream_broken(broken: &StreamError, http: Option<&HttpUpstream>) -> ApiEr
     ApiError { code: "response_too_large".into(), message, ..error }
 }
 
-fn field<'a>(body: &'a Object, name: &str) -> Option<&'a Value> {
-    body.get(name).filter(|v| !v.is_null())
-}
-
-/// The `model` field: the scope.
-pub fn model(body: &Object) -> Result<String, ApiError> {
-    match field(body, "model") {
-        Some(Value::String(model)) if !model.is_empty() => Ok(model.clone()),
-        Some(_) => Err(ApiError::invalid("model", "model must be a non-empty string (a scope of this gateway)")),
-        None => Err(ApiError::invalid("model", "model is required (a scope of this gateway)")),
-    }
-}
-
-/// What a chat body asks of the gateway itself, beyond the request passed on.
-#[derive(Debug)]
-pub struct ChatAsk {
-    /// The gateway request (the caller's body).
-    pub request: Request,
-    /// The caller wants SSE.
-    pub stream: bool,
-    /// The caller wants the usage chunk at the end of the stream.
-    pub include_usage: bool,
-}
-
-/// The header by which one request overrides its scope's `structured_stream`.
-pub const STRUCTURED_STREAM_HEADER: &str = "x-gateway-structured-stream";
-
-/// This request's own `structured_stream`, from its header: `validated` or `first_token`.
-pub fn structured_stream(headers: &axum::http::HeaderMap) -> Result<Option<StructuredStream>, ApiError> {
-    let Some(value) = headers.get(STRUCTURED_STREAM_HEADER) else { return Ok(None) };
-    let parsed = value.to_str().ok().and_then(StructuredStream::parse);
-    parsed.map(Some).ok_or_else(|| {
-        let shown = String::from_utf8_lossy(value.as_bytes()).chars().take(40).collect::<String>();
-        ApiError::invalid(
-            STRUCTURED_STREAM_HEADER,
-            format!("{STRUCTURED_STREAM_HEADER} must be \"validated\" or \"first_token\", not {shown:?}"),
-        )
-    })
-}
-
-/// A chat-completions body: the request, and how the caller takes the answer.
-pub fn chat_request(body: Object, schemas: &Schemas) -> Result<ChatAsk, ApiError> {
-    match field(&body, "messages") {
-        Some(Value::Array(list)) if !list.is_empty() => {}
-        Some(Value::Array(_)) => return Err(ApiError::invalid("messages", "messages must not be empty")),
-        _ => return Err(ApiError::invalid("messages", "messages is required: an array of messages")),
-    }
-    let stream = match field(&body, "stream") {
-        None => false,
-        Some(v) => v.as_bool().ok_or_else(|| ApiError::invalid("stream", "stream must be a boolean"))?,
-    };
-    let include_usage = match field(&body, "stream_options") {
-        None => false,
-        Some(Value::Object(options)) => match options.get("include_usage").filter(|v| !v.is_null()) {
-            None => false,
-            Some(v) => v.as_bool().ok_or_else(|| ApiError::invalid("stream_options.include_usage", "include_usage must be a boolean"))?,
-        },
-        Some(_) => return Err(ApiError::invalid("stream_options", "stream_options must be an object")),
-    };
-    let structured = structured_check(&body, schemas)?;
-    let mut request = Request::native(Kind::Chat, body);
-    request.structured = structured;
-    Ok(ChatAsk { request, stream, include_usage })
-}
-
-/// The local check of a `response_format` (it is passed on as well): JSON mode wants a JSON
-/// object; a JSON schema is bounded and compiled once. Other formats are the provider's alone.
-fn structured_check(body: &Object, schemas: &Schemas) -> Result<Option<Structured>, ApiError> {
-    let Some(format) = field(body, "response_format") else { return Ok(None) };
-    let Some(format) = format.as_object() else { return Err(ApiError::invalid("response_format", "response_format must be an object")) };
-    match format.get("type").and_then(Value::as_str) {
-        Some("json_object") => Ok(Some(Structured::JsonSchema(json!({"type": "object"})))),
-        Some("json_schema") => match format.get("json_schema").and_then(|s| s.get("schema")) {
-            Some(schema) => {
-                schemas.compile(schema).map_err(|why| ApiError::invalid("response_format.json_schema.schema", why.to_string()))?;
-                Ok(Some(Structured::JsonSchema(schema.clone())))
-            }
-            None => Err(ApiError::invalid("response_format.json_schema.schema", "a json_schema response format needs its schema")),
-        },
-        Some(_) => Ok(None),
-        None => Err(ApiError::invalid("response_format.type", "response_format needs a type (text, json_object, json_schema)")),
-    }
-}
-
-/// An embeddings body: the request, passed on as written (`dimensions`, `encoding_format`,
-/// token arrays), its vectors answered as the provider encoded them.
-pub fn embeddings_request(body: Object) -> Result<Request, ApiError> {
-    match field(&body, "input") {
-        Some(Value::String(_)) => {}
-        Some(Value::Array(items)) if !items.is_empty() => {}
-        _ => return Err(ApiError::invalid("input", "input is required: a string, an array of strings or an array of token arrays")),
-    }
-    Ok(Request::native(Kind::Embeddings, body))
-}
-
-/// A chunk as an SSE event.
-pub fn chunk_event(chunk: &Chunk) -> String {
-    format!("data: {}\n\n", Value::Object(chunk.clone()))
-}
-
-/// The usage-only chunk at the end of a stream (no choices): relayed only when asked for.
-pub fn is_usage_chunk(chunk: &Chunk) -> bool {
-    chunk.get("choices").and_then(Value::as_array).is_some_and(Vec::is_empty) && chunk.get("usage").is_some_and(Value::is_object)
-}
-
-/// An error as an SSE `error` event (after the stream's headers went out); the OpenAI SDKs
-/// raise it as an `APIError`.
-pub fn error_event(error: &ApiError) -> String {
-    format!("event: error\ndata: {}\n\n", error.body())
-}

@@ -1,0 +1,187 @@
+//! Streamed answers (SPEC §13), in each dialect that streams: chat completions
+//! (`chat.completion.chunk`s, [`chat`]), the Responses API (named events, [`responses`]) and
+//! legacy completions (`text_completion` chunks, [`completions`]). For each: the commit point, a
+//! whole answer assembled from the chunks (for a caller that did not ask for a stream, when the
+//! source is streamed so that its watchdog applies), and the reverse, chunks of a whole answer
+//! (for an upstream that cannot stream, and for a stream held to its validated end).
+//!
+//! The commit point is the first chunk carrying something to show: content, a tool call or a
+//! refusal. Before it, nothing has reached the caller and a failure may be retried; after it,
+//! chunks are relayed as they come and a failure ends the stream. A stream asked for JSON
+//! commits, by default, only once its answer has passed the check ([`StructuredStream`]).
+
+pub mod chat;
+pub mod completions;
+pub mod responses;
+
+use crate::outcome::OutcomeClass;
+use crate::request::{Kind, Object, Outcome, Response, Structured};
+
+/// One event of a stream: a `chat.completion.chunk`, a Responses event, a `text_completion`
+/// chunk.
+pub type Chunk = Object;
+
+/// Where a stream whose request asks for JSON (a structured check applies) commits (SPEC §13).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StructuredStream {
+    /// When its answer has passed the check: its chunks are held (merged, so what is held is
+    /// the answer so far), then released at once; a truncated or invalid answer is re-asked
+    /// unseen, like a whole one.
+    #[default]
+    Validated,
+    /// At its first token, as any stream (for callers that render partial JSON): an answer
+    /// that fails the check at its end breaks the stream.
+    FirstToken,
+}
+
+impl StructuredStream {
+    /// Whether a stream of a request asking for `structured` is held to its validated end.
+    pub fn holds(self, structured: Option<&Structured>) -> bool {
+        structured.is_some() && self == StructuredStream::Validated
+    }
+
+    /// The value of the `structured_stream` key or the per-request header.
+    pub fn parse(text: &str) -> Option<StructuredStream> {
+        match text.trim() {
+            "validated" => Some(StructuredStream::Validated),
+            "first_token" => Some(StructuredStream::FirstToken),
+            _ => None,
+        }
+    }
+}
+
+/// Whether `chunk` of a stream of `kind` is its commit point.
+pub fn commits(kind: Kind, chunk: &Chunk) -> bool {
+    match kind {
+        Kind::Responses => responses::commits(chunk),
+        Kind::Completions => completions::commits(chunk),
+        _ => chat::commits(chunk),
+    }
+}
+
+/// Whether, once `chunk` of a stream of `kind` has come, the answer is whole: every chat or
+/// completion choice has its finish reason, or a Responses stream has its terminal event (a
+/// caller that leaves then leaves a success).
+pub fn finishes(kind: Kind, chunk: &Chunk, finished: &mut std::collections::BTreeMap<u64, bool>) {
+    match kind {
+        Kind::Responses => {
+            if responses::is_terminal(chunk) {
+                finished.insert(0, true);
+            }
+        }
+        _ => {
+            for choice in chunk.get("choices").and_then(serde_json::Value::as_array).into_iter().flatten() {
+                let index = choice.get("index").and_then(serde_json::Value::as_u64).unwrap_or(0);
+                *finished.entry(index).or_default() |= choice.get("finish_reason").is_some_and(|r| !r.is_null());
+            }
+        }
+    }
+}
+
+/// Whether a text answer, from as much of it as has come, can no longer be JSON: past
+/// whitespace it begins with a character that neither starts a JSON value nor a Markdown fence
+/// (which the structured check strips, as it trims any whitespace). A stream asked for JSON
+/// that opens with prose (`Sure! Here is the JSON: …`) is known to fail its structure at its
+/// commit point, before anything reaches the caller, so the upstream adapters end it there
+/// `ResultInvalid` and it is re-asked like a whole answer (SPEC §8, §13); one that opens like
+/// JSON is checked whole at its end.
+pub(crate) fn opens_unlike_json(text: &str) -> bool {
+    text.chars().find(|c| !c.is_whitespace()).is_some_and(|c| !matches!(c, '{' | '[' | '"' | '-' | '0'..='9' | 't' | 'f' | 'n' | '`'))
+}
+
+/// Whether an attempt for a whole answer to `kind` from a source with `watchdog` is asked for as
+/// a stream upstream and assembled (SPEC §13, one watchdog): the watchdog then bounds its first
+/// token and every gap, as it bounds a streamed call's. Only the kinds that stream do.
+pub fn streamed_upstream(kind: Kind, watchdog: Option<std::time::Duration>) -> bool {
+    kind.streams() && watchdog.is_some()
+}
+
+/// Whether a text answer to a request asking for `structured` is known to fail it from its
+/// opening alone: a JSON Schema check and a text that [`opens_unlike_json`]. (A parse function
+/// can only judge the whole text.)
+pub(crate) fn fails_from_its_opening(structured: Option<&Structured>, text: &str) -> bool {
+    matches!(structured, Some(Structured::JsonSchema(_))) && opens_unlike_json(text)
+}
+
+/// How an answer whose text `texts` (its text answers) fails the request's `structured` from
+/// the opening alone ends: `ResultInvalid` "not_json", or `None`. The one statement of it, asked
+/// at a stream's commit point (by the call loop, whatever the transport) and of a whole answer
+/// (by each upstream adapter, before any fuller check).
+pub fn opening_failure<'a>(structured: Option<&Structured>, mut texts: impl Iterator<Item = &'a str>) -> Option<Outcome> {
+    texts.any(|text| fails_from_its_opening(structured, text)).then(|| Outcome::new(OutcomeClass::ResultInvalid, "not_json"))
+}
+
+/// A whole answer assembled chunk by chunk, in the stream's dialect: each chunk is merged when
+/// it comes and need not be kept, so what it holds is the answer so far, not the stream.
+#[derive(Clone, Debug)]
+pub enum Assembly {
+    /// A `chat.completion` ([`chat::Assembly`]).
+    Chat(chat::Assembly),
+    /// A Responses `response` ([`responses::Assembly`]).
+    Responses(responses::Assembly),
+    /// A `text_completion` ([`completions::Assembly`]).
+    Completions(completions::Assembly),
+}
+
+impl Assembly {
+    /// An empty assembly of a stream of `kind`.
+    pub fn of(kind: Kind) -> Self {
+        match kind {
+            Kind::Responses => Assembly::Responses(responses::Assembly::default()),
+            Kind::Completions => Assembly::Completions(completions::Assembly::default()),
+            _ => Assembly::Chat(chat::Assembly::default()),
+        }
+    }
+
+    /// Merges `chunk` into the answer so far.
+    pub fn push(&mut self, chunk: &Chunk) {
+        match self {
+            Assembly::Chat(a) => a.push(chunk),
+            Assembly::Responses(a) => a.push(chunk),
+            Assembly::Completions(a) => a.push(chunk),
+        }
+    }
+
+    /// The whole answer of the chunks pushed.
+    pub fn finish(self) -> Response {
+        match self {
+            Assembly::Chat(a) => a.finish(),
+            Assembly::Responses(a) => a.finish(),
+            Assembly::Completions(a) => a.finish(),
+        }
+    }
+}
+
+/// The whole answer the chunks of one stream of `kind` make.
+pub fn assemble(kind: Kind, chunks: &[Chunk]) -> Response {
+    let mut assembly = Assembly::of(kind);
+    for chunk in chunks {
+        assembly.push(chunk);
+    }
+    assembly.finish()
+}
+
+/// The chunks of a whole answer, in its kind's dialect (they [`assemble`] back into it).
+pub fn chunks_of(response: &Response) -> Vec<Chunk> {
+    match response.kind() {
+        Kind::Responses => responses::events_of(response),
+        Kind::Completions => completions::chunks_of(response),
+        _ => chat::chunks_of(response),
+    }
+}
+
+/// The end a stream of `kind` must reach to be whole, when not `[DONE]`: a Responses stream
+/// ends with its terminal event and then closes.
+pub fn ends_with_done(kind: Kind) -> bool {
+    kind != Kind::Responses
+}
+
+/// A chunk that says the answer failed (a Responses `response.failed`): its outcome. Before the
+/// commit point the call tries again unseen; after it, the stream ends with an error.
+pub fn failure_of(kind: Kind, chunk: &Chunk) -> Option<Outcome> {
+    match kind {
+        Kind::Responses => responses::failure_of(chunk),
+        _ => None,
+    }
+}

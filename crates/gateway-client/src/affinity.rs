@@ -39,6 +39,13 @@ impl Affinities {
         // The source, and the field and id that pin the call there.
         let mut pinned: Option<(Arc<str>, &str, &str)> = request.pinned().map(|(source, id)| (Arc::from(source), "id", id));
         for reference in references(request) {
+            // No source holds what cannot be an id.
+            if gateway_core::affinity::check_id(reference.id).is_err() {
+                if reference.required {
+                    return Err(refused(reference.id, reference.field, Unroutable::Unknown));
+                }
+                continue;
+            }
             let found = self.map.find(reference.id).await.map_err(|e| refused(reference.id, reference.field, Unroutable::Backend(e)))?;
             let Some(at) = found else {
                 if reference.required {

@@ -194,7 +194,7 @@ pub(crate) struct Facts {
 /// How an attempt ended: its outcome, the tokens it used (the provider's usage), and when.
 pub(crate) struct Ending<'a> {
     pub(crate) outcome: &'a Outcome,
-    pub(crate) tokens: Option<u32>,
+    pub(crate) usage: Option<gateway_core::request::Usage>,
     pub(crate) at: Timestamp,
 }
 
@@ -211,12 +211,12 @@ pub(crate) async fn settle(
     ending: Ending<'_>,
     consumed_budget: bool,
 ) {
-    let Ending { outcome, tokens, at: ended } = ending;
+    let Ending { outcome, usage, at: ended } = ending;
     let class = outcome.class;
     let latency = ended.saturating_since(facts.started);
     let responsiveness = facts.committed.unwrap_or(ended).saturating_since(facts.started);
     let rate = outcome.rate.as_deref().or(facts.rate.as_ref());
-    let finished = slot.finish(class, responsiveness, tokens, rate, ended).await;
+    let finished = slot.finish(class, responsiveness, usage.map(|u| u.total()), rate, ended).await;
     admission.telemetry.attempt(&AttemptEvent {
         key: scope.gates[facts.source].0.clone(),
         call_id: call.id,
@@ -231,6 +231,7 @@ pub(crate) async fn settle(
         incarnation: facts.incarnation,
         health: finished.health,
         aimd_limit: finished.aimd_limit,
+        usage,
     });
     call.reasons.insert(facts.name.clone(), SourceReason::Attempted { class, detail: outcome.detail.clone() });
     call.attempts.push(AttemptRecord { source: facts.name.clone(), class, detail: outcome.detail.clone(), latency, probe: facts.probe });
@@ -314,10 +315,10 @@ impl CallLoop<'_> {
             Reached::Committed(committed) => return Some(committed),
         };
         let (outcome, response) = attempt.into_parts();
-        let tokens = response.as_ref().and_then(Response::usage).map(|u| u.total());
+        let usage = response.as_ref().and_then(Response::usage);
         let at = clock.now();
         let settled = call.machine.on_outcome(source, &outcome, response, at, &mut *self.admission.rng());
-        settle(self.admission, scope, call, slot, &facts, Ending { outcome: &outcome, tokens, at }, settled.consumed_budget).await;
+        settle(self.admission, scope, call, slot, &facts, Ending { outcome: &outcome, usage, at }, settled.consumed_budget).await;
         if let Some(until) = settled.push_back_until {
             // The account's Retry-After holds for every call of the scope, every tenant's.
             scope.note_pushback(source, until);

@@ -275,9 +275,9 @@ impl Relay {
         let Some(open) = self.open.take() else { return };
         // The provider's own outcome ends the stream: dropping the chunk source closes it.
         drop(open.rest);
-        let tokens = self.usage.map(|u| u.total());
+        let usage = self.usage;
         let now = self.admission.clock.now();
-        let ending = Ending { outcome: &outcome, tokens, at: now };
+        let ending = Ending { outcome: &outcome, usage, at: now };
         let consumed_budget = self.guard.state.machine.on_attempt_ended(open.facts.source, outcome.class, now);
         settle(&self.admission, &self.scope, &mut self.guard.state, open.slot, &open.facts, ending, consumed_budget).await;
         self.guard.end(result);

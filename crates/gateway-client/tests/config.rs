@@ -243,7 +243,11 @@ fn kinds_take_a_list_or_one_kind_from_either_layer() {
     assert_eq!(scopes[0].kinds, both);
     let path = file(&BASE.replace("[chat.breaker]", "[chat]\nkinds = [\"embeddings\", \"chat\"]\n[chat.breaker]"));
     assert_eq!(Loader::new().file(&path).env_vars(env(&[])).load().unwrap()[0].kinds, both);
-    assert_eq!(Loader::new().file(file(&format!("{BASE}\n"))).env_vars(env(&[])).load().unwrap()[0].kinds, gateway_core::request::Kind::ALL, "every kind by default");
+    assert_eq!(
+        Loader::new().file(file(&format!("{BASE}\n"))).env_vars(env(&[])).load().unwrap()[0].kinds,
+        gateway_core::request::Kind::ALL,
+        "every kind by default"
+    );
     let e = load_err(&BASE.replace("[chat.breaker]", "[chat]\nkinds = [\"pictures\"]\n[chat.breaker]"), &[]);
     assert!(e.key.starts_with("chat.kinds"), "{e}");
     assert!(e.message.contains("\"pictures\"") && e.message.contains("chat, embeddings, responses"), "{e}");
@@ -280,7 +284,10 @@ fn a_bad_environment_value_names_the_variable_and_what_its_key_takes() {
     assert!(e.message.starts_with("invalid type: unsigned int `5`, expected a map"), "{e}");
     // a refusal of the text itself is the text's: the kinds are named
     let e = load_err(BASE, &[("CHAT__KINDS", "1")]);
-    assert_eq!(e.to_string(), "CHAT__KINDS (environment): unknown value \"1\" (expected one of chat, embeddings, responses, completions, moderations, images, image_edits, transcriptions, translations, speech, files, batches)");
+    assert_eq!(
+        e.to_string(),
+        "CHAT__KINDS (environment): unknown value \"1\" (expected one of chat, embeddings, responses, completions, moderations, images, image_edits, transcriptions, translations, speech, files, batches)"
+    );
     let e = load_err(BASE, &[("CHAT__SOURCES__S1__HEADERS", "4242424242")]);
     assert_eq!(e.key, "CHAT__SOURCES__S1__HEADERS", "{e}");
     assert!(e.message.contains("the value is not shown") && !e.to_string().contains("4242424242"), "{e}");

@@ -171,7 +171,10 @@ mod tests {
         assert_eq!(references(&batch).iter().map(|r| r.id).collect::<Vec<_>>(), ["file-2"]);
         let routed = Request::to_target(Kind::Responses, Target::new(Method::Get, "responses/resp_1"));
         assert!(references(&routed).is_empty(), "a route is pinned by its id, not its body");
-        let many = Request::native(Kind::Chat, object(json!({"messages": (0..100).map(|i| json!({"file_id": format!("f{i}")})).collect::<Vec<_>>()})));
+        let many = Request::native(
+            Kind::Chat,
+            object(json!({"messages": (0..100).map(|i| json!({"file_id": format!("f{i}")})).collect::<Vec<_>>()})),
+        );
         assert_eq!(references(&many).len(), MAX_FILE_IDS);
     }
 

@@ -67,17 +67,14 @@ pub fn is_usable(body: &Object) -> bool {
 /// The text answers of a `response`: each message's `output_text` parts (`""` for a message
 /// with none: a blank message is an answer that is not JSON), unless it refused.
 pub fn text_answers(body: &Object) -> impl Iterator<Item = &str> {
-    output(body)
-        .iter()
-        .filter(|item| item.get("type").and_then(Value::as_str) == Some("message") && !refused(item))
-        .flat_map(|item| {
-            let texts: Vec<&str> = parts(item)
-                .iter()
-                .filter(|p| p.get("type").and_then(Value::as_str) == Some("output_text"))
-                .map(|p| p.get("text").and_then(Value::as_str).unwrap_or(""))
-                .collect();
-            if texts.is_empty() { vec![""] } else { texts }
-        })
+    output(body).iter().filter(|item| item.get("type").and_then(Value::as_str) == Some("message") && !refused(item)).flat_map(|item| {
+        let texts: Vec<&str> = parts(item)
+            .iter()
+            .filter(|p| p.get("type").and_then(Value::as_str) == Some("output_text"))
+            .map(|p| p.get("text").and_then(Value::as_str).unwrap_or(""))
+            .collect();
+        if texts.is_empty() { vec![""] } else { texts }
+    })
 }
 
 /// `error.code`s of a failed response that the request caused: its prompt or its images.
@@ -143,7 +140,11 @@ mod tests {
             (json!({"status": "completed", "output": [message(json!([{"type": "refusal", "refusal": "no"}]))]}), true, &[]),
             (json!({"status": "completed", "output": [message(json!([]))]}), false, &[""]),
             (json!({"status": "completed", "output": [{"type": "reasoning", "summary": []}]}), false, &[]),
-            (json!({"status": "completed", "output": [{"type": "function_call", "name": "f", "arguments": "{}", "call_id": "c"}]}), true, &[]),
+            (
+                json!({"status": "completed", "output": [{"type": "function_call", "name": "f", "arguments": "{}", "call_id": "c"}]}),
+                true,
+                &[],
+            ),
             (json!({"status": "completed", "output": [{"type": "web_search_call", "status": "completed"}]}), true, &[]),
             (json!({"status": "completed", "output": []}), false, &[]),
             (json!({"status": "queued", "output": []}), true, &[]),
@@ -164,7 +165,10 @@ mod tests {
     #[test]
     fn a_failed_response_is_charged_by_its_code() {
         let failed = |code: &str| failure(&body(json!({"status": "failed", "error": {"code": code, "message": "m"}})));
-        assert_eq!(failed("server_error").map(|o| (o.class, o.detail)), Some((OutcomeClass::Transient, "response_failed:server_error".into())));
+        assert_eq!(
+            failed("server_error").map(|o| (o.class, o.detail)),
+            Some((OutcomeClass::Transient, "response_failed:server_error".into()))
+        );
         assert_eq!(failed("rate_limit_exceeded").map(|o| o.class), Some(OutcomeClass::RateLimited));
         for code in ["invalid_prompt", "invalid_image_url", "image_too_large", "bio_policy", "invalid_base64_image"] {
             assert_eq!(failed(code).map(|o| o.class), Some(OutcomeClass::RequestRejected), "{code}");

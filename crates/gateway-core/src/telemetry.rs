@@ -39,6 +39,10 @@ pub struct AttemptEvent {
     pub health: f64,
     /// The source's AIMD limit after this attempt (in its partition; none when unpaced).
     pub aimd_limit: Option<f64>,
+    /// The tokens the provider said the attempt used (its `usage`: a whole answer's, or a
+    /// stream's last; input and output), when it said.
+    #[serde(default)]
+    pub usage: Option<crate::request::Usage>,
 }
 
 /// Why a source did not serve a call, as reported in terminal errors and call events.

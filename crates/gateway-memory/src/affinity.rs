@@ -1,6 +1,7 @@
 //! [`MemoryAffinity`]: the affinity map of one process (`AffinityMap`): which source holds the
 //! state an id names, for the time it was remembered for, and at most `max_ids` ids, the
-//! oldest remembered forgotten first.
+//! oldest remembered forgotten first. A string that cannot be an id (`affinity::check_id`) is
+//! refused, as the Redis map refuses it.
 
 use async_trait::async_trait;
 use gateway_core::ports::{Affinity, AffinityMap, BackendError};
@@ -79,9 +80,19 @@ impl MemoryAffinity {
     }
 }
 
+/// `id`, if it can be one.
+fn checked(id: &str) -> Result<&str, BackendError> {
+    gateway_core::affinity::check_id(id).map_err(|e| BackendError::InvalidKey {
+        key: format!("affinity {:?}", id.chars().take(64).collect::<String>()),
+        detail: e.to_string(),
+    })?;
+    Ok(id)
+}
+
 #[async_trait]
 impl AffinityMap for MemoryAffinity {
     async fn remember(&self, id: &str, at: &Affinity, ttl: Duration) -> Result<(), BackendError> {
+        let id = checked(id)?;
         let expires = self.clock.now().saturating_add(ttl);
         let mut map = self.lock();
         map.stamps += 1;
@@ -97,6 +108,7 @@ impl AffinityMap for MemoryAffinity {
     }
 
     async fn find(&self, id: &str) -> Result<Option<Affinity>, BackendError> {
+        let id = checked(id)?;
         let now = self.clock.now();
         let mut map = self.lock();
         match map.ids.get(id) {
@@ -110,7 +122,7 @@ impl AffinityMap for MemoryAffinity {
     }
 
     async fn forget(&self, id: &str) -> Result<(), BackendError> {
-        self.lock().ids.remove(id);
+        self.lock().ids.remove(checked(id)?);
         Ok(())
     }
 }

@@ -8,6 +8,7 @@ pub mod affinity;
 pub mod backstop;
 mod sharded;
 
+pub use affinity::MemoryAffinity;
 use async_trait::async_trait;
 use gateway_core::aimd::{AccountPacer, Paced, PacerParams};
 use gateway_core::breaker::{Gate, GateOp, GateParams, Reply};
@@ -18,7 +19,6 @@ use gateway_core::quota::QuotaAccount;
 use gateway_core::random::Incarnations;
 use gateway_core::request::RateSignal;
 use gateway_core::time::Clock;
-pub use affinity::MemoryAffinity;
 use sharded::Sharded;
 use std::sync::Arc;
 use std::time::Duration;

@@ -7,6 +7,9 @@
 //! - `llm_circuit_failures_total{scope,tenant_id,source}`: attempts the breaker counted as
 //!   failures (transient failures and dead sources);
 //! - `llm_attempts_total{scope,tenant_id,source,outcome}`;
+//! - `llm_tokens_total{scope,tenant_id,source,direction}`: the tokens providers' usage reported
+//!   (`input`, `output`; chat's prompt and completion tokens, a Responses stream's from its
+//!   terminal event);
 //! - `llm_call_duration_seconds{scope,tenant_id,result}` histogram;
 //! - `llm_aimd_limit{scope,tenant_id,source}` and `llm_source_health{scope,tenant_id,source}`
 //!   gauges, as of each source's last attempt.
@@ -60,6 +63,15 @@ struct AttemptLabels {
     tenant_id: String,
     source: String,
     outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TokenLabels {
+    scope: String,
+    tenant_id: String,
+    source: String,
+    /// `input` (prompt) or `output` (completion).
+    direction: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -141,6 +153,7 @@ pub struct Metrics {
     circuit_state: Family<StateLabels, Gauge>,
     circuit_failures: Family<SourceLabels, Counter>,
     attempts: Family<AttemptLabels, Counter>,
+    tokens: Family<TokenLabels, Counter>,
     call_duration: Family<CallLabels, Histogram>,
     aimd_limit: Family<SourceLabels, FloatGauge>,
     health: Family<SourceLabels, FloatGauge>,
@@ -185,6 +198,8 @@ impl Metrics {
         registry.register("llm_circuit_failures", "Attempts the breaker counted as failures", circuit_failures.clone());
         let attempts = Family::<AttemptLabels, Counter>::default();
         registry.register("llm_attempts", "Attempts by outcome class", attempts.clone());
+        let tokens = Family::<TokenLabels, Counter>::default();
+        registry.register("llm_tokens", "Tokens the providers' usage reported, input and output", tokens.clone());
         let call_duration = Family::<CallLabels, Histogram>::new_with_constructor(|| Histogram::new(exponential_buckets(0.05, 2.0, 14)));
         registry.register("llm_call_duration_seconds", "Whole call time, by how the call ended", call_duration.clone());
         let aimd_limit = Family::<SourceLabels, FloatGauge>::default();
@@ -200,6 +215,7 @@ impl Metrics {
             circuit_state,
             circuit_failures,
             attempts,
+            tokens,
             call_duration,
             aimd_limit,
             health,
@@ -287,6 +303,17 @@ impl Telemetry for Metrics {
             outcome: event.class.as_str(),
         };
         self.attempts.get_or_create(&outcome).inc();
+        if let Some(usage) = event.usage {
+            for (direction, count) in [("input", usage.prompt_tokens), ("output", usage.completion_tokens)] {
+                let series = TokenLabels {
+                    scope: labels.scope.clone(),
+                    tenant_id: labels.tenant_id.clone(),
+                    source: labels.source.clone(),
+                    direction,
+                };
+                self.tokens.get_or_create(&series).inc_by(u64::from(count));
+            }
+        }
         if matches!(event.class, OutcomeClass::Transient | OutcomeClass::SourceDead) {
             self.circuit_failures.get_or_create(&labels).inc();
         }

@@ -34,6 +34,7 @@ fn attempt(key: SourceKey, class: OutcomeClass) -> AttemptEvent {
         incarnation: 7,
         health: 0.8,
         aimd_limit: Some(8.5),
+        usage: (class == OutcomeClass::Success).then_some(gateway_core::request::Usage { prompt_tokens: 12, completion_tokens: 30 }),
     }
 }
 
@@ -92,7 +93,10 @@ impl Upstream for Upstreams {
         if request.texts().next() == Some("bad") {
             return Attempt::failure(OutcomeClass::Transient, "timeout", None);
         }
-        Attempt::success(Response::chat_text("ok", None), "http_200")
+        Attempt::success(
+            Response::chat_text("ok", Some(gateway_core::request::Usage { prompt_tokens: 3, completion_tokens: 1 })),
+            "http_200",
+        )
     }
 }
 
@@ -127,6 +131,7 @@ async fn a_scrape_of_a_running_client_parses_and_has_every_metric() {
         "llm_circuit_state",
         "llm_circuit_failures_total",
         "llm_attempts_total",
+        "llm_tokens_total",
         "llm_call_duration_seconds",
         "llm_call_duration_seconds_sum",
         "llm_call_duration_seconds_count",

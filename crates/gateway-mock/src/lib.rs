@@ -53,10 +53,10 @@ pub use blackhole::Blackhole;
 pub use echo::Echo;
 pub use gate::Gate;
 pub use recording::{FormPart, Received, Recording};
-pub use surface::Surface;
-pub use surface::media::speech_bytes;
 pub use responder::{Responder, Script, answering};
 pub use server::{Builder, MockServer, source_url};
+pub use surface::Surface;
+pub use surface::media::speech_bytes;
 pub use timer::Timer;
 pub use upstream::{EchoUpstream, Plan, ScriptedUpstream, Step, text_answer};
 

@@ -126,11 +126,16 @@ pub fn text_answer(kind: Kind, text: &str, usage: Option<Usage>) -> Response {
     match kind {
         Kind::Chat | Kind::Embeddings => Response::chat_text(text, usage),
         Kind::Responses => Response::responses_text("resp_mock", text, usage),
-        Kind::Completions => Response::new(kind, object(json!({"object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": "stop"}]}))),
+        Kind::Completions => Response::new(
+            kind,
+            object(json!({"object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": "stop"}]})),
+        ),
         Kind::Moderations => Response::new(kind, object(json!({"id": "modr-mock", "results": [{"flagged": false}]}))),
         Kind::Images | Kind::ImageEdits => Response::new(kind, object(json!({"created": 1, "data": [{"b64_json": "aGk="}]}))),
         Kind::Transcriptions | Kind::Translations => Response::new(kind, object(json!({"text": text}))),
-        Kind::Speech => Response::raw(kind, gateway_core::request::Raw { content_type: "audio/mpeg".into(), bytes: text.as_bytes().to_vec().into() }),
+        Kind::Speech => {
+            Response::raw(kind, gateway_core::request::Raw { content_type: "audio/mpeg".into(), bytes: text.as_bytes().to_vec().into() })
+        }
         Kind::Files => Response::new(kind, object(json!({"id": "file-mock", "object": "file"}))),
         Kind::Batches => Response::new(kind, object(json!({"id": "batch_mock", "object": "batch", "status": "validating"}))),
     }

@@ -25,7 +25,10 @@ impl RedisAffinity {
 }
 
 fn key(id: &str) -> Result<String, BackendError> {
-    check_id(id).map_err(|e| BackendError::InvalidKey { key: format!("affinity {:?}", id.chars().take(64).collect::<String>()), detail: e.to_string() })?;
+    check_id(id).map_err(|e| BackendError::InvalidKey {
+        key: format!("affinity {:?}", id.chars().take(64).collect::<String>()),
+        detail: e.to_string(),
+    })?;
     Ok(format!("gw:aff:{id}"))
 }
 
@@ -35,7 +38,10 @@ impl AffinityMap for RedisAffinity {
         let key = key(id)?;
         for (what, part) in [("scope", &at.scope), ("source", &at.source)] {
             if !is_key_part(part) {
-                return Err(BackendError::InvalidKey { key, detail: format!("{what} {part:?} must use only letters, digits, '_' and '-'") });
+                return Err(BackendError::InvalidKey {
+                    key,
+                    detail: format!("{what} {part:?} must use only letters, digits, '_' and '-'"),
+                });
             }
         }
         let ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX).max(1);
@@ -50,7 +56,9 @@ impl AffinityMap for RedisAffinity {
         let Some(text) = value.as_str() else { return Ok(None) };
         match text.split_once(' ') {
             Some((scope, source)) => Ok(Some(Affinity { scope: scope.into(), source: source.into() })),
-            None => Err(BackendError::Malformed { backend: "redis", key, detail: format!("an affinity value without its source: {text:?}") }),
+            None => {
+                Err(BackendError::Malformed { backend: "redis", key, detail: format!("an affinity value without its source: {text:?}") })
+            }
         }
     }
 

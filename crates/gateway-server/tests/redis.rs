@@ -1,5 +1,6 @@
 //! The proxy's cases that need a live Redis: a shutdown that cuts a call holding leases in
-//! Redis. `gateway_tests::redis_cases` runs them as `redis::<case>` where Redis answers at
+//! Redis; two proxies sharing the affinity map, a chain's turns on either going to its first
+//! turn's source. `gateway_tests::redis_cases` runs them as `redis::<case>` where Redis answers at
 //! `GATEWAY_REDIS_URL`, and otherwise reports them ignored (or failed, with
 //! `GATEWAY_REDIS_REQUIRED=1`), never `ok`.
 
@@ -19,9 +20,12 @@ use std::time::Duration;
 use support::KEY;
 
 fn main() -> ExitCode {
-    redis_cases::run(&[("a_shutdown_cut_leaves_no_lease_in_redis", |url| {
-        multi_thread(2).block_on(a_shutdown_cut_leaves_no_lease_in_redis(url))
-    })])
+    redis_cases::run(&[
+        ("a_shutdown_cut_leaves_no_lease_in_redis", |url| multi_thread(2).block_on(a_shutdown_cut_leaves_no_lease_in_redis(url))),
+        ("two_proxies_on_redis_keep_a_chain_on_its_first_source", |url| {
+            multi_thread(2).block_on(two_proxies_on_redis_keep_a_chain_on_its_first_source(url))
+        }),
+    ])
 }
 
 /// The runtime `#[tokio::test(flavor = "multi_thread", worker_threads = N)]` builds.
@@ -69,4 +73,48 @@ async fn a_shutdown_cut_leaves_no_lease_in_redis(url: String) {
     assert_eq!(call.await.unwrap().unwrap().status(), 503);
     assert_eq!(quota.in_flight(&key).await.unwrap(), 0, "no permit lease left");
     assert!(gates.snapshot(&key).await.unwrap().probe_until.is_none(), "no probe lease left");
+}
+
+/// A proxy process on `url`'s Redis in front of `root`'s Surface (sources a, b, c), its root URL.
+async fn proxy_on_redis(url: &str, root: &str) -> String {
+    let scopes = support::surface_scope("chain", "", &[("a", "a"), ("b", "b"), ("c", "c")]).replace("{root}", root);
+    let text =
+        format!("[server]\naffinity_ttl_s = 300\n[server.api_keys.ops]\nkey = \"{KEY}\"\n[backend]\nredis_url = \"{url}\"\n{scopes}");
+    let path = std::env::temp_dir().join(format!("gateway-redis-proxy-{}-{}.toml", std::process::id(), rand_suffix()));
+    std::fs::write(&path, text).unwrap();
+    let (server, backend, scopes) = gateway_server::config::load_all(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    let state = gateway_server::build_with(server, backend, scopes).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(gateway_server::serve(listener, state, std::future::pending()));
+    base
+}
+
+fn rand_suffix() -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(std::process::id())
+}
+
+async fn two_proxies_on_redis_keep_a_chain_on_its_first_source(url: String) {
+    let surface = Arc::new(gateway_mock::Surface::tagged(&format!("t{:x}x", rand_suffix() & 0xffff_ffff)));
+    let provider = gateway_mock::MockServer::start(surface).await.unwrap();
+    let (one, two) = (proxy_on_redis(&url, &provider.root()).await, proxy_on_redis(&url, &provider.root()).await);
+    let post = |base: String, body: serde_json::Value| async move {
+        let response = reqwest::Client::new().post(format!("{base}/v1/responses")).bearer_auth(KEY).json(&body).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        let source = response.headers()["x-gateway-source"].to_str().unwrap().to_owned();
+        (source, response.json::<serde_json::Value>().await.unwrap())
+    };
+    let (home, first) = post(one.clone(), json!({"model": "chain", "input": "one"})).await;
+    let mut previous = first["id"].as_str().unwrap().to_owned();
+    for (turn, base) in [(2, &two), (3, &one), (4, &two)] {
+        let (source, next) = post(base.clone(), json!({"model": "chain", "input": "on", "previous_response_id": previous})).await;
+        assert_eq!(source, home, "turn {turn}, through the other process too, on the first turn's source");
+        let text = next["output"][0]["content"][0]["text"].as_str().unwrap().to_owned();
+        assert_eq!(text, format!("echo: on (turn {turn})"));
+        previous = next["id"].as_str().unwrap().to_owned();
+    }
+    let read = reqwest::Client::new().get(format!("{two}/v1/responses/{previous}")).bearer_auth(KEY).send().await.unwrap();
+    assert_eq!(read.status(), 200, "the other process finds a stored response's source");
 }

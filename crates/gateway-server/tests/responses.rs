@@ -36,7 +36,13 @@ fn events(text: &str) -> Vec<(String, Value)> {
 }
 
 fn output_text(response: &Value) -> String {
-    response["output"].as_array().into_iter().flatten().flat_map(|item| item["content"].as_array().into_iter().flatten()).filter_map(|p| p["text"].as_str()).collect()
+    response["output"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|item| item["content"].as_array().into_iter().flatten())
+        .filter_map(|p| p["text"].as_str())
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -62,6 +68,12 @@ async fn a_response_is_served_whole_and_streamed_in_named_events_numbered_from_z
     }
     assert_eq!(events[0].1["response"]["id"], events.last().unwrap().1["response"]["id"], "created and completed name one response");
     assert_eq!(events.last().unwrap().1["response"]["usage"]["total_tokens"], 7);
+    // The usage of the whole answer and of the stream's terminal event reached the metrics.
+    let metrics = get(&r.url, "/metrics").await.text().await.unwrap();
+    for (direction, tokens) in [("input", 10), ("output", 4)] {
+        let line = format!("llm_tokens_total{{scope=\"resp\",tenant_id=\"\",source=\"a\",direction=\"{direction}\"}} {tokens}");
+        assert!(metrics.contains(&line), "{line} in\n{metrics}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -86,7 +98,11 @@ async fn a_break_after_the_commit_point_ends_the_stream_with_an_error_event() {
     let events = events(&text);
     let (name, last) = events.last().unwrap();
     assert_eq!(name, "error", "{text}");
-    assert_eq!((last["type"].as_str(), last["error"]["code"].as_str(), last["code"].as_str()), (Some("error"), Some("stream_broken"), Some("stream_broken")), "both shapes");
+    assert_eq!(
+        (last["type"].as_str(), last["error"]["code"].as_str(), last["code"].as_str()),
+        (Some("error"), Some("stream_broken"), Some("stream_broken")),
+        "both shapes"
+    );
     assert!(events.iter().any(|(name, _)| name == "response.output_text.delta"), "the delta went out before the break");
     assert_eq!(last["sequence_number"], json!(events.len() - 1), "the error event is numbered too");
     assert!(!events.iter().any(|(name, _)| name == "response.completed"), "never a clean-looking end");
@@ -141,13 +157,17 @@ async fn a_stored_response_is_read_listed_deleted_and_forgotten_where_it_lives()
     let orphan = post(&r.url, "/v1/responses", json!({"model": "resp", "input": "x", "previous_response_id": id})).await;
     assert_eq!(orphan.status(), 400);
     let error: Value = orphan.json().await.unwrap();
-    assert_eq!((error["error"]["code"].as_str(), error["error"]["param"].as_str()), (Some("previous_response_not_found"), Some("previous_response_id")));
+    assert_eq!(
+        (error["error"]["code"].as_str(), error["error"]["param"].as_str()),
+        (Some("previous_response_not_found"), Some("previous_response_id"))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_background_response_is_polled_to_its_end_and_its_stream_resumed() {
     let (r, _) = start_surface(&surface_scope("resp", "", &[("a", "a"), ("b", "b")])).await;
-    let queued: Value = post(&r.url, "/v1/responses", json!({"model": "resp", "input": "later", "background": true})).await.json().await.unwrap();
+    let queued: Value =
+        post(&r.url, "/v1/responses", json!({"model": "resp", "input": "later", "background": true})).await.json().await.unwrap();
     assert_eq!((queued["status"].as_str(), queued["background"].as_bool()), (Some("queued"), Some(true)));
     let id = queued["id"].as_str().unwrap();
     let mut statuses = Vec::new();
@@ -175,10 +195,16 @@ async fn a_structured_response_is_checked_whole_and_streamed() {
     let format = json!({"format": {"type": "json_schema", "name": "answer", "schema": schema, "strict": true}});
     let whole: Value = post(&r.url, "/v1/responses", json!({"model": "resp", "input": "json", "text": format})).await.json().await.unwrap();
     assert_eq!(output_text(&whole), "{\"answer\": \"echo\"}");
-    let text = post(&r.url, "/v1/responses", json!({"model": "resp", "input": "json", "text": format, "stream": true})).await.text().await.unwrap();
+    let text = post(&r.url, "/v1/responses", json!({"model": "resp", "input": "json", "text": format, "stream": true}))
+        .await
+        .text()
+        .await
+        .unwrap();
     let events = events(&text);
     assert_eq!(events.last().map(|e| e.0.as_str()), Some("response.completed"));
-    let bad = post(&r.url, "/v1/responses", json!({"model": "resp", "input": "x", "text": {"format": {"type": "json_schema", "name": "n"}}})).await;
+    let bad =
+        post(&r.url, "/v1/responses", json!({"model": "resp", "input": "x", "text": {"format": {"type": "json_schema", "name": "n"}}}))
+            .await;
     let error: Value = bad.json().await.unwrap();
     assert_eq!(error["error"]["param"], "text.format.schema");
 }
@@ -194,7 +220,9 @@ async fn ids_that_are_malformed_unknown_or_huge_get_a_clear_4xx() {
     assert_eq!(error["error"]["param"], "id");
     let huge = get(&r.url, &format!("/v1/responses/{}", "r".repeat(10_000))).await;
     assert!(huge.status().is_client_error(), "{}", huge.status());
-    for (field, value) in [("previous_response_id", json!("x".repeat(10_000))), ("previous_response_id", json!(7)), ("conversation", json!({"id": "a/b"}))] {
+    for (field, value) in
+        [("previous_response_id", json!("x".repeat(10_000))), ("previous_response_id", json!(7)), ("conversation", json!({"id": "a/b"}))]
+    {
         let refused = post(&r.url, "/v1/responses", json!({"model": "resp", "input": "x", field: value})).await;
         assert_eq!(refused.status(), 400, "{field}");
         let error: Value = refused.json().await.unwrap();
@@ -211,7 +239,8 @@ async fn a_failed_response_is_the_providers_fault_and_is_asked_again_elsewhere()
     let failed = post(&r.url, "/v1/responses", json!({"model": "pair", "input": "FAILED"})).await;
     // Every account fails this one: the call ends with the budget spent, after trying both.
     assert_eq!(failed.status(), 502);
-    let sources: std::collections::BTreeSet<String> = r.provider.received().iter().map(|q| q.path.split('/').nth(1).unwrap().to_owned()).collect();
+    let sources: std::collections::BTreeSet<String> =
+        r.provider.received().iter().map(|q| q.path.split('/').nth(1).unwrap().to_owned()).collect();
     assert_eq!(sources.into_iter().collect::<Vec<_>>(), ["a", "b"]);
     let gate = r.gates.snapshot(&gateway_core::ports::SourceKey::new("pair", "first")).unwrap();
     assert!(gate.f0 + gate.f1 >= 1, "a failed response counts against its source: {gate:?}");

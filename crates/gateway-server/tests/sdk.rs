@@ -111,7 +111,9 @@ fn python_with_openai(test: &str) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_openai_python_sdk_reaches_responses_images_audio_files_and_batches() {
-    let Some(python) = python_with_openai("the_official_openai_python_sdk_reaches_responses_images_audio_files_and_batches") else { return };
+    let Some(python) = python_with_openai("the_official_openai_python_sdk_reaches_responses_images_audio_files_and_batches") else {
+        return;
+    };
     let (r, _surface) = support::start_surface(&support::surface_scope("chat", "", &[("a", "a"), ("b", "b")])).await;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openai_sdk_surface.py");
     let base = format!("{}/v1", r.url);

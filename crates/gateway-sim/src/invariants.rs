@@ -216,6 +216,7 @@ mod tests {
             incarnation,
             health: 1.0,
             aimd_limit: None,
+            usage: None,
         }
     }
 

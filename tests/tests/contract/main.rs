@@ -8,7 +8,7 @@
 //!   `…random_pacer_sequences`: the
 //!   differential suite (random operation sequences, every reply and state compared);
 //! - `memory::` / `redis::<case>` for the cases a script cannot say: concurrent callers, two
-//!   processes, the pacer, the quota's leases; `redis::<case>` for what only Redis has (the key
+//!   processes, the pacer, the quota's leases, the affinity map; `redis::<case>` for what only Redis has (the key
 //!   TTL, the bounded argument cache).
 //!
 //! Redis cases need Redis at `GATEWAY_REDIS_URL`: without it they are reported ignored, never
@@ -18,6 +18,7 @@
 // A test binary with its own harness: a broken fixture panics, as in a #[test].
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod affinity;
 mod concurrency;
 mod differential;
 mod pacer;
@@ -57,6 +58,7 @@ const CASES: &[(&str, Case)] = &[
     }),
     ("pacer_leases_of_a_crashed_worker_expire", |b| Box::pin(pacer::pacer_leases_of_a_crashed_worker_expire(b))),
     ("pacer_two_processes_respect_one_limit", |b| Box::pin(pacer::pacer_two_processes_respect_one_limit(b))),
+    ("affinity_is_one_map_for_every_process", |b| Box::pin(affinity::affinity_is_one_map_for_every_process(b))),
 ];
 
 /// The cases of what only Redis has.

@@ -7,10 +7,10 @@
 use gateway_core::breaker::{Gate, GateOp, GateParams, Reply};
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::policy::{BreakerConfig, BreakerPolicy};
-use gateway_core::ports::{BreakerGate, PacerGate, QuotaGate, SourceKey};
+use gateway_core::ports::{AffinityMap, BreakerGate, PacerGate, QuotaGate, SourceKey};
 use gateway_core::time::{Clock, ManualClock, Timestamp};
-use gateway_memory::{MemoryGates, MemoryPacer, MemoryQuota};
-use gateway_redis::{RedisConfig, RedisConnection, RedisGates, RedisPacer, RedisQuota};
+use gateway_memory::{MemoryAffinity, MemoryGates, MemoryPacer, MemoryQuota};
+use gateway_redis::{RedisAffinity, RedisConfig, RedisConnection, RedisGates, RedisPacer, RedisQuota};
 use std::future::Future;
 use std::hash::BuildHasher;
 use std::pin::Pin;
@@ -30,6 +30,7 @@ pub enum Kind<'a> {
 
 /// One case's view of a backend.
 pub struct Backend {
+    pub affinity: Arc<dyn AffinityMap>,
     pub gates: Arc<dyn BreakerGate>,
     pub quota: Arc<dyn QuotaGate>,
     pub pacer: Arc<dyn PacerGate>,
@@ -66,6 +67,7 @@ impl Backend {
             Kind::Memory => {
                 let (gates, quota) = (Arc::new(MemoryGates::new(clock.clone())), Arc::new(MemoryQuota::new(clock.clone())));
                 Backend {
+                    affinity: Arc::new(MemoryAffinity::new(clock.clone(), 1000)),
                     gates: gates.clone(),
                     quota: quota.clone(),
                     pacer: Arc::new(MemoryPacer::new(clock.clone())),
@@ -79,6 +81,7 @@ impl Backend {
                 let conn = redis_connection(url, Some(clock.clone())).await;
                 let (gates, quota) = (RedisGates::new(conn.clone()), RedisQuota::new(conn.clone()));
                 Backend {
+                    affinity: Arc::new(RedisAffinity::new(conn.clone())),
                     gates: Arc::new(gates.clone()),
                     quota: Arc::new(quota.clone()),
                     pacer: Arc::new(RedisPacer::new(conn)),
@@ -98,6 +101,19 @@ impl Backend {
             Some((_, _, url)) => Arc::new(RedisGates::new(redis_connection(url, Some(self.clock.clone())).await)),
             None => self.gates.clone(),
         }
+    }
+
+    /// A second handle on the same affinity map (another process's, for Redis).
+    pub async fn second_affinity(&self) -> Arc<dyn AffinityMap> {
+        match &self.redis {
+            Some((_, _, url)) => Arc::new(RedisAffinity::new(redis_connection(url, Some(self.clock.clone())).await)),
+            None => self.affinity.clone(),
+        }
+    }
+
+    /// Whether this is the Redis backend (its keys expire on Redis's own clock).
+    pub fn is_redis(&self) -> bool {
+        self.redis.is_some()
     }
 
     /// A second handle on the same pacers (another process's, for Redis).

@@ -250,10 +250,8 @@ impl Request {
             Kind::Completions => (&["max_tokens"], 16),
             _ => return tokens,
         };
-        let limit = limits
-            .iter()
-            .find_map(|f| self.body.get(*f).and_then(Value::as_u64))
-            .map_or(default, |n| u32::try_from(n).unwrap_or(u32::MAX));
+        let limit =
+            limits.iter().find_map(|f| self.body.get(*f).and_then(Value::as_u64)).map_or(default, |n| u32::try_from(n).unwrap_or(u32::MAX));
         // `n` choices each get up to the completion limit (the provider counts it so).
         let choices = self.body.get("n").and_then(Value::as_u64).map_or(1, |n| u32::try_from(n.max(1)).unwrap_or(u32::MAX));
         tokens.saturating_add(limit.saturating_mul(choices))

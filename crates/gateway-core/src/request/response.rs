@@ -32,7 +32,10 @@ impl Usage {
         let count = |fields: [&str; 2]| {
             fields.iter().find_map(|f| usage.get(*f).and_then(Value::as_u64)).map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX))
         };
-        Some(Usage { prompt_tokens: count(["prompt_tokens", "input_tokens"]), completion_tokens: count(["completion_tokens", "output_tokens"]) })
+        Some(Usage {
+            prompt_tokens: count(["prompt_tokens", "input_tokens"]),
+            completion_tokens: count(["completion_tokens", "output_tokens"]),
+        })
     }
 }
 /// A usable answer: the provider's whole body, and who served it.

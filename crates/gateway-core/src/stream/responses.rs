@@ -218,7 +218,10 @@ pub fn events_of(response: &Response) -> Vec<Chunk> {
         if let Some(arguments) = item.get("arguments").filter(|_| item.get("type").and_then(Value::as_str) == Some("function_call")) {
             let name = item.get("name").cloned().unwrap_or(json!(""));
             emit("response.function_call_arguments.delta", json!({"item_id": item_id, "output_index": index, "delta": arguments}));
-            emit("response.function_call_arguments.done", json!({"item_id": item_id, "output_index": index, "arguments": arguments, "name": name}));
+            emit(
+                "response.function_call_arguments.done",
+                json!({"item_id": item_id, "output_index": index, "arguments": arguments, "name": name}),
+            );
         }
         emit("response.output_item.done", json!({"output_index": index, "item": item}));
     }

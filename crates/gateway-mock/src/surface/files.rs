@@ -27,8 +27,7 @@ fn file_object(id: &str, filename: &str, purpose: &str, bytes: usize) -> Value {
 }
 
 fn store(state: &mut Account, account: &str, filename: &str, purpose: &str, bytes: bytes::Bytes) -> Value {
-    state.made += 1;
-    let id = format!("file-{account}-{}", state.made);
+    let id = state.next_id("file-", account);
     let object = file_object(&id, filename, purpose, bytes.len());
     state.files.insert(id, StoredFile { object: object.clone(), bytes });
     object
@@ -40,7 +39,9 @@ pub(super) fn upload(state: &mut Account, account: &str, request: &Received) -> 
     let Some(file) = form.iter().find(|p| p.name == "file" && p.filename.is_some()) else {
         return error(400, "Missing required parameter: 'file'.", Some("file"), None);
     };
-    let Some(purpose) = request.form_value("purpose") else { return error(400, "Missing required parameter: 'purpose'.", Some("purpose"), None) };
+    let Some(purpose) = request.form_value("purpose") else {
+        return error(400, "Missing required parameter: 'purpose'.", Some("purpose"), None);
+    };
     let object = store(state, account, file.filename.as_deref().unwrap_or("upload"), &purpose, file.data.clone());
     Answer::json(200, &object)
 }
@@ -73,8 +74,7 @@ pub(super) fn create_batch(state: &mut Account, account: &str, request: &Receive
         return error(400, &format!("Invalid 'input_file_id': file {input} not found."), Some("input_file_id"), Some("invalid_input_file"));
     };
     let lines = file.bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()).count();
-    state.made += 1;
-    let id = format!("batch_{account}_{}", state.made);
+    let id = state.next_id("batch_", account);
     let object = json!({"id": id, "object": "batch", "endpoint": body["endpoint"], "input_file_id": input,
                         "completion_window": body["completion_window"], "status": "validating", "created_at": 1_700_000_000,
                         "output_file_id": null, "error_file_id": null, "metadata": body["metadata"],

@@ -110,14 +110,21 @@ pub(super) fn transcript(request: &Received, what: &str) -> Answer {
         Some("text") => Answer::bytes(200, "text/plain; charset=utf-8", format!("{text}\n")),
         Some("srt") => Answer::bytes(200, "text/plain; charset=utf-8", format!("1\n00:00:00,000 --> 00:00:01,000\n{text}\n")),
         Some("vtt") => Answer::bytes(200, "text/plain; charset=utf-8", format!("WEBVTT\n\n00:00:00.000 --> 00:00:01.000\n{text}\n")),
-        Some("verbose_json") => Answer::json(200, &json!({"task": what, "language": "english", "duration": 1.0, "text": text, "segments": []})),
-        _ => Answer::json(200, &json!({"text": text, "usage": {"type": "tokens", "input_tokens": 4, "output_tokens": 6, "total_tokens": 10}})),
+        Some("verbose_json") => {
+            Answer::json(200, &json!({"task": what, "language": "english", "duration": 1.0, "text": text, "segments": []}))
+        }
+        _ => Answer::json(
+            200,
+            &json!({"text": text, "usage": {"type": "tokens", "input_tokens": 4, "output_tokens": 6, "total_tokens": 10}}),
+        ),
     }
 }
 
 /// `POST /audio/speech`: [`speech_bytes`] of its input.
 pub(super) fn speech(request: &Received) -> Answer {
-    let Some(input) = request.body["input"].as_str() else { return error(400, "Missing required parameter: 'input'.", Some("input"), None) };
+    let Some(input) = request.body["input"].as_str() else {
+        return error(400, "Missing required parameter: 'input'.", Some("input"), None);
+    };
     let kind = match request.body["response_format"].as_str().unwrap_or("mp3") {
         "opus" => "audio/opus",
         "aac" => "audio/aac",

@@ -29,6 +29,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 struct Account {
     /// The account answers every request 503 (its provider is down).
     down: bool,
+    /// What every id it makes carries before its number (ids unique across runs).
+    tag: String,
     responses: HashMap<String, responses::Stored>,
     files: HashMap<String, files::StoredFile>,
     batches: HashMap<String, files::StoredBatch>,
@@ -41,6 +43,7 @@ struct Account {
 pub struct Surface {
     accounts: Mutex<HashMap<String, Account>>,
     requests: std::sync::atomic::AtomicU64,
+    tag: String,
 }
 
 impl Surface {
@@ -53,14 +56,35 @@ impl Surface {
         self.accounts.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// A provider whose ids carry `tag` before their number (`resp_a_<tag>1`): ids no other run
+    /// made, for a test whose affinity map outlives it (Redis).
+    pub fn tagged(tag: &str) -> Surface {
+        Surface { tag: tag.to_owned(), ..Surface::default() }
+    }
+
+    /// The account `name`'s state, made at first use.
+    fn account<'a>(&self, accounts: &'a mut HashMap<String, Account>, name: &str) -> &'a mut Account {
+        accounts.entry(name.to_owned()).or_insert_with(|| Account { tag: self.tag.clone(), ..Account::default() })
+    }
+
     /// Takes `account` down (every request answered 503) or brings it back up.
     pub fn set_down(&self, account: &str, down: bool) {
-        self.lock().entry(account.to_owned()).or_default().down = down;
+        let mut accounts = self.lock();
+        self.account(&mut accounts, account).down = down;
     }
 
     /// How many stored responses `account` (its path prefix, without slashes) holds.
     pub fn stored_responses(&self, account: &str) -> usize {
         self.lock().get(account).map_or(0, |a| a.responses.len())
+    }
+}
+
+impl Account {
+    /// The next id of `kind` (`resp_`, `file-`, `batch_`) this account makes.
+    fn next_id(&mut self, kind: &str, account: &str) -> String {
+        self.made += 1;
+        let sep = if kind.ends_with('-') { "-" } else { "_" };
+        format!("{kind}{account}{sep}{}{}", self.tag, self.made)
     }
 }
 
@@ -113,7 +137,7 @@ impl Surface {
     fn decide(&self, request: &Received) -> Answer {
         let Some((account, route)) = split(&request.path) else { return error(404, "no such route", None, None) };
         let mut accounts = self.lock();
-        let state = accounts.entry(account.clone()).or_default();
+        let state = self.account(&mut accounts, &account);
         let method = request.method.as_str();
         let segments: Vec<&str> = route.split('/').collect();
         // A test without the persona at hand (the SDK script) switches an account here.
@@ -122,7 +146,10 @@ impl Surface {
             return Answer::json(200, &json!({"account": account, "down": state.down}));
         }
         if state.down {
-            return Answer::json(503, &json!({"error": {"message": "The server is overloaded.", "type": "server_error", "param": null, "code": null}}));
+            return Answer::json(
+                503,
+                &json!({"error": {"message": "The server is overloaded.", "type": "server_error", "param": null, "code": null}}),
+            );
         }
         match (method, segments.as_slice()) {
             ("POST", ["responses"]) => responses::create(state, &account, request),

@@ -127,21 +127,22 @@ pub(super) fn create(state: &mut Account, account: &str, request: &Received) -> 
             }
         },
     };
-    state.made += 1;
-    let id = format!("resp_{account}_{}", state.made);
+    let id = state.next_id("resp_", account);
     let said = said(request);
     let response = answer(&id, body, &said, turn);
     let background = body["background"] == json!(true);
     if body["store"] != json!(false) || background {
-        let stored = Stored { response: response.clone(), input: stored_input(&id, body), turn, polls_left: if background { 2 } else { 0 }, cancelled: false };
+        let stored = Stored {
+            response: response.clone(),
+            input: stored_input(&id, body),
+            turn,
+            polls_left: if background { 2 } else { 0 },
+            cancelled: false,
+        };
         state.responses.insert(id, stored);
     }
     if request.wants_stream() {
-        let cut = if account == "prefail" {
-            Some(Cut::BeforeDelta)
-        } else {
-            said.contains("CUT").then_some(Cut::AfterDelta)
-        };
+        let cut = if account == "prefail" { Some(Cut::BeforeDelta) } else { said.contains("CUT").then_some(Cut::AfterDelta) };
         return stream(&response, None, cut);
     }
     if background {

@@ -96,8 +96,12 @@ pub fn responses_request(body: Object, schemas: &Schemas) -> Result<ChatAsk, Api
     for name in ["previous_response_id", "conversation"] {
         let id = match field(&body, name) {
             None => continue,
-            Some(value) => gateway_core::responses::conversation_id(value)
-                .ok_or_else(|| ApiError::invalid(name, format!("{name} must be an id (a string{})", if name == "conversation" { " or {\"id\": …}" } else { "" })))?,
+            Some(value) => gateway_core::responses::conversation_id(value).ok_or_else(|| {
+                ApiError::invalid(
+                    name,
+                    format!("{name} must be an id (a string{})", if name == "conversation" { " or {\"id\": …}" } else { "" }),
+                )
+            })?,
         };
         gateway_core::affinity::check_id(id).map_err(|why| ApiError::invalid(name, format!("{name} is not an id: {why}")))?;
     }
@@ -148,7 +152,8 @@ pub fn batch_request(body: Object) -> Result<Request, ApiError> {
     let Some(Value::String(file)) = field(&body, "input_file_id") else {
         return Err(ApiError::invalid("input_file_id", "input_file_id is required: the id of an uploaded batch file"));
     };
-    gateway_core::affinity::check_id(file).map_err(|why| ApiError::invalid("input_file_id", format!("input_file_id is not an id: {why}")))?;
+    gateway_core::affinity::check_id(file)
+        .map_err(|why| ApiError::invalid("input_file_id", format!("input_file_id is not an id: {why}")))?;
     for name in ["endpoint", "completion_window"] {
         if !field(&body, name).is_some_and(Value::is_string) {
             return Err(ApiError::invalid(name, format!("{name} is required: a string")));
@@ -196,4 +201,3 @@ pub fn embeddings_request(body: Object) -> Result<Request, ApiError> {
     }
     Ok(Request::native(Kind::Embeddings, body))
 }
-

@@ -168,12 +168,16 @@ pub fn call_error(error: &CallError) -> ApiError {
                 "conversation" => "conversation_not_found",
                 _ => "not_found",
             };
-            let message = format!("{} with id '{id}' not found: {message}", if field == "conversation" { "Conversation" } else { "Previous response" });
+            let message = format!(
+                "{} with id '{id}' not found: {message}",
+                if field == "conversation" { "Conversation" } else { "Previous response" }
+            );
             ApiError { param: Some(field.clone()), ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_request_error", code, message) }
         }
-        CallError::Unroutable { field, .. } => {
-            ApiError { param: Some(field.clone()), ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_request_error", "unroutable", message) }
-        }
+        CallError::Unroutable { field, .. } => ApiError {
+            param: Some(field.clone()),
+            ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_request_error", "unroutable", message)
+        },
     }
 }
 
@@ -195,4 +199,3 @@ pub fn stream_broken(broken: &StreamError, http: Option<&HttpUpstream>) -> ApiEr
     let message = format!("the stream from {} exceeded {key} ({bytes} bytes) and was ended", broken.source_name);
     ApiError { code: "response_too_large".into(), message, ..error }
 }
-

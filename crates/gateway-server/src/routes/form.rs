@@ -21,7 +21,8 @@ pub(super) async fn read_form(state: &AppState, request: HttpRequest) -> Result<
         ApiError::invalid("content-type", format!("the body must be multipart/form-data with a boundary, not {shown:?}"))
     })?;
     let (headers, bytes) = read_body(state, request).await?;
-    let mut multipart = multer::Multipart::new(futures_util::stream::once(async move { Ok::<_, std::convert::Infallible>(bytes) }), boundary);
+    let mut multipart =
+        multer::Multipart::new(futures_util::stream::once(async move { Ok::<_, std::convert::Infallible>(bytes) }), boundary);
     let mut form = Form::default();
     loop {
         let field = match multipart.next_field().await {

@@ -159,13 +159,21 @@ fn noun(kind: Kind) -> &'static str {
 /// deleted, expired), 503 when the map cannot answer.
 async fn stored(state: &AppState, kind: Kind, id: &str, target: Target) -> Result<(String, Request), ApiError> {
     if let Err(why) = gateway_core::affinity::check_id(id) {
-        return Err(ApiError::invalid("id", format!("{} id {:?} is not an id: {why}", noun(kind).to_lowercase(), gateway_client::echoed(id))));
+        return Err(ApiError::invalid(
+            "id",
+            format!("{} id {:?} is not an id: {why}", noun(kind).to_lowercase(), gateway_client::echoed(id)),
+        ));
     }
     let found = state.client.affinity_of(id).await.map_err(|e| {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", "affinity_backend_unavailable", e.to_string())
     })?;
     let Some(at) = found else {
-        return Err(ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", "not_found", format!("{} with id '{id}' not found.", noun(kind))));
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "not_found",
+            format!("{} with id '{id}' not found.", noun(kind)),
+        ));
     };
     Ok((at.scope.to_string(), Request::to_target(kind, target).pinned_to(&at.source, id)))
 }
@@ -265,9 +273,13 @@ pub(crate) async fn not_found() -> Response {
 /// A route of OpenAI's the gateway does not serve: 501 naming it, with `x-should-retry: false`
 /// (the SDKs retry a 5xx otherwise).
 fn not_served(route: &str, why: &str) -> Response {
-    let mut response =
-        ApiError::new(StatusCode::NOT_IMPLEMENTED, "invalid_request_error", "unsupported_endpoint", format!("{route} is not served by this gateway: {why}"))
-            .into_response();
+    let mut response = ApiError::new(
+        StatusCode::NOT_IMPLEMENTED,
+        "invalid_request_error",
+        "unsupported_endpoint",
+        format!("{route} is not served by this gateway: {why}"),
+    )
+    .into_response();
     response.headers_mut().insert("x-should-retry", HeaderValue::from_static("false"));
     response
 }
@@ -283,5 +295,8 @@ pub(crate) async fn realtime() -> Response {
 
 /// A listing (`GET /v1/files`, `GET /v1/batches`): it spans every account of every source.
 pub(crate) async fn listing() -> Response {
-    not_served("listing files or batches", "each source's account holds its own; retrieve one by its id (GET /v1/files/{id}, GET /v1/batches/{id})")
+    not_served(
+        "listing files or batches",
+        "each source's account holds its own; retrieve one by its id (GET /v1/files/{id}, GET /v1/batches/{id})",
+    )
 }

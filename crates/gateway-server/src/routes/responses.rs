@@ -93,7 +93,8 @@ pub(crate) async fn cancel(State(state): State<Arc<AppState>>, Path(id): Path<St
     respond(
         async {
             let tenant = state.keys.authenticate(&headers)?.tenant;
-            let (scope, request) = stored(&state, Kind::Responses, &id, Target::new(Method::Post, format!("responses/{id}/cancel"))).await?;
+            let (scope, request) =
+                stored(&state, Kind::Responses, &id, Target::new(Method::Post, format!("responses/{id}/cancel"))).await?;
             stored_call(&state, &scope, tenant.as_deref(), &request).await
         }
         .await,

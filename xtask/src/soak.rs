@@ -149,6 +149,7 @@ pub(crate) fn run_one(
         circuit_open: o.circuit_open,
         isolation,
         stream: o.stream,
+        api: o.api,
         on_unavailable: o.on_unavailable,
         fault: o.fault,
     };

@@ -1,4 +1,5 @@
-//! The simulated providers over loopback HTTP, speaking the OpenAI chat-completions dialect:
+//! The simulated providers over loopback HTTP, speaking the OpenAI dialect (chat completions, and
+//! the Responses API with its named stream events):
 //! [`Providers`] is a gateway-mock `Responder`, so that a soak can run through the real HTTP
 //! adapter (`--transport http`) and several processes can share one set of providers and
 //! accounts (`--workers N`). Source `s` is served under `http://<addr>/s/v1`
@@ -8,6 +9,7 @@
 //! first token. Every answer holds the reply (and the account slot it holds) until it is sent.
 
 use crate::upstream::{Answer, Prompt, Providers};
+use gateway_core::request::Kind;
 use gateway_mock::{Frame, MockServer, Received, Responder, Timer, openai};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -29,22 +31,32 @@ fn usage() -> Value {
     json!({"prompt_tokens": 200, "completion_tokens": 250, "total_tokens": 450})
 }
 
-/// The source of a chat-completions path, `/{source}/v1/chat/completions`.
-fn chat_source(path: &str) -> Option<&str> {
-    path.strip_prefix('/')?.strip_suffix("/v1/chat/completions").filter(|s| !s.is_empty() && !s.contains('/'))
+/// The source and kind of a path: `/{source}/v1/chat/completions` or `/{source}/v1/responses`.
+fn route(path: &str) -> Option<(&str, Kind)> {
+    let path = path.strip_prefix('/')?;
+    let (source, kind) = match path.strip_suffix("/v1/chat/completions") {
+        Some(source) => (source, Kind::Chat),
+        None => (path.strip_suffix("/v1/responses")?, Kind::Responses),
+    };
+    (!source.is_empty() && !source.contains('/')).then_some((source, kind))
 }
 
 impl Responder for Providers {
     fn answer(&self, request: &Received) -> gateway_mock::Answer {
-        let Some(source) = chat_source(&request.path) else { return gateway_mock::Answer::new(404) };
+        let Some((source, kind)) = route(&request.path) else { return gateway_mock::Answer::new(404) };
         if request.method != "POST" {
             return gateway_mock::Answer::new(405);
         }
         if request.body.is_null() {
             return error(400, "invalid_request_error", "the body is not JSON");
         }
-        let messages = request.body["messages"].as_array().map(Vec::as_slice).unwrap_or_default();
-        let prompt = Prompt::of(messages.iter().filter_map(|m| m["content"].as_str()));
+        let prompt = match kind {
+            Kind::Responses => Prompt::of(request.body["input"].as_str().into_iter()),
+            _ => {
+                let messages = request.body["messages"].as_array().map(Vec::as_slice).unwrap_or_default();
+                Prompt::of(messages.iter().filter_map(|m| m["content"].as_str()))
+            }
+        };
         let Some(reply) = self.reply(source, prompt) else {
             return error(404, "model_not_found", &format!("no provider {source:?}"));
         };
@@ -55,6 +67,10 @@ impl Responder for Providers {
             }
             Answer::Hang => gateway_mock::Answer::hang(),
             Answer::Status(status, code) => error(status, code, "simulated provider error").after(after),
+            Answer::Content(content) if kind == Kind::Responses && request.wants_stream() => events(&self.answer(kind, content), after),
+            Answer::Content(content) if kind == Kind::Responses => {
+                gateway_mock::Answer::json(200, &Value::Object(self.answer(kind, content).into_body())).after(after)
+            }
             Answer::Content(content) if request.wants_stream() => sse(content, after),
             Answer::Content(content) => {
                 let message = json!({"role": "assistant", "content": content});
@@ -67,6 +83,17 @@ impl Responder for Providers {
         }
         answer.holding(reply)
     }
+}
+
+/// A `response`'s named events: the head now, the events after the provider's latency (its
+/// first token), no `[DONE]`.
+fn events(response: &gateway_core::request::Response, latency: std::time::Duration) -> gateway_mock::Answer {
+    let mut frames = vec![Frame::Pause(latency)];
+    for event in gateway_core::stream::chunks_of(response) {
+        let kind = event.get("type").and_then(Value::as_str).unwrap_or_default().to_owned();
+        frames.push(Frame::Data(format!("event: {kind}\ndata: {}\n\n", Value::Object(event))));
+    }
+    gateway_mock::Answer::sse(frames)
 }
 
 /// Headers now; the content after the provider's latency; then the usage and `[DONE]`.

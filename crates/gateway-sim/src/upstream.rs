@@ -130,9 +130,25 @@ pub struct Providers {
     state: Arc<Mutex<State>>,
     clock: Arc<dyn Clock>,
     start: Timestamp,
+    /// Responses made so far (each a `resp_sim_<n>` of its own).
+    responses: std::sync::atomic::AtomicU64,
 }
 
 impl Providers {
+    /// A simulated answer of `kind` (chat, or a Responses `response` with an id of its own)
+    /// saying `content`, with the usage every simulated completion reports.
+    pub fn answer(&self, kind: gateway_core::request::Kind, content: &str) -> gateway_core::request::Response {
+        use gateway_core::request::{Kind, Response, Usage};
+        let usage = Some(Usage { prompt_tokens: 200, completion_tokens: 250 });
+        match kind {
+            Kind::Responses => {
+                let n = self.responses.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                Response::responses_text(&format!("resp_sim_{n}"), content, usage)
+            }
+            _ => Response::chat_text(content, usage),
+        }
+    }
+
     /// The providers of `scenario` on `clock` (scenario time starts now), seeded.
     pub fn new(scenario: &Scenario, clock: Arc<dyn Clock>, seed: u64) -> Self {
         let start = clock.now();
@@ -144,6 +160,7 @@ impl Providers {
             state: Arc::new(Mutex::new(State { rng: ChaCha8Rng::seed_from_u64(seed), accounts: BTreeMap::new() })),
             clock,
             start,
+            responses: std::sync::atomic::AtomicU64::new(0),
         }
     }
 

@@ -12,7 +12,7 @@ use gateway_core::outcome::OutcomeClass;
 use gateway_core::policy::WaitMode;
 use gateway_sim::invariants;
 use gateway_sim::report::{Bounds, Summary};
-use gateway_sim::run::{Backend, RunConfig, Transport, run, run_processes, run_upstreams, upstreams_scope};
+use gateway_sim::run::{Api, Backend, RunConfig, Transport, run, run_processes, run_upstreams, upstreams_scope};
 use gateway_sim::scenario::Scenario;
 use gateway_sim::upstream::Providers;
 use std::sync::Arc;
@@ -38,6 +38,24 @@ fn p6_streamed_holds_every_invariant_and_a_stream_that_opens_with_prose_is_reask
     assert!(before_commit > 0, "the structured ladder ran on streams");
     assert_eq!(summary.results.get("stream_broken"), None, "{:?}", summary.results);
     assert!(summary.success_rate >= 0.97 && summary.success_rate <= scenario.ceiling() + 0.01, "{}", summary.success_rate);
+}
+
+#[test]
+fn p6_through_the_responses_api_fares_as_through_chat_whole_and_streamed() {
+    let scenario = Scenario::load("p6").unwrap();
+    for stream in [false, true] {
+        let mut summaries = Vec::new();
+        for api in [Api::Chat, Api::Responses] {
+            let config = RunConfig { stream, api, ..virtual_time(1, 400) };
+            let result = run(&scenario, &config, Arc::new(|_| {})).unwrap();
+            let summary = Summary::of(&result, "api", 1, Some(Bounds::of(&scenario)), invariants::check(&result));
+            assert!(summary.invariants_hold(), "{api:?} stream {stream}: {:?}", summary.invariants);
+            summaries.push(summary);
+        }
+        // The providers draw the same fates whichever API asks: the runs match call for call.
+        assert_eq!(summaries[0].success_rate, summaries[1].success_rate, "stream {stream}");
+        assert_eq!(summaries[0].attempts_by_source, summaries[1].attempts_by_source, "stream {stream}");
+    }
 }
 
 #[test]
@@ -141,6 +159,20 @@ fn p6_over_loopback_http_through_the_http_adapter_holds_every_invariant() {
     let details: std::collections::BTreeSet<&str> = result.attempt_events.iter().map(|a| a.detail.as_str()).collect();
     for detail in ["http_200", "invalid_api_key", "header_timeout", "watchdog", "empty", "http_429"] {
         assert!(details.contains(detail), "{detail} missing from {details:?}");
+    }
+}
+
+#[test]
+fn p6_through_the_responses_api_over_loopback_http_holds_every_invariant_whole_and_streamed() {
+    let scenario = Scenario::load("p6").unwrap();
+    for stream in [false, true] {
+        let config = RunConfig { stream, api: Api::Responses, ..real_time(Backend::Memory, 200) };
+        let result = run(&scenario, &config, Arc::new(|_| {})).unwrap();
+        let summary = Summary::of(&result, "http", 3, Some(Bounds::of(&scenario.scaled(0.02))), invariants::check(&result));
+        assert!(summary.invariants_hold(), "stream {stream}: {:?}", summary.invariants);
+        assert!(summary.success_rate >= 0.95, "stream {stream}: {}", summary.success_rate);
+        // The provider's Responses answers crossed the wire, whole or as named events.
+        assert!(result.attempt_events.iter().any(|a| a.detail == "http_200"), "stream {stream}");
     }
 }
 

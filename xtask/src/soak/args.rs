@@ -6,14 +6,14 @@ use gateway_client::Preset;
 use gateway_core::policy::{Isolation, WaitMode};
 use gateway_memory::backstop::OnUnavailable;
 use gateway_sim::fault::Fault;
-use gateway_sim::run::{Backend, Transport};
+use gateway_sim::run::{Api, Backend, Transport};
 use std::path::PathBuf;
 
 /// The synopsis `cargo xtask soak --help` opens with (clap's own would read `[OPTIONS]`).
 const SYNOPSIS: &str = "cargo xtask soak [--scenario p6|p6-rpm|single-relay|tenants|tenants-flood|FILE] [--set KEY=VALUE]... [--seed N|A..B] [--policy default|baseline|both]
                         [--calls N] [--callers N] [--circuit-open wait|fail_fast]
                         [--backend memory|redis] [--transport sim|http] [--workers N] [--time-scale S]
-                        [--upstreams FILE] [--isolation shared|per_tenant|both] [--stream] [--min-success PERCENT] [--report DIR]
+                        [--upstreams FILE] [--isolation shared|per_tenant|both] [--api chat|responses] [--stream] [--min-success PERCENT] [--report DIR]
                         [--on-unavailable fail_closed|local] [--fault kill@T+D|flush@T|pause@T+D]";
 
 /// `cargo xtask soak`'s flags (the subcommand's description is `Command::Soak`'s).
@@ -78,6 +78,10 @@ pub struct SoakArgs {
     /// answer; a source with a watchdog is streamed upstream either way
     #[arg(long, verbatim_doc_comment)]
     stream: bool,
+    /// the API the calls go through: chat completions, or the Responses API (its requests,
+    /// answers and named stream events, from the simulated providers too)
+    #[arg(long, verbatim_doc_comment, value_enum, value_name = "chat|responses", hide_possible_values = true, default_value = "chat")]
+    api: ApiArg,
     /// the default policy must reach this success rate on every seed, else exit 1
     #[arg(long, verbatim_doc_comment, value_name = "PERCENT", value_parser = percentage)]
     min_success: Option<f64>,
@@ -124,6 +128,7 @@ pub struct Options {
     pub upstreams: Option<PathBuf>,
     pub isolation: Option<Vec<Option<Isolation>>>,
     pub stream: bool,
+    pub api: Api,
     pub on_unavailable: OnUnavailable,
     pub fault: Option<Fault>,
 }
@@ -164,6 +169,10 @@ impl From<SoakArgs> for Options {
                 IsolationArg::Both => vec![Some(Isolation::Shared), Some(Isolation::PerTenant)],
             }),
             stream: a.stream,
+            api: match a.api {
+                ApiArg::Chat => Api::Chat,
+                ApiArg::Responses => Api::Responses,
+            },
             on_unavailable: match a.on_unavailable {
                 OnUnavailableArg::FailClosed => OnUnavailable::FailClosed,
                 OnUnavailableArg::Local => OnUnavailable::Local,
@@ -197,6 +206,13 @@ enum BackendArg {
 enum TransportArg {
     Sim,
     Http,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+#[value(rename_all = "snake_case")]
+enum ApiArg {
+    Chat,
+    Responses,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]

@@ -55,6 +55,18 @@ pub enum Transport {
     Http,
 }
 
+/// The API the workload calls through: chat completions, or the Responses API (its calls
+/// `responses` requests, its answers `response`s, its streams named events).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Api {
+    /// `chat/completions`.
+    #[default]
+    Chat,
+    /// `responses`.
+    Responses,
+}
+
 /// How to run a scenario.
 #[derive(Clone, Debug)]
 pub struct RunConfig {
@@ -78,6 +90,8 @@ pub struct RunConfig {
     pub isolation: Option<Isolation>,
     /// Calls take their answers as streams (`GatewayClient::stream`) instead of whole.
     pub stream: bool,
+    /// The API the calls go through.
+    pub api: Api,
     /// What the Redis backend's clients do while it cannot answer.
     pub on_unavailable: OnUnavailable,
     /// A Redis fault to inject, into a Redis of the run's own (the backend's URL is not used).

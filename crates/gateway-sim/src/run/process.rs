@@ -75,6 +75,7 @@ impl Part<'_> {
             poison: Arc::new(poison_marks(config.seed, calls, scenario.poison_rate)),
             structured: scenario.structured,
             stream: config.stream,
+            api: config.api,
             exact,
         };
         let circuit_open = workload.drive(progress).await?;

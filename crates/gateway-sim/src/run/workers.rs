@@ -55,6 +55,9 @@ pub struct WorkerSpec {
     /// Calls take their answers as streams.
     #[serde(default)]
     pub stream: bool,
+    /// The API the calls go through.
+    #[serde(default)]
+    pub api: super::Api,
     /// What the process does while Redis cannot answer.
     #[serde(default)]
     pub on_unavailable: OnUnavailable,
@@ -77,6 +80,7 @@ pub fn run_worker(spec: &WorkerSpec, progress: Progress) -> Result<WorkerResult,
         circuit_open: spec.circuit_open,
         isolation: spec.isolation,
         stream: spec.stream,
+        api: spec.api,
         on_unavailable: spec.on_unavailable,
         fault: None,
     };
@@ -219,6 +223,7 @@ impl Workers<'_> {
                 circuit_open: config.circuit_open,
                 isolation: config.isolation,
                 stream: config.stream,
+                api: config.api,
                 on_unavailable: config.on_unavailable,
                 origin_unix_ms: clock.origin_unix_ms,
             };

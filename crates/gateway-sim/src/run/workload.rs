@@ -9,7 +9,7 @@ use gateway_core::breaker::CircuitState;
 use gateway_core::policy::{Isolation, ScopePolicy};
 use gateway_core::ports::SourceKey;
 use gateway_core::random::unit;
-use gateway_core::request::{Message, Request};
+use gateway_core::request::{Kind, Message, Request, Structured};
 use gateway_core::time::Clock;
 use gateway_memory::MemoryGates;
 use rand_chacha::ChaCha8Rng;
@@ -85,6 +85,7 @@ pub(super) struct Workload {
     pub(super) poison: Arc<Vec<bool>>,
     pub(super) structured: bool,
     pub(super) stream: bool,
+    pub(super) api: super::Api,
     /// With the memory gates in virtual time: read the cooldown left when a CircuitOpen returns.
     pub(super) exact: Option<ExactGates>,
 }
@@ -157,10 +158,23 @@ impl Workload {
             (false, true) => format!("{LONG}call {index}"),
             (false, false) => format!("call {index}"),
         };
-        let mut request = Request::chat(vec![Message::user(content)]).max_completion_tokens(256);
-        if self.structured {
-            request = request.json_schema("answer", serde_json::json!({"type": "object", "required": ["answer"]}), false);
-        }
+        let schema = serde_json::json!({"type": "object", "required": ["answer"]});
+        let mut request = match self.api {
+            super::Api::Chat => {
+                let request = Request::chat(vec![Message::user(content)]).max_completion_tokens(256);
+                if self.structured { request.json_schema("answer", schema, false) } else { request }
+            }
+            super::Api::Responses => {
+                let mut body = serde_json::json!({"input": content, "max_output_tokens": 256});
+                if self.structured {
+                    body["text"] =
+                        serde_json::json!({"format": {"type": "json_schema", "name": "answer", "schema": schema, "strict": false}});
+                }
+                let mut request = Request::native(Kind::Responses, body.as_object().cloned().unwrap_or_default());
+                request.structured = self.structured.then(|| Structured::JsonSchema(schema));
+                request
+            }
+        };
         request.estimated_tokens = if long { 6000 } else { 450 };
         request
     }

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::policy::ScopePolicy;
 use gateway_core::ports::{ChunkSource, Streamed, Upstream};
-use gateway_core::request::{Attempt, Outcome, RateSignal, Request, Response, Usage};
+use gateway_core::request::{Attempt, Kind, Outcome, RateSignal, Request, Response, Usage};
 use gateway_core::stream::{Chunk, opening_failure};
 use gateway_core::time::Clock;
 use gateway_mock::Timer;
@@ -135,7 +135,7 @@ impl Upstream for SimUpstream {
     /// token is bounded by the watchdog here too (SPEC §13, one watchdog); without one, the
     /// whole answer by the timeout.
     async fn send(&self, source: &str, request: &Request) -> Attempt {
-        let chat = request.kind() == gateway_core::request::Kind::Chat;
+        let embeddings = request.kind() == Kind::Embeddings;
         let streamed = self.sources.get(source).is_some_and(|s| gateway_core::stream::streamed_upstream(request.kind(), s.watchdog));
         let (src, after, content, reply) = match self.begin(source, request, streamed).await {
             Begun::Content { src, after, content, reply } => (src, after, content, reply),
@@ -148,7 +148,7 @@ impl Upstream for SimUpstream {
         }
         drop(reply);
         let (fail, success) = (|class, detail| fail(class, detail).with_rate(rate), |a: Attempt| a.with_rate(rate));
-        if !chat {
+        if embeddings {
             return success(Attempt::success(Response::embedding_vectors(&[vec![0.5; 4]], Some(USAGE)), "http_200"));
         }
         if content.is_empty() {
@@ -161,7 +161,7 @@ impl Upstream for SimUpstream {
         if fails_the_check(request, content) {
             return fail(OutcomeClass::ResultInvalid, "schema");
         }
-        success(Attempt::success(Response::chat_text(content, Some(USAGE)), "http_200"))
+        success(Attempt::success(self.providers.answer(request.kind(), content), "http_200"))
     }
 
     /// The chunks of the reply as the HTTP adapter reads them from the provider server: the
@@ -171,23 +171,38 @@ impl Upstream for SimUpstream {
             Begun::Content { src, after, content, reply } => {
                 let invalid = fails_the_check(request, content);
                 let rate = reply.rate();
-                Streamed::Chunks(Box::new(SimChunks { wait: Some((src, after)), content, invalid, step: 0, rate, _reply: reply }))
+                let chunks = match request.kind() {
+                    // The provider's named events: its latency comes before the first.
+                    Kind::Responses => gateway_core::stream::chunks_of(&self.providers.answer(Kind::Responses, content)).into(),
+                    _ => chat_chunks(content),
+                };
+                Streamed::Chunks(Box::new(SimChunks { wait: Some((src, after)), chunks, invalid, rate, _reply: reply }))
             }
             Begun::Ended(attempt) => Streamed::Ended(attempt),
         }
     }
 }
 
-/// A simulated stream: the content chunk after the first-token wait, a usage chunk, the end. (A
-/// structured request's invalid answer opens with prose: the call loop ends it at this content
-/// chunk, the commit point, as over HTTP.) It holds the reply (and the account slot) until it
-/// is dropped.
+/// The chunks of a simulated chat stream: the content, then the usage.
+fn chat_chunks(content: &str) -> std::collections::VecDeque<Chunk> {
+    [
+        json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"role": "assistant", "content": content}, "finish_reason": "stop"}]}),
+        json!({"object": "chat.completion.chunk", "choices": [], "usage": {"prompt_tokens": USAGE.prompt_tokens, "completion_tokens": USAGE.completion_tokens}}),
+    ]
+    .into_iter()
+    .filter_map(|chunk| chunk.as_object().cloned())
+    .collect()
+}
+
+/// A simulated stream: after the first-token wait, its chunks (chat: the content, then the
+/// usage; Responses: the provider's events of the whole answer), then the end. (A structured
+/// request's invalid answer opens with prose: the call loop ends it at its commit point, as over
+/// HTTP.) It holds the reply (and the account slot) until it is dropped.
 struct SimChunks {
     wait: Option<(SimSource, Duration)>,
-    content: &'static str,
+    chunks: std::collections::VecDeque<Chunk>,
     /// It fails the structured check at its end (as the HTTP adapter's check ends it).
     invalid: bool,
-    step: u8,
     /// What the reply's headers said (they come with the stream's head).
     rate: Option<RateSignal>,
     _reply: Reply,
@@ -201,18 +216,11 @@ impl ChunkSource for SimChunks {
         {
             return Some(Err(outcome));
         }
-        self.step += 1;
-        let chunk = match self.step {
-            1 => {
-                json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"role": "assistant", "content": self.content}, "finish_reason": "stop"}]})
-            }
-            2 => {
-                json!({"object": "chat.completion.chunk", "choices": [], "usage": {"prompt_tokens": USAGE.prompt_tokens, "completion_tokens": USAGE.completion_tokens}})
-            }
-            3 if self.invalid => return Some(Err(Outcome::new(OutcomeClass::ResultInvalid, "schema"))),
-            _ => return None,
-        };
-        chunk.as_object().cloned().map(Ok)
+        match self.chunks.pop_front() {
+            Some(chunk) => Some(Ok(chunk)),
+            None if std::mem::take(&mut self.invalid) => Some(Err(Outcome::new(OutcomeClass::ResultInvalid, "schema"))),
+            None => None,
+        }
     }
 
     fn rate(&self) -> Option<RateSignal> {

@@ -17,6 +17,7 @@ pub fn virtual_time(seed: u64, calls: u32) -> RunConfig {
         circuit_open: None,
         isolation: None,
         stream: false,
+        api: gateway_sim::run::Api::Chat,
         on_unavailable: Default::default(),
         fault: None,
     }

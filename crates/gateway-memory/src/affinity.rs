@@ -10,7 +10,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-/// The ids a map keeps by default: a few tens of MiB at most.
+/// The ids a map keeps by default: about 50 MiB at most (`cargo bench -p gateway-memory --bench
+/// affinity`: 254 bytes an id).
 pub const MAX_IDS: usize = 200_000;
 
 struct Entry {

@@ -93,7 +93,7 @@ pub struct ServerConfig {
     /// file or a batch (default 30 days, as long as OpenAI keeps a stored response).
     #[serde(default = "default_affinity_ttl")]
     pub affinity_ttl_s: f64,
-    /// The most ids the in-process affinity map keeps (default 200 000, a few tens of MiB), the
+    /// The most ids the in-process affinity map keeps (default 200 000, about 50 MiB), the
     /// oldest remembered forgotten first; with `[backend] redis_url` the map is Redis's, and
     /// its memory policy bounds it.
     #[serde(default = "default_affinity_ids")]

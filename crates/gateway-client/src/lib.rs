@@ -202,7 +202,7 @@ impl GatewayClient {
             let served = partitions.policy().kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ");
             return Err(CallError::KindNotServed { scope: scope.to_owned(), kind, served });
         }
-        if D::STREAMS && !kind.streams() {
+        if D::STREAMS && !(kind.streams() || kind.relays_bytes()) {
             return Err(CallError::NotStreamable { kind });
         }
         // The name as given reaches error messages (and the proxy's error bodies): cut it short.

@@ -10,8 +10,10 @@ use std::time::Duration;
 /// One piece of a streamed body, played in order.
 #[derive(Debug)]
 pub enum Frame {
-    /// These bytes, sent as one body frame (one or more whole SSE events, or any text).
+    /// This text, sent as one body frame (one or more whole SSE events, or any text).
     Data(String),
+    /// These bytes, sent as one body frame (a piece of audio).
+    Bytes(bytes::Bytes),
     /// A wait before whatever comes next (the body's end, if nothing does).
     Pause(Duration),
     /// A wait until the gate lets this stream through.
@@ -74,6 +76,13 @@ impl Answer {
     pub fn sse_stream(frames: impl Stream<Item = Frame> + Send + 'static) -> Answer {
         let mut answer = Answer::new(200).header("content-type", "text/event-stream");
         answer.body = Body::Frames(frames.boxed());
+        answer
+    }
+
+    /// 200 of `content_type` whose body is `frames`, played in order (audio sent in pieces).
+    pub fn streamed(content_type: &str, frames: impl IntoIterator<Item = Frame, IntoIter: Send + 'static>) -> Answer {
+        let mut answer = Answer::new(200).header("content-type", content_type);
+        answer.body = Body::Frames(stream::iter(frames).boxed());
         answer
     }
 

@@ -223,12 +223,13 @@ fn played(
     frames: BoxStream<'static, Frame>,
     held: Option<Box<dyn Send>>,
     timer: Timer,
-) -> impl Stream<Item = Result<String, std::io::Error>> + Send {
+) -> impl Stream<Item = Result<bytes::Bytes, std::io::Error>> + Send {
     stream::unfold(Some((frames, held)), move |state| async move {
         let (mut frames, held) = state?;
         loop {
             match frames.next().await? {
-                Frame::Data(text) => return Some((Ok(text), Some((frames, held)))),
+                Frame::Data(text) => return Some((Ok(text.into()), Some((frames, held)))),
+                Frame::Bytes(bytes) => return Some((Ok(bytes), Some((frames, held)))),
                 Frame::Pause(delay) => timer.wait(delay).await,
                 Frame::Hold(gate) => gate.pass().await,
                 Frame::Cut => return Some((Err(std::io::Error::other("gateway-mock cuts the stream here")), None)),

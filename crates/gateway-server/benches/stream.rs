@@ -59,7 +59,11 @@ fn framing(path: &str) -> (String, String) {
     let opening = [
         named("response.created", response("in_progress", json!([])), 0),
         named("response.in_progress", response("in_progress", json!([])), 1),
-        named("response.output_item.added", json!({"output_index": 0, "item": {"type": "message", "id": "msg_1", "role": "assistant", "content": []}}), 2),
+        named(
+            "response.output_item.added",
+            json!({"output_index": 0, "item": {"type": "message", "id": "msg_1", "role": "assistant", "content": []}}),
+            2,
+        ),
         named("response.content_part.added", at(json!({"part": {"type": "output_text", "text": ""}})), 3),
     ];
     let closing = [
@@ -115,7 +119,8 @@ async fn arrivals(http: &reqwest::Client, url: &str, path: &str) -> Vec<Instant>
         buffer.push_str(&String::from_utf8_lossy(&bytes));
         while let Some(end) = buffer.find("\n\n") {
             let event: String = buffer.drain(..end + 2).collect();
-            let content = if path == "responses" { event.starts_with("event: response.output_text.delta") } else { event.contains("\"content\"") };
+            let content =
+                if path == "responses" { event.starts_with("event: response.output_text.delta") } else { event.contains("\"content\"") };
             if content {
                 arrived.push(now);
             }

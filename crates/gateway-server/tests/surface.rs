@@ -74,6 +74,26 @@ async fn completions_moderations_images_and_audio_pass_through() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn speech_is_relayed_as_it_comes_past_the_answer_budget_and_a_break_breaks_the_connection() {
+    let (r, _) = support::start_surface_with("max_response_bytes = 4096", &surface_scope("media", "", &[("a", "a")])).await;
+    let input = "a long sentence to speak aloud ".repeat(4_000);
+    let spoken = post(&r.url, "/v1/audio/speech", json!({"model": "media", "voice": "alloy", "input": input})).await;
+    assert_eq!(spoken.status(), 200);
+    assert_eq!(
+        (spoken.headers()["content-type"].to_str().unwrap(), spoken.headers()["x-gateway-source"].to_str().unwrap()),
+        ("audio/mpeg", "a")
+    );
+    let audio = spoken.bytes().await.unwrap();
+    assert_eq!(audio.len(), gateway_mock::speech_bytes(&input).len(), "{} bytes through a budget of 4096: relayed, not held", audio.len());
+    assert_eq!(audio.to_vec(), gateway_mock::speech_bytes(&input));
+    // A provider that breaks after the first piece: the caller's read fails, no short file
+    // that looks whole.
+    let cut = post(&r.url, "/v1/audio/speech", json!({"model": "media", "voice": "alloy", "input": format!("CUT {input}")})).await;
+    assert_eq!(cut.status(), 200, "the first piece went out");
+    assert!(cut.bytes().await.is_err(), "the body ends broken");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_and_its_batch_stay_on_the_source_that_took_the_file() {
     let (r, _) = start_surface(&surface_scope("jobs", "", &[("a", "a"), ("b", "b")])).await;
     let lines = "{\"custom_id\": \"r0\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": \"user\", \"content\": \"q0\"}]}}\n";

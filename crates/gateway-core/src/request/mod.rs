@@ -122,6 +122,12 @@ impl Kind {
         matches!(self, Kind::Chat | Kind::Responses | Kind::Completions)
     }
 
+    /// Whether a call of this kind is answered with bytes a caller may take as they come
+    /// (speech audio): a stream of pieces governed to its first (`stream::bytes`).
+    pub const fn relays_bytes(self) -> bool {
+        matches!(self, Kind::Speech)
+    }
+
     /// Whether its body names a model, which the gateway sets per source (files and batches
     /// name none: a batch's requests name theirs).
     pub const fn takes_model(self) -> bool {

@@ -1,6 +1,7 @@
 //! Streamed answers (SPEC §13), in each dialect that streams: chat completions
-//! (`chat.completion.chunk`s, [`chat`]), the Responses API (named events, [`responses`]) and
-//! legacy completions (`text_completion` chunks, [`completions`]). For each: the commit point, a
+//! (`chat.completion.chunk`s, [`chat`]), the Responses API (named events, [`responses`]),
+//! legacy completions (`text_completion` chunks, [`completions`]), and a binary answer's bytes
+//! as they come (speech, [`bytes`]). For each: the commit point, a
 //! whole answer assembled from the chunks (for a caller that did not ask for a stream, when the
 //! source is streamed so that its watchdog applies), and the reverse, chunks of a whole answer
 //! (for an upstream that cannot stream, and for a stream held to its validated end).
@@ -10,6 +11,7 @@
 //! chunks are relayed as they come and a failure ends the stream. A stream asked for JSON
 //! commits, by default, only once its answer has passed the check ([`StructuredStream`]).
 
+pub mod bytes;
 pub mod chat;
 pub mod completions;
 pub mod responses;
@@ -56,6 +58,7 @@ pub fn commits(kind: Kind, chunk: &Chunk) -> bool {
     match kind {
         Kind::Responses => responses::commits(chunk),
         Kind::Completions => completions::commits(chunk),
+        Kind::Speech => bytes::commits(chunk),
         _ => chat::commits(chunk),
     }
 }
@@ -70,6 +73,8 @@ pub fn finishes(kind: Kind, chunk: &Chunk, finished: &mut std::collections::BTre
                 finished.insert(0, true);
             }
         }
+        // Bytes say nothing of their end: only the stream's end does.
+        Kind::Speech => {}
         _ => {
             for choice in chunk.get("choices").and_then(serde_json::Value::as_array).into_iter().flatten() {
                 let index = choice.get("index").and_then(serde_json::Value::as_u64).unwrap_or(0);
@@ -122,6 +127,8 @@ pub enum Assembly {
     Responses(responses::Assembly),
     /// A `text_completion` ([`completions::Assembly`]).
     Completions(completions::Assembly),
+    /// A binary answer's bytes ([`bytes::Assembly`]).
+    Bytes(bytes::Assembly),
 }
 
 impl Assembly {
@@ -130,6 +137,7 @@ impl Assembly {
         match kind {
             Kind::Responses => Assembly::Responses(responses::Assembly::default()),
             Kind::Completions => Assembly::Completions(completions::Assembly::default()),
+            Kind::Speech => Assembly::Bytes(bytes::Assembly::default()),
             _ => Assembly::Chat(chat::Assembly::default()),
         }
     }
@@ -140,6 +148,7 @@ impl Assembly {
             Assembly::Chat(a) => a.push(chunk),
             Assembly::Responses(a) => a.push(chunk),
             Assembly::Completions(a) => a.push(chunk),
+            Assembly::Bytes(a) => a.push(chunk),
         }
     }
 
@@ -149,6 +158,7 @@ impl Assembly {
             Assembly::Chat(a) => a.finish(),
             Assembly::Responses(a) => a.finish(),
             Assembly::Completions(a) => a.finish(),
+            Assembly::Bytes(a) => a.finish(),
         }
     }
 }
@@ -167,14 +177,15 @@ pub fn chunks_of(response: &Response) -> Vec<Chunk> {
     match response.kind() {
         Kind::Responses => responses::events_of(response),
         Kind::Completions => completions::chunks_of(response),
+        Kind::Speech => bytes::chunks_of(response),
         _ => chat::chunks_of(response),
     }
 }
 
 /// The end a stream of `kind` must reach to be whole, when not `[DONE]`: a Responses stream
-/// ends with its terminal event and then closes.
+/// ends with its terminal event and then closes; a binary answer's bytes end with the body.
 pub fn ends_with_done(kind: Kind) -> bool {
-    kind != Kind::Responses
+    !matches!(kind, Kind::Responses | Kind::Speech)
 }
 
 /// A chunk that says the answer failed (a Responses `response.failed`): its outcome. Before the

@@ -10,6 +10,7 @@
 //! (the wait for headers included) to the first chunk with something to show, whatever else
 //! arrives meanwhile (role-only chunks, SSE comments); after it, every gap between chunks.
 
+mod bytes;
 mod chunks;
 mod request;
 
@@ -206,6 +207,9 @@ async fn open(src: &Source, request: &Request, shared: &Shared, held: &Held, hol
     }
     let is_sse = response.headers().get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|t| t.starts_with("text/event-stream"));
     let head = Head::of(&response, shared);
+    if request.kind().relays_bytes() {
+        return Streamed::Chunks(Box::new(bytes::BytesStream::new(response, src, &shared.limits, (started, deadline), head)));
+    }
     if !is_sse {
         let ended = |outcome: Outcome| Streamed::Ended(Attempt::ended(outcome.with_rate(head.rate)));
         let body = match read_body(&mut response, held).await {

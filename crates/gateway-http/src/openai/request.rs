@@ -15,7 +15,9 @@ pub(super) fn attempt_body(src: &Source, request: &Request, stream: bool) -> Obj
         body.insert("model".into(), json!(src.model));
     }
     let options = body.remove("stream_options");
-    if !stream {
+    // Only the kinds that stream events are asked for a stream (a binary answer comes as its
+    // body either way).
+    if !stream || !request.kind().streams() {
         body.remove("stream");
         return body;
     }

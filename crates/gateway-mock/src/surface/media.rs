@@ -120,7 +120,8 @@ pub(super) fn transcript(request: &Received, what: &str) -> Answer {
     }
 }
 
-/// `POST /audio/speech`: [`speech_bytes`] of its input.
+/// `POST /audio/speech`: [`speech_bytes`] of its input, in pieces of 16 KiB; an input saying
+/// `CUT` ends after its first piece with the connection broken.
 pub(super) fn speech(request: &Received) -> Answer {
     let Some(input) = request.body["input"].as_str() else {
         return error(400, "Missing required parameter: 'input'.", Some("input"), None);
@@ -133,5 +134,12 @@ pub(super) fn speech(request: &Received) -> Answer {
         "pcm" => "audio/pcm",
         _ => "audio/mpeg",
     };
-    Answer::bytes(200, kind, speech_bytes(input))
+    let audio = bytes::Bytes::from(speech_bytes(input));
+    let mut frames: Vec<Frame> = audio.chunks(16 << 10).map(|piece| Frame::Bytes(audio.slice_ref(piece))).collect();
+    if input.contains("CUT") {
+        frames.truncate(1);
+        // The piece goes out before the break.
+        frames.extend([Frame::Pause(std::time::Duration::from_millis(5)), Frame::Cut]);
+    }
+    Answer::streamed(kind, frames)
 }

@@ -1,18 +1,23 @@
 //! Images and audio: generations (JSON) and edits (a multipart upload of the image and its
 //! mask), transcriptions and translations (a multipart upload of the audio; the transcript as
 //! JSON, or as text and subtitles with the provider's content type), and speech (JSON in, the
-//! audio's bytes out, held whole within `max_response_bytes`: a synthesis that fails or is cut
-//! short is asked again unseen, never delivered as half a file). Each is governed like chat;
-//! their streamed variants are not served (400 naming `stream`).
+//! audio's bytes out as they come, with the provider's content type: governed like a stream up
+//! to its first bytes, so a provider that fails before them is asked again unseen; one that
+//! breaks after them breaks the connection, never a file that looks whole). Each is governed
+//! like chat; the streamed variants of images and transcripts are not served (400 naming
+//! `stream`).
 
-use super::chat::{respond, whole};
+use super::chat::{respond, scoped_body, whole};
 use super::form::{model, read_form, require_file};
-use super::{answer, known_model, whole_call};
+use super::{answer, governed, known_model, whole_call};
 use crate::AppState;
 use crate::openai::{self, ApiError};
 use axum::extract::{Request as HttpRequest, State};
+use axum::http::HeaderValue;
 use axum::response::Response;
+use futures_util::StreamExt;
 use gateway_core::request::{Kind, Request};
+use gateway_core::stream::bytes;
 use std::sync::Arc;
 
 /// `POST /v1/images/generations`.
@@ -20,9 +25,67 @@ pub(crate) async fn images(State(state): State<Arc<AppState>>, request: HttpRequ
     whole(state, request, |body| openai::whole_request(Kind::Images, body)).await
 }
 
-/// `POST /v1/audio/speech`: the audio's bytes, as the provider encoded them.
+/// `POST /v1/audio/speech`: the audio's bytes, as the provider encoded them, relayed as they
+/// come.
 pub(crate) async fn speech(State(state): State<Arc<AppState>>, request: HttpRequest) -> Response {
-    whole(state, request, |body| openai::whole_request(Kind::Speech, body)).await
+    respond(
+        async {
+            let (tenant, _, body, scope) = scoped_body(&state, request).await?;
+            let request = openai::whole_request(Kind::Speech, body)?;
+            let mut stream = governed(&state, async {
+                match tenant.as_deref() {
+                    Some(tenant) => state.client.stream_as(&scope, tenant, &request).await,
+                    None => state.client.stream(&scope, &request).await,
+                }
+            })
+            .await?;
+            // The commit point is the first piece of audio: its content type heads the answer.
+            let first = match stream.next().await {
+                Some(Ok(first)) => first,
+                Some(Err(broken)) => return Err(openai::stream_broken(&broken, state.http.as_deref())),
+                None => {
+                    return Err(openai::stream_broken(
+                        &gateway_client::StreamError {
+                            source_name: stream.source().to_owned(),
+                            class: gateway_core::outcome::OutcomeClass::Transient,
+                            detail: "empty".into(),
+                        },
+                        None,
+                    ));
+                }
+            };
+            let kind = bytes::content_type(&first).unwrap_or("application/octet-stream").to_owned();
+            let mut headers = vec![
+                ("x-gateway-scope", scope.clone()),
+                ("x-gateway-source", stream.source().to_owned()),
+                ("x-gateway-attempts", stream.attempts().to_string()),
+            ];
+            if let Some(id) = stream.request_id() {
+                headers.push(("x-request-id", id.to_owned()));
+            }
+            let pieces = futures_util::stream::once(async move { Ok::<_, std::io::Error>(bytes::data(&first).unwrap_or_default()) }).chain(
+                futures_util::stream::unfold(stream, |mut stream| async move {
+                    match stream.next().await? {
+                        Ok(chunk) => Some((Ok(bytes::data(&chunk).unwrap_or_default()), stream)),
+                        // A break after the first bytes breaks the connection: no short file
+                        // that looks whole.
+                        Err(broken) => Some((Err(std::io::Error::other(broken.to_string())), stream)),
+                    }
+                }),
+            );
+            let mut answer = Response::new(axum::body::Body::from_stream(pieces));
+            if let Ok(kind) = HeaderValue::from_str(&kind) {
+                answer.headers_mut().insert("content-type", kind);
+            }
+            for (name, value) in headers {
+                if let Ok(value) = HeaderValue::from_str(&value) {
+                    answer.headers_mut().insert(name, value);
+                }
+            }
+            Ok(answer)
+        }
+        .await,
+    )
 }
 
 /// `POST /v1/images/edits`: the image (`image`, or several as `image[]`), its `prompt`.

@@ -174,11 +174,16 @@ pub fn answering_state(server: &str, scopes: &str) -> Arc<AppState> {
 /// prefix: `{root}/a/v1`, `{root}/b/v1`, …) with the test keys and `scopes` (`{root}` in them
 /// names the provider), and the persona, to take an account down.
 pub async fn start_surface(scopes: &str) -> (Running, Arc<gateway_mock::Surface>) {
+    start_surface_with("", scopes).await
+}
+
+/// [`start_surface`] with `server` lines added to the `[server]` table.
+pub async fn start_surface_with(server: &str, scopes: &str) -> (Running, Arc<gateway_mock::Surface>) {
     let surface = Arc::new(gateway_mock::Surface::new());
     let provider = MockServer::start(surface.clone()).await.unwrap();
     let root = provider.root();
     let text = format!(
-        "[server]\nkeepalive_s = 0.05\nshutdown_grace_s = 0.5\n[server.api_keys.ops]\nkey = \"{KEY}\"\n{}",
+        "[server]\nkeepalive_s = 0.05\nshutdown_grace_s = 0.5\n{server}\n[server.api_keys.ops]\nkey = \"{KEY}\"\n{}",
         scopes.replace("{root}", &root)
     );
     let (running, _) = start_serving(&text, provider, Gate::default(), std::future::pending()).await;

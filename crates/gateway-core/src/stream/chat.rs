@@ -3,7 +3,7 @@
 //! the source is streamed so that its watchdog applies), and the reverse, chunks of a whole
 //! answer (for an upstream that cannot stream).
 
-use super::Chunk;
+use super::{Choices, Chunk, keep_head, merge_finish_and_logprobs, replayed};
 use crate::request::{Kind, Object, Response, message_is_usable};
 use serde_json::{Value, json};
 
@@ -29,49 +29,35 @@ pub fn commits(chunk: &Chunk) -> bool {
 #[derive(Clone, Debug, Default)]
 pub struct Assembly {
     body: Object,
-    choices: Vec<(u64, Object)>,
+    choices: Choices,
 }
 
 impl Assembly {
     /// Merges `chunk` into the answer so far.
     pub fn push(&mut self, chunk: &Chunk) {
-        for field in ["id", "created", "model", "system_fingerprint", "service_tier"] {
-            if let Some(value) = chunk.get(field).filter(|v| !v.is_null()) {
-                self.body.entry(field).or_insert_with(|| value.clone());
-            }
-        }
-        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
-            self.body.insert("usage".into(), usage.clone());
-        }
+        keep_head(&mut self.body, chunk, &["id", "created", "model", "system_fingerprint", "service_tier"]);
         for choice in chunk.get("choices").and_then(Value::as_array).into_iter().flatten() {
             let index = choice.get("index").and_then(Value::as_u64).unwrap_or(0);
-            let at = match self.choices.iter().position(|(i, _)| *i == index) {
-                Some(at) => at,
-                None => {
-                    let fresh = json!({"index": index, "message": {"role": "assistant", "content": null}, "finish_reason": null});
-                    self.choices.push((index, fresh.as_object().cloned().unwrap_or_default()));
-                    self.choices.len() - 1
-                }
-            };
-            merge_choice(&mut self.choices[at].1, choice);
+            let fresh = || json!({"index": index, "message": {"role": "assistant", "content": null}, "finish_reason": null});
+            merge_choice(self.choices.at(index, fresh), choice);
         }
     }
 
     /// The `chat.completion` of the chunks pushed.
     pub fn finish(self) -> Response {
-        let Assembly { body: fields, mut choices } = self;
+        let Assembly { body: fields, choices } = self;
         let mut body = Object::new();
         body.insert("object".into(), json!("chat.completion"));
         body.extend(fields);
-        choices.sort_by_key(|(i, _)| *i);
+        let mut choices = choices.into_sorted();
         // The assembled message has no stream indices on its tool calls.
-        for (_, choice) in &mut choices {
+        for choice in &mut choices {
             let calls = choice.get_mut("message").and_then(|m| m.get_mut("tool_calls")).and_then(Value::as_array_mut);
             for call in calls.into_iter().flatten().filter_map(Value::as_object_mut) {
                 call.remove("index");
             }
         }
-        body.insert("choices".into(), Value::Array(choices.into_iter().map(|(_, c)| Value::Object(c)).collect()));
+        body.insert("choices".into(), Value::Array(choices.into_iter().map(Value::Object).collect()));
         Response::new(Kind::Chat, body)
     }
 }
@@ -100,22 +86,7 @@ fn merge_object(into: &mut Object, delta: &Object) {
 }
 
 fn merge_choice(choice: &mut Object, chunk_choice: &Value) {
-    if let Some(reason) = chunk_choice.get("finish_reason").filter(|r| !r.is_null()) {
-        choice.insert("finish_reason".into(), reason.clone());
-    }
-    if let Some(logprobs) = chunk_choice.get("logprobs").and_then(Value::as_object) {
-        let merged = choice.entry("logprobs").or_insert_with(|| json!({}));
-        if let Some(merged) = merged.as_object_mut() {
-            for (field, items) in logprobs.iter().filter(|(_, items)| !items.is_null()) {
-                match (merged.get_mut(field), items) {
-                    (Some(Value::Array(have)), Value::Array(more)) => have.extend(more.iter().cloned()),
-                    _ => {
-                        merged.insert(field.clone(), items.clone());
-                    }
-                }
-            }
-        }
-    }
+    merge_finish_and_logprobs(choice, chunk_choice);
     let Some(delta) = chunk_choice.get("delta").and_then(Value::as_object) else { return };
     let Some(message) = choice.get_mut("message").and_then(Value::as_object_mut) else { return };
     if let Some(Value::Array(calls)) = delta.get("tool_calls") {
@@ -161,45 +132,24 @@ fn merge_tool_calls(message: &mut Object, deltas: &[Value]) {
 /// asked for): one chunk per choice with its whole message as the delta (and its logprobs),
 /// then one with the usage, if any.
 pub fn chunks_of(response: &Response) -> Vec<Chunk> {
-    let body = response.body();
-    let head = |choices: Value| {
-        let mut chunk = Object::new();
-        for field in ["id", "created", "model", "system_fingerprint", "service_tier"] {
-            if let Some(value) = body.get(field) {
-                chunk.insert(field.to_owned(), value.clone());
-            }
-        }
-        chunk.insert("object".into(), json!("chat.completion.chunk"));
-        chunk.insert("choices".into(), choices);
-        chunk
-    };
-    let mut chunks: Vec<Chunk> = response
-        .choices()
-        .iter()
-        .map(|choice| {
-            let mut delta = choice.get("message").cloned().unwrap_or_else(|| json!({}));
-            if let Some(calls) = delta.get_mut("tool_calls").and_then(Value::as_array_mut) {
-                for (i, call) in calls.iter_mut().enumerate() {
-                    if let Some(call) = call.as_object_mut() {
-                        call.insert("index".into(), json!(i));
-                    }
+    let choices = response.choices().iter().map(|choice| {
+        let mut delta = choice.get("message").cloned().unwrap_or_else(|| json!({}));
+        if let Some(calls) = delta.get_mut("tool_calls").and_then(Value::as_array_mut) {
+            for (i, call) in calls.iter_mut().enumerate() {
+                if let Some(call) = call.as_object_mut() {
+                    call.insert("index".into(), json!(i));
                 }
             }
-            let index = choice.get("index").cloned().unwrap_or(json!(0));
-            let finish = choice.get("finish_reason").cloned().unwrap_or(Value::Null);
-            let mut streamed = json!({"index": index, "delta": delta, "finish_reason": finish});
-            if let Some(logprobs) = choice.get("logprobs").filter(|l| !l.is_null()) {
-                streamed["logprobs"] = logprobs.clone();
-            }
-            head(json!([streamed]))
-        })
-        .collect();
-    if let Some(usage) = body.get("usage") {
-        let mut last = head(json!([]));
-        last.insert("usage".into(), usage.clone());
-        chunks.push(last);
-    }
-    chunks
+        }
+        let index = choice.get("index").cloned().unwrap_or(json!(0));
+        let finish = choice.get("finish_reason").cloned().unwrap_or(Value::Null);
+        let mut streamed = json!({"index": index, "delta": delta, "finish_reason": finish});
+        if let Some(logprobs) = choice.get("logprobs").filter(|l| !l.is_null()) {
+            streamed["logprobs"] = logprobs.clone();
+        }
+        streamed
+    });
+    replayed(response.body(), "chat.completion.chunk", &["id", "created", "model", "system_fingerprint", "service_tier"], choices)
 }
 
 #[cfg(test)]

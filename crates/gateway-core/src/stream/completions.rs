@@ -2,7 +2,7 @@
 //! object whose choices carry the next piece of `text` (no `delta`), `finish_reason` null until
 //! the last, then a usage-only chunk when asked for, then `[DONE]`.
 
-use super::Chunk;
+use super::{Choices, Chunk, keep_head, merge_finish_and_logprobs, replayed};
 use crate::request::{Kind, Object, Response};
 use serde_json::{Value, json};
 
@@ -20,91 +20,38 @@ pub fn commits(chunk: &Chunk) -> bool {
 #[derive(Clone, Debug, Default)]
 pub struct Assembly {
     body: Object,
-    choices: Vec<(u64, Object)>,
+    choices: Choices,
 }
 
 impl Assembly {
     /// Merges `chunk` into the answer so far.
     pub fn push(&mut self, chunk: &Chunk) {
-        for field in ["id", "created", "model", "system_fingerprint"] {
-            if let Some(value) = chunk.get(field).filter(|v| !v.is_null()) {
-                self.body.entry(field).or_insert_with(|| value.clone());
+        keep_head(&mut self.body, chunk, &["id", "created", "model", "system_fingerprint"]);
+        for piece in chunk.get("choices").and_then(Value::as_array).into_iter().flatten() {
+            let index = piece.get("index").and_then(Value::as_u64).unwrap_or(0);
+            let choice = self.choices.at(index, || json!({"index": index, "text": "", "logprobs": null, "finish_reason": null}));
+            if let (Some(Value::String(have)), Some(more)) = (choice.get_mut("text"), piece.get("text").and_then(Value::as_str)) {
+                have.push_str(more);
             }
-        }
-        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
-            self.body.insert("usage".into(), usage.clone());
-        }
-        for choice in chunk.get("choices").and_then(Value::as_array).into_iter().flatten() {
-            let index = choice.get("index").and_then(Value::as_u64).unwrap_or(0);
-            let at = match self.choices.iter().position(|(i, _)| *i == index) {
-                Some(at) => at,
-                None => {
-                    let fresh = json!({"index": index, "text": "", "logprobs": null, "finish_reason": null});
-                    self.choices.push((index, fresh.as_object().cloned().unwrap_or_default()));
-                    self.choices.len() - 1
-                }
-            };
-            merge(&mut self.choices[at].1, choice);
+            merge_finish_and_logprobs(choice, piece);
         }
     }
 
     /// The `text_completion` of the chunks pushed.
     pub fn finish(self) -> Response {
-        let Assembly { body: fields, mut choices } = self;
+        let Assembly { body: fields, choices } = self;
         let mut body = Object::new();
         body.insert("object".into(), json!("text_completion"));
         body.extend(fields);
-        choices.sort_by_key(|(i, _)| *i);
-        body.insert("choices".into(), Value::Array(choices.into_iter().map(|(_, c)| Value::Object(c)).collect()));
+        body.insert("choices".into(), Value::Array(choices.into_sorted().into_iter().map(Value::Object).collect()));
         Response::new(Kind::Completions, body)
-    }
-}
-
-fn merge(choice: &mut Object, piece: &Value) {
-    if let (Some(Value::String(have)), Some(more)) = (choice.get_mut("text"), piece.get("text").and_then(Value::as_str)) {
-        have.push_str(more);
-    }
-    if let Some(reason) = piece.get("finish_reason").filter(|r| !r.is_null()) {
-        choice.insert("finish_reason".into(), reason.clone());
-    }
-    let Some(logprobs) = piece.get("logprobs").and_then(Value::as_object) else { return };
-    let merged = choice.entry("logprobs").or_insert(Value::Null);
-    if merged.is_null() {
-        *merged = json!({});
-    }
-    let Some(merged) = merged.as_object_mut() else { return };
-    for (field, items) in logprobs.iter().filter(|(_, items)| !items.is_null()) {
-        match (merged.get_mut(field), items) {
-            (Some(Value::Array(have)), Value::Array(more)) => have.extend(more.iter().cloned()),
-            _ => {
-                merged.insert(field.clone(), items.clone());
-            }
-        }
     }
 }
 
 /// The chunks of a whole `text_completion`: one per choice with its whole text, then one with
 /// the usage, if any.
 pub fn chunks_of(response: &Response) -> Vec<Chunk> {
-    let body = response.body();
-    let head = |choices: Value| {
-        let mut chunk = Object::new();
-        for field in ["id", "created", "model", "system_fingerprint"] {
-            if let Some(value) = body.get(field) {
-                chunk.insert(field.to_owned(), value.clone());
-            }
-        }
-        chunk.insert("object".into(), json!("text_completion"));
-        chunk.insert("choices".into(), choices);
-        chunk
-    };
-    let mut chunks: Vec<Chunk> = response.choices().iter().map(|choice| head(json!([choice]))).collect();
-    if let Some(usage) = body.get("usage") {
-        let mut last = head(json!([]));
-        last.insert("usage".into(), usage.clone());
-        chunks.push(last);
-    }
-    chunks
+    replayed(response.body(), "text_completion", &["id", "created", "model", "system_fingerprint"], response.choices().iter().cloned())
 }
 
 #[cfg(test)]

@@ -53,6 +53,91 @@ impl StructuredStream {
     }
 }
 
+/// The choices of a chat or legacy completion assembled chunk by chunk: per index, the choice
+/// so far, in the order they first came.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Choices(Vec<(u64, Object)>);
+
+impl Choices {
+    /// The choice of `index`, made by `fresh` at its first chunk.
+    pub(crate) fn at(&mut self, index: u64, fresh: impl FnOnce() -> serde_json::Value) -> &mut Object {
+        let at = match self.0.iter().position(|(i, _)| *i == index) {
+            Some(at) => at,
+            None => {
+                self.0.push((index, fresh().as_object().cloned().unwrap_or_default()));
+                self.0.len() - 1
+            }
+        };
+        &mut self.0[at].1
+    }
+
+    /// The choices by index.
+    pub(crate) fn into_sorted(mut self) -> Vec<Object> {
+        self.0.sort_by_key(|(i, _)| *i);
+        self.0.into_iter().map(|(_, c)| c).collect()
+    }
+}
+
+/// Keeps in `body` the first non-null value each of `fields` takes in `chunk` (an assembled
+/// answer's head: its id, model …), and the usage of the chunk that carries it.
+pub(crate) fn keep_head(body: &mut Object, chunk: &Chunk, fields: &[&str]) {
+    for field in fields {
+        if let Some(value) = chunk.get(*field).filter(|v| !v.is_null()) {
+            body.entry(*field).or_insert_with(|| value.clone());
+        }
+    }
+    if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
+        body.insert("usage".into(), usage.clone());
+    }
+}
+
+/// Merges a chunk's choice into the choice so far: its finish reason (the last), its logprobs
+/// (each list extended, nulls skipped; a null or absent object so far made one).
+pub(crate) fn merge_finish_and_logprobs(choice: &mut Object, piece: &serde_json::Value) {
+    use serde_json::Value;
+    if let Some(reason) = piece.get("finish_reason").filter(|r| !r.is_null()) {
+        choice.insert("finish_reason".into(), reason.clone());
+    }
+    let Some(logprobs) = piece.get("logprobs").and_then(Value::as_object) else { return };
+    let merged = choice.entry("logprobs").or_insert(Value::Null);
+    if merged.is_null() {
+        *merged = Value::Object(Object::new());
+    }
+    let Some(merged) = merged.as_object_mut() else { return };
+    for (field, items) in logprobs.iter().filter(|(_, items)| !items.is_null()) {
+        match (merged.get_mut(field), items) {
+            (Some(Value::Array(have)), Value::Array(more)) => have.extend(more.iter().cloned()),
+            _ => {
+                merged.insert(field.clone(), items.clone());
+            }
+        }
+    }
+}
+
+/// The chunks a whole chat or legacy completion (`body`) replays as: one per choice (its
+/// `choices` entry as `choices` makes it), each headed by `body`'s `fields` and `object`, then
+/// one with the usage, if any.
+pub(crate) fn replayed(body: &Object, object: &str, fields: &[&str], choices: impl Iterator<Item = serde_json::Value>) -> Vec<Chunk> {
+    let head = |choices: serde_json::Value| {
+        let mut chunk = Object::new();
+        for field in fields {
+            if let Some(value) = body.get(*field) {
+                chunk.insert((*field).to_owned(), value.clone());
+            }
+        }
+        chunk.insert("object".into(), serde_json::json!(object));
+        chunk.insert("choices".into(), choices);
+        chunk
+    };
+    let mut chunks: Vec<Chunk> = choices.map(|choice| head(serde_json::json!([choice]))).collect();
+    if let Some(usage) = body.get("usage") {
+        let mut last = head(serde_json::json!([]));
+        last.insert("usage".into(), usage.clone());
+        chunks.push(last);
+    }
+    chunks
+}
+
 /// Whether `chunk` of a stream of `kind` is its commit point.
 pub fn commits(kind: Kind, chunk: &Chunk) -> bool {
     match kind {

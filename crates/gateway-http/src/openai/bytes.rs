@@ -56,32 +56,53 @@ impl BytesStream {
     }
 }
 
+/// Until when the next read of a body may wait, and what a read cut there is called: the
+/// watchdog from `watch_from`, when it comes before the deadline, else the deadline.
+pub(super) fn read_bound(watchdog: Option<Duration>, watch_from: Instant, deadline: Instant) -> (Instant, &'static str) {
+    match watchdog {
+        Some(limit) if watch_from + limit < deadline => (watch_from + limit, "watchdog"),
+        _ => (deadline, "timeout"),
+    }
+}
+
+/// The next piece of `response`'s body (`None` at its end), read at `pace` and by `until`: past
+/// it the read is cut, `Transient(cause)`; a connection that breaks is `truncated_stream`.
+pub(super) async fn next_piece(
+    response: &mut reqwest::Response,
+    pace: &mut Pace,
+    (until, cause): (Instant, &'static str),
+) -> Result<Option<bytes::Bytes>, Outcome> {
+    let now = Instant::now();
+    let ready = pace.ready_at(now);
+    if ready > until {
+        tokio::time::sleep_until(until).await;
+        return Err(transient(cause));
+    }
+    // Only a body past its pace waits: any sleep, even to now, waits for tokio's 1 ms tick.
+    if ready > now {
+        tokio::time::sleep_until(ready).await;
+    }
+    match tokio::time::timeout_at(until, response.chunk()).await {
+        Err(_) => Err(transient(cause)),
+        Ok(Ok(Some(piece))) => {
+            pace.spend(piece.len(), Instant::now());
+            Ok(Some(piece))
+        }
+        Ok(Ok(None)) => Ok(None),
+        Ok(Err(_)) => Err(transient("truncated_stream")),
+    }
+}
+
 #[async_trait]
 impl ChunkSource for BytesStream {
     async fn next_chunk(&mut self) -> Option<Result<Chunk, Outcome>> {
         if self.done {
             return None;
         }
-        let (until, cause) = match self.watchdog {
-            Some(limit) if self.watch_from + limit < self.deadline => (self.watch_from + limit, "watchdog"),
-            _ => (self.deadline, "timeout"),
-        };
-        let now = Instant::now();
-        let ready = self.pace.ready_at(now);
-        if ready > until {
-            tokio::time::sleep_until(until).await;
-            return Some(Err(transient(cause)));
-        }
-        // Only a body past its pace waits: any sleep, even to now, waits for tokio's 1 ms tick.
-        if ready > now {
-            tokio::time::sleep_until(ready).await;
-        }
-        match tokio::time::timeout_at(until, self.response.chunk()).await {
-            Err(_) => Some(Err(transient(cause))),
-            Ok(Ok(Some(piece))) => {
-                let now = Instant::now();
-                self.pace.spend(piece.len(), now);
-                self.watch_from = now;
+        let bound = read_bound(self.watchdog, self.watch_from, self.deadline);
+        match next_piece(&mut self.response, &mut self.pace, bound).await {
+            Ok(Some(piece)) => {
+                self.watch_from = Instant::now();
                 self.streamed += piece.len() as u64;
                 if self.streamed > self.max_stream {
                     self.done = true;
@@ -89,13 +110,13 @@ impl ChunkSource for BytesStream {
                 }
                 Some(Ok(gateway_core::stream::bytes::chunk(&self.content_type, &piece)))
             }
-            Ok(Ok(None)) => {
+            Ok(None) => {
                 self.done = true;
                 None
             }
-            Ok(Err(_)) => {
+            Err(outcome) => {
                 self.done = true;
-                Some(Err(transient("truncated")))
+                Some(Err(outcome))
             }
         }
     }

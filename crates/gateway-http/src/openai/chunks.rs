@@ -3,6 +3,7 @@
 //! end.
 
 use super::Head;
+use super::bytes::{next_piece, read_bound};
 use super::{error_in_answer, transient};
 use crate::classify::NotFound;
 use crate::held::Held;
@@ -156,24 +157,9 @@ impl Sse {
 
     /// Reads more bytes within the watchdog and the deadline.
     async fn fill(&mut self) -> Result<(), Outcome> {
-        let (until, cause) = match self.watchdog {
-            Some(limit) if self.watch_from + limit < self.deadline => (self.watch_from + limit, "watchdog"),
-            _ => (self.deadline, "timeout"),
-        };
-        let now = Instant::now();
-        let ready = self.pace.ready_at(now);
-        if ready > until {
-            tokio::time::sleep_until(until).await;
-            return Err(transient(cause));
-        }
-        // Only a stream past its pace waits: any sleep, even to now, waits for tokio's 1 ms tick.
-        if ready > now {
-            tokio::time::sleep_until(ready).await;
-        }
-        match tokio::time::timeout_at(until, self.response.chunk()).await {
-            Err(_) => Err(transient(cause)),
-            Ok(Ok(Some(bytes))) => {
-                self.pace.spend(bytes.len(), Instant::now());
+        let bound = read_bound(self.watchdog, self.watch_from, self.deadline);
+        match next_piece(&mut self.response, &mut self.pace, bound).await? {
+            Some(bytes) => {
                 self.streamed += bytes.len() as u64;
                 if self.streamed > self.max_stream {
                     return Err(Outcome::too_large("stream_too_large"));
@@ -184,7 +170,7 @@ impl Sse {
                 }
                 Ok(())
             }
-            Ok(Ok(None)) if !self.eof => {
+            None if !self.eof => {
                 self.eof = true;
                 if !self.buffer.is_empty() {
                     // The last line may lack its line end.
@@ -192,7 +178,7 @@ impl Sse {
                 }
                 Ok(())
             }
-            Ok(Ok(None) | Err(_)) => Err(transient("truncated_stream")),
+            None => Err(transient("truncated_stream")),
         }
     }
 

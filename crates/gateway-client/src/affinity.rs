@@ -83,10 +83,7 @@ impl Affinities {
         }
         let at = Affinity { scope: scope.into(), source: source.into() };
         for id in ids {
-            if gateway_core::affinity::check_id(id).is_err() {
-                tracing::warn!(scope, source, "a provider's id cannot be an id; not remembered");
-                continue;
-            }
+            // The map refuses an id that cannot be one (logged here, as an outage would be).
             if let Err(error) = self.map.remember(id, &at, self.ttl).await {
                 tracing::warn!(scope, source, %error, "the affinity map could not remember an id; a request referring to it will be refused");
             }

@@ -24,7 +24,7 @@ use futures_util::Stream;
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::ports::ChunkSource;
 use gateway_core::request::{Kind, Outcome, Response, Usage};
-use gateway_core::stream::{Assembly, Chunk, failure_of, finishes};
+use gateway_core::stream::{Assembly, Chunk, finishes};
 use gateway_core::telemetry::CallResult;
 use gateway_core::time::Timestamp;
 use std::collections::BTreeMap;
@@ -201,14 +201,6 @@ impl Relay {
                 biased;
                 () = sender.closed() => return self.caller_gone().await,
                 next = open.rest.next_chunk() => next,
-            };
-            // A chunk that says the answer failed (a Responses `response.failed`) breaks it.
-            let next = match next {
-                Some(Ok(chunk)) => match failure_of(self.kind, &chunk) {
-                    Some(outcome) => Some(Err(outcome)),
-                    None => Some(Ok(chunk)),
-                },
-                other => other,
             };
             match next {
                 Some(Ok(chunk)) => {

@@ -43,6 +43,15 @@ pub fn check_id(id: &str) -> Result<(), IdError> {
     }
 }
 
+/// `id`, checked, or the backend error an affinity map answers for one that cannot be an id
+/// (`BackendError::InvalidKey`, naming the id cut short): what every `AffinityMap` refuses.
+pub fn checked_key(id: &str) -> Result<&str, crate::ports::BackendError> {
+    check_id(id).map(|()| id).map_err(|e| crate::ports::BackendError::InvalidKey {
+        key: format!("affinity {:?}", id.chars().take(64).collect::<String>()),
+        detail: e.to_string(),
+    })
+}
+
 /// An id a request refers to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reference<'a> {
@@ -61,24 +70,19 @@ pub struct Reference<'a> {
 /// At most this many file ids are read of one request.
 const MAX_FILE_IDS: usize = 64;
 
-/// `file_id`s nested in `value` (input parts, messages), at most [`MAX_FILE_IDS`].
-fn file_ids<'a>(value: &'a Value, out: &mut Vec<Reference<'a>>, depth: u32) {
-    if depth > 8 || out.len() >= MAX_FILE_IDS {
-        return;
-    }
-    match value {
-        Value::Array(items) => items.iter().for_each(|item| file_ids(item, out, depth + 1)),
-        Value::Object(object) => {
-            for (field, inner) in object {
-                match (field.as_str(), inner) {
-                    ("file_id", Value::String(id)) if out.len() < MAX_FILE_IDS => {
-                        out.push(Reference { id, field: "file_id", required: false });
-                    }
-                    _ => file_ids(inner, out, depth + 1),
-                }
+/// The files a list of messages or input items names, at most [`MAX_FILE_IDS`]: each item's
+/// content parts with a `file_id` (a Responses `input_file` or `input_image`) or a
+/// `file.file_id` (chat's `file` part). Only those places are read: a call's body is not walked.
+fn file_ids<'a>(items: &'a Value, out: &mut Vec<Reference<'a>>) {
+    let parts = items.as_array().into_iter().flatten().filter_map(|item| item.get("content").and_then(Value::as_array)).flatten();
+    for part in parts {
+        let named = part.get("file_id").or_else(|| part.get("file").and_then(|file| file.get("file_id")));
+        if let Some(Value::String(id)) = named {
+            if out.len() == MAX_FILE_IDS {
+                return;
             }
+            out.push(Reference { id, field: "file_id", required: false });
         }
-        _ => {}
     }
 }
 
@@ -100,12 +104,12 @@ pub fn references(request: &Request) -> Vec<Reference<'_>> {
                 refs.push(Reference { id, field: "conversation", required: true });
             }
             if let Some(input) = body.get("input") {
-                file_ids(input, &mut refs, 0);
+                file_ids(input, &mut refs);
             }
         }
         Kind::Chat => {
             if let Some(messages) = body.get("messages") {
-                file_ids(messages, &mut refs, 0);
+                file_ids(messages, &mut refs);
             }
         }
         Kind::Batches => {
@@ -171,11 +175,12 @@ mod tests {
         assert_eq!(references(&batch).iter().map(|r| r.id).collect::<Vec<_>>(), ["file-2"]);
         let routed = Request::to_target(Kind::Responses, Target::new(Method::Get, "responses/resp_1"));
         assert!(references(&routed).is_empty(), "a route is pinned by its id, not its body");
-        let many = Request::native(
-            Kind::Chat,
-            object(json!({"messages": (0..100).map(|i| json!({"file_id": format!("f{i}")})).collect::<Vec<_>>()})),
-        );
-        assert_eq!(references(&many).len(), MAX_FILE_IDS);
+        let part = |i: u32| json!({"role": "user", "content": [{"type": "file", "file": {"file_id": format!("f{i}")}}]});
+        let many = Request::native(Kind::Chat, object(json!({"messages": (0..100).map(part).collect::<Vec<_>>()})));
+        assert_eq!(references(&many).len(), MAX_FILE_IDS, "chat's file parts, at most MAX_FILE_IDS");
+        let elsewhere =
+            Request::native(Kind::Chat, object(json!({"messages": [{"role": "user", "content": "hi"}], "metadata": {"file_id": "f"}})));
+        assert!(references(&elsewhere).is_empty(), "only content parts name files");
     }
 
     #[test]

@@ -221,8 +221,10 @@ pub enum Streamed {
 /// request.
 #[async_trait]
 pub trait ChunkSource: Send {
-    /// The next chunk; `None` when the stream ended as it should (`[DONE]`); `Err` with the
-    /// outcome when it broke off (a watchdog, a cut connection, an error event).
+    /// The next chunk; `None` when the stream ended as it should (`[DONE]`, a Responses
+    /// stream's terminal event); `Err` with the outcome when it broke off (a watchdog, a cut
+    /// connection, an error event) or said the answer failed (a Responses `response.failed`:
+    /// `stream::failure_of`), so that no caller relays a failure as a chunk.
     async fn next_chunk(&mut self) -> Option<Result<Chunk, Outcome>>;
 
     /// The provider's id of the request (its `x-request-id`), when it gave one.
@@ -264,7 +266,6 @@ pub trait Telemetry: Send + Sync {
     fn gate(&self, _event: &GateEvent) {}
 }
 
-/// Proves the ports are object safe.
 /// Where a provider keeps a piece of state (a stored response, a conversation, an uploaded file,
 /// a batch): the scope and the source that made it. A request referring to it can go nowhere
 /// else.
@@ -291,6 +292,7 @@ pub trait AffinityMap: Send + Sync {
     async fn forget(&self, id: &str) -> Result<(), BackendError>;
 }
 
+/// Proves the ports are object safe.
 const _: fn(&dyn BreakerGate, &dyn QuotaGate, &dyn PacerGate, &dyn Telemetry) = |_, _, _, _| {};
 const _: fn(&dyn AffinityMap) = |_| {};
 const _: fn(&dyn Upstream, &dyn ChunkSource) = |_, _| {};

@@ -11,7 +11,7 @@
 //! `rate_limit_exceeded` (`RateLimited`). An output with nothing usable is `Empty`.
 
 use crate::outcome::OutcomeClass;
-use crate::request::{Object, Outcome};
+use crate::request::{Object, Outcome, nonempty_string as says_something};
 use serde_json::Value;
 
 /// The output items of a `response`.
@@ -22,10 +22,6 @@ pub fn output(body: &Object) -> &[Value] {
 /// The `status` of a `response`.
 pub fn status(body: &Object) -> Option<&str> {
     body.get("status").and_then(Value::as_str)
-}
-
-fn says_something(value: Option<&Value>) -> bool {
-    value.and_then(Value::as_str).is_some_and(|s| !s.trim().is_empty())
 }
 
 /// The content parts of a message item.
@@ -89,16 +85,19 @@ fn caused_by_the_request(code: &str) -> bool {
 /// for an error its request caused, `RateLimited` for `rate_limit_exceeded`, else `Transient`;
 /// the detail is `response_failed:<code>`.
 pub fn failure(body: &Object) -> Option<Outcome> {
-    if status(body) != Some("failed") {
-        return None;
-    }
+    (status(body) == Some("failed")).then(|| failed(body))
+}
+
+/// What a response that failed (whatever its `status` says: a `response.failed` event's) is
+/// charged with, by its `error.code`.
+pub(crate) fn failed(body: &Object) -> Outcome {
     let code = body.get("error").and_then(|e| e.get("code")).and_then(Value::as_str).unwrap_or("unknown");
     let class = match code {
         "rate_limit_exceeded" => OutcomeClass::RateLimited,
         code if caused_by_the_request(code) => OutcomeClass::RequestRejected,
         _ => OutcomeClass::Transient,
     };
-    Some(Outcome::new(class, format!("response_failed:{code}")))
+    Outcome::new(class, format!("response_failed:{code}"))
 }
 
 /// The ids of the state the provider keeps for a `response`: its own id (unless the request

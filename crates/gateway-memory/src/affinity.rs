@@ -4,6 +4,7 @@
 //! refused, as the Redis map refuses it.
 
 use async_trait::async_trait;
+use gateway_core::affinity::checked_key as checked;
 use gateway_core::ports::{Affinity, AffinityMap, BackendError};
 use gateway_core::time::{Clock, Timestamp};
 use std::collections::{HashMap, VecDeque};
@@ -79,15 +80,6 @@ impl MemoryAffinity {
     pub fn places(&self) -> usize {
         self.lock().order.len()
     }
-}
-
-/// `id`, if it can be one.
-fn checked(id: &str) -> Result<&str, BackendError> {
-    gateway_core::affinity::check_id(id).map_err(|e| BackendError::InvalidKey {
-        key: format!("affinity {:?}", id.chars().take(64).collect::<String>()),
-        detail: e.to_string(),
-    })?;
-    Ok(id)
 }
 
 #[async_trait]

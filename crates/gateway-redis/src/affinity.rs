@@ -7,7 +7,7 @@
 use crate::connection::RedisConnection;
 use async_trait::async_trait;
 use fred::types::Value;
-use gateway_core::affinity::check_id;
+use gateway_core::affinity::checked_key;
 use gateway_core::ports::{Affinity, AffinityMap, BackendError, is_key_part};
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,11 +25,7 @@ impl RedisAffinity {
 }
 
 fn key(id: &str) -> Result<String, BackendError> {
-    check_id(id).map_err(|e| BackendError::InvalidKey {
-        key: format!("affinity {:?}", id.chars().take(64).collect::<String>()),
-        detail: e.to_string(),
-    })?;
-    Ok(format!("gw:aff:{id}"))
+    Ok(format!("gw:aff:{}", checked_key(id)?))
 }
 
 #[async_trait]

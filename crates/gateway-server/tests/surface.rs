@@ -109,10 +109,16 @@ async fn a_file_and_its_batch_stay_on_the_source_that_took_the_file() {
         let batch: Value = batch.json().await.unwrap();
         assert_eq!(batch["id"].as_str().unwrap().split('_').nth(1), Some(account.as_str()));
     }
-    let batch_id = r.provider.received().iter().filter(|q| q.path.ends_with("/batches")).count();
-    assert_eq!(batch_id, 4);
+    let batches = r.provider.received().iter().filter(|q| q.path.ends_with("/batches")).count();
+    assert_eq!(batches, 4);
     let content = client().get(format!("{}/v1/files/{id}/content", r.url)).bearer_auth(KEY).send().await.unwrap();
     assert_eq!(content.bytes().await.unwrap(), lines.as_bytes());
+    // A file of one JSON line, labelled JSON by the provider: its bytes, not JSON written anew.
+    let spaced = "{\"a\":   1,  \"b\": [ 2 ]}\n";
+    let form = reqwest::multipart::Form::new().text("purpose", "user_data").part("file", file("one.jsonl", spaced.as_bytes()));
+    let one: Value = upload(&r.url, "/v1/files", form).await.json().await.unwrap();
+    let read = client().get(format!("{}/v1/files/{}/content", r.url, one["id"].as_str().unwrap())).bearer_auth(KEY).send().await.unwrap();
+    assert_eq!(read.bytes().await.unwrap(), spaced.as_bytes(), "byte for byte");
     let gone = client().delete(format!("{}/v1/files/{id}", r.url)).bearer_auth(KEY).send().await.unwrap();
     assert_eq!(gone.status(), 200);
     let unknown = client().get(format!("{}/v1/files/{id}", r.url)).bearer_auth(KEY).send().await.unwrap();

@@ -212,6 +212,41 @@ latency_median_s = 0.005
 "#;
 
 #[test]
+fn the_simulated_providers_answer_the_responses_api_over_http_whole_and_as_named_events() {
+    use gateway_core::ports::{Streamed, Upstream};
+    let scenario = Scenario::parse("fast", FAST).unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    runtime.block_on(async {
+        let clock = Arc::new(gateway_client::TokioClock::new());
+        let server = Arc::new(Providers::new(&scenario, clock, 5)).serve().await.unwrap();
+        let scope: gateway_core::policy::ScopeConfig = serde_json::from_value(serde_json::json!({
+            "breaker": {"fail_threshold": 3, "cooldown_s": 60},
+            "sources": {"good": {"base_url": server.source_url("good"), "model": "m", "timeout_s": 2}}
+        }))
+        .unwrap();
+        let upstream = gateway_http::HttpUpstream::new(&[scope.resolve("soak").unwrap()]).unwrap();
+        let ask = gateway_core::request::Request::native(
+            gateway_core::request::Kind::Responses,
+            serde_json::json!({"input": "call 1"}).as_object().cloned().unwrap(),
+        );
+        let whole = upstream.send("good", &ask).await;
+        let response = whole.response().unwrap_or_else(|| panic!("{:?}", whole.outcome()));
+        assert_eq!(response.body()["object"], "response");
+        assert!(response.body()["id"].as_str().unwrap().starts_with("resp_sim_"));
+        let Streamed::Chunks(mut events) = upstream.stream("good", &ask).await else { panic!("no stream") };
+        let mut types = Vec::new();
+        while let Some(event) = events.next_chunk().await {
+            types.push(event.unwrap()["type"].as_str().unwrap_or_default().to_owned());
+        }
+        assert_eq!(
+            (types.first().map(String::as_str), types.last().map(String::as_str)),
+            (Some("response.created"), Some("response.completed"))
+        );
+        assert!(types.iter().any(|t| t == "response.output_text.delta"), "{types:?}");
+    });
+}
+
+#[test]
 fn upstreams_runs_the_workload_against_the_endpoints_of_a_config_file() {
     let scenario = Scenario::parse("fast", FAST).unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();

@@ -4,7 +4,7 @@
 use super::CallMachine;
 use crate::outcome::OutcomeClass;
 use crate::request::{Kind, Outcome, Structured};
-use crate::stream::{Assembly, Chunk, StructuredStream, assemble, chunks_of, commits, failure_of, opening_failure};
+use crate::stream::{Assembly, Chunk, StructuredStream, assemble, chunks_of, commits, opening_failure};
 
 /// Where a streamed attempt stands after a chunk.
 #[derive(Clone, Debug, PartialEq)]
@@ -24,8 +24,7 @@ pub enum Streaming {
 
 impl CallMachine {
     /// A chunk of a streamed attempt of `kind` before its commit point (the first chunk with
-    /// content, a tool-call delta or a refusal). `None`: the stream ended. A chunk that says the
-    /// answer failed (a Responses `response.failed`) ends the attempt with its outcome. An answer that must be JSON
+    /// content, a tool-call delta or a refusal). `None`: the stream ended. An answer that must be JSON
     /// (`structured`) and opens with prose ends at its commit point, unseen, and is re-asked
     /// like a whole one; a stream that ends without content is `Transient(empty)`. A stream
     /// asking for JSON under `StructuredStream::Validated` is held (merged as it comes) to its
@@ -48,9 +47,6 @@ impl CallMachine {
                 };
             }
         };
-        if let Some(outcome) = failure_of(kind, &chunk) {
-            return Streaming::Ended(outcome);
-        }
         // The commit point is judged once per chunk, and never again once reached.
         let committed = !self.opened && commits(kind, &chunk);
         if mode.holds(structured) {

@@ -23,8 +23,8 @@ use std::fmt;
 pub use attempt::{Attempt, Outcome, ProviderError};
 pub use body::{BodyError, Message, Request, Role};
 pub use rate::{RateReport, RateSignal};
-pub(crate) use response::message_is_usable;
 pub use response::{Response, Usage, answers_otherwise};
+pub(crate) use response::{message_is_usable, nonempty_string};
 pub use structured::{ParseCheck, Structured};
 pub use target::{Form, Method, Part, Raw, Target};
 

@@ -253,7 +253,8 @@ fn into_object(value: Value) -> Map<String, Value> {
         _ => Map::new(),
     }
 }
-fn nonempty_string(value: Option<&Value>) -> bool {
+/// Whether `value` is a string that says something (not blank).
+pub(crate) fn nonempty_string(value: Option<&Value>) -> bool {
     value.and_then(Value::as_str).is_some_and(|s| !s.trim().is_empty())
 }
 

@@ -16,17 +16,6 @@ pub enum Method {
     Delete,
 }
 
-impl Method {
-    /// The method's name: `GET`, `POST`, `DELETE`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Method::Get => "GET",
-            Method::Post => "POST",
-            Method::Delete => "DELETE",
-        }
-    }
-}
-
 /// A route below a provider's base URL, other than the create endpoint of the request's kind:
 /// `GET responses/resp_1`, `POST responses/resp_1/cancel`, `GET files/file-1/content?…`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,16 +94,6 @@ impl Form {
         self.parts.iter().find(|p| p.name == name).and_then(Part::value)
     }
 
-    /// Its bytes, all parts together (what the form holds in memory).
-    pub fn len(&self) -> usize {
-        self.parts.iter().map(|p| p.data.len() + p.name.len()).sum()
-    }
-
-    /// Whether it has no parts.
-    pub fn is_empty(&self) -> bool {
-        self.parts.is_empty()
-    }
-
     /// The same form with the text field `name` set to `value` (replacing every part of that
     /// name, or added at the front: a provider reads `model` before the file).
     pub fn with_value(&self, name: &str, value: &str) -> Form {
@@ -159,7 +138,6 @@ mod tests {
         let names: Vec<&str> = set.parts.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["model", "language", "file"]);
         assert_eq!(set.value("model"), Some("whisper-1"));
-        assert_eq!(form.len(), 5 + 4 + 8 + 2 + 4 + 4 + 5 + 5);
         assert!(format!("{:?}", set.parts[2]).contains("bytes: 4"), "a part's debug shows its size, not its content");
     }
 }

@@ -67,7 +67,7 @@ fn streams_in_pieces(field: &str) -> bool {
     matches!(field, "content" | "refusal" | "reasoning_content" | "reasoning" | "arguments" | "data" | "transcript")
 }
 
-/// Merges one delta object into what the earlier deltas made (see [`assemble`]).
+/// Merges one delta object into what the earlier deltas made (see [`Assembly`]).
 fn merge_object(into: &mut Object, delta: &Object) {
     for (field, value) in delta {
         match (into.get_mut(field.as_str()), value) {

@@ -267,14 +267,15 @@ pub fn chunks_of(response: &Response) -> Vec<Chunk> {
     }
 }
 
-/// The end a stream of `kind` must reach to be whole, when not `[DONE]`: a Responses stream
-/// ends with its terminal event and then closes; a binary answer's bytes end with the body.
+/// Whether an SSE stream of `kind` ends with `[DONE]`: a Responses stream ends with its terminal
+/// event and then closes.
 pub fn ends_with_done(kind: Kind) -> bool {
-    !matches!(kind, Kind::Responses | Kind::Speech)
+    kind != Kind::Responses
 }
 
-/// A chunk that says the answer failed (a Responses `response.failed`): its outcome. Before the
-/// commit point the call tries again unseen; after it, the stream ends with an error.
+/// A chunk that says the answer failed (a Responses `response.failed`): its outcome. A chunk
+/// source ends its stream with it (`ChunkSource::next_chunk`): before the commit point the call
+/// tries again unseen; after it, the stream ends with an error.
 pub fn failure_of(kind: Kind, chunk: &Chunk) -> Option<Outcome> {
     match kind {
         Kind::Responses => responses::failure_of(chunk),

@@ -10,7 +10,7 @@
 //! they belong to the attempt that finally serves the call.
 
 use super::Chunk;
-use crate::request::{Kind, Object, Outcome, Response};
+use crate::request::{Kind, Object, Outcome, Response, nonempty_string as says_something};
 use crate::responses::{item_is_usable, part_says_something};
 use serde_json::{Value, json};
 
@@ -23,10 +23,6 @@ pub fn event_type(chunk: &Chunk) -> &str {
 /// `response.failed`.
 pub fn is_terminal(chunk: &Chunk) -> bool {
     matches!(event_type(chunk), "response.completed" | "response.incomplete" | "response.failed")
-}
-
-fn says_something(value: Option<&Value>) -> bool {
-    value.and_then(Value::as_str).is_some_and(|s| !s.trim().is_empty())
 }
 
 /// Whether `chunk` is the commit point (see the module's rule).
@@ -52,10 +48,8 @@ pub fn failure_of(chunk: &Chunk) -> Option<Outcome> {
     if event_type(chunk) != "response.failed" {
         return None;
     }
-    let response = chunk.get("response").and_then(Value::as_object).cloned().unwrap_or_default();
-    let mut failed = response;
-    failed.insert("status".into(), json!("failed"));
-    crate::responses::failure(&failed)
+    let empty = Object::new();
+    Some(crate::responses::failed(chunk.get("response").and_then(Value::as_object).unwrap_or(&empty)))
 }
 
 /// A `response` assembled event by event: the `response` of the latest lifecycle event

@@ -105,15 +105,16 @@ pub(crate) async fn exchange(src: &Source, request: &Request, shared: &Shared) -
 
 /// A usable answer that passes the request's structured check (on its text answers only). A
 /// Responses answer that `failed` is charged as its error code says. (The answer of a stored
-/// object's route is the provider's word on it: only a failure is judged.)
+/// object's route is the provider's word on it, not judged: a stored response that failed is
+/// what the caller asked to read.)
 fn checked(response: Response, request: &Request, schemas: &Schemas) -> Result<Response, Outcome> {
+    if request.target().is_some() {
+        return Ok(response);
+    }
     if request.kind() == Kind::Responses
         && let Some(outcome) = gateway_core::responses::failure(response.body())
     {
         return Err(outcome);
-    }
-    if request.target().is_some() {
-        return Ok(response);
     }
     if !response.is_usable() {
         return Err(transient("empty"));
@@ -133,9 +134,15 @@ fn checked(response: Response, request: &Request, schemas: &Schemas) -> Result<R
 type Answered = (Response, String, Option<gateway_core::request::RateSignal>);
 
 /// Whether an answer of `request` may be other than JSON: audio, a transcript as text or
-/// subtitles, a stored file's bytes.
+/// subtitles, a stored object's route.
 fn may_be_raw(request: &Request) -> bool {
     matches!(request.kind(), Kind::Speech | Kind::Transcriptions | Kind::Translations) || request.target().is_some()
+}
+
+/// Whether an answer of `request` is bytes whatever they look like: a stored file's content
+/// (a JSONL file of one line is JSON too, and must reach the caller byte for byte).
+fn is_bytes(request: &Request) -> bool {
+    request.target().is_some_and(|t| t.path.ends_with("/content"))
 }
 
 async fn whole(src: &Source, request: &Request, shared: &Shared) -> Result<Answered, Outcome> {
@@ -148,7 +155,7 @@ async fn whole(src: &Source, request: &Request, shared: &Shared) -> Result<Answe
     let content_type = response.headers().get("content-type").and_then(|v| v.to_str().ok()).map(str::to_owned);
     let rated = |outcome: Outcome| outcome.with_rate(head.rate);
     let bytes = read_body(&mut response, &shared.hold()).await.map_err(rated)?;
-    let says_json = content_type.as_deref().is_none_or(|t| t.contains("json"));
+    let says_json = !is_bytes(request) && content_type.as_deref().is_none_or(|t| t.contains("json"));
     let body = match serde_json::from_slice::<Value>(&bytes) {
         Ok(Value::Object(body)) if says_json || !may_be_raw(request) => body,
         _ if may_be_raw(request) => {

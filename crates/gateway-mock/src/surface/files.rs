@@ -51,9 +51,10 @@ pub(super) fn retrieve(state: &mut Account, id: &str) -> Answer {
     state.files.get(id).map_or_else(|| not_found("File", id), |f| Answer::json(200, &f.object))
 }
 
-/// `GET /files/{id}/content`: its bytes.
+/// `GET /files/{id}/content`: its bytes, labelled `application/json` as OpenAI's API
+/// reference labels them (whatever the file holds).
 pub(super) fn content(state: &mut Account, id: &str) -> Answer {
-    state.files.get(id).map_or_else(|| not_found("File", id), |f| Answer::bytes(200, "application/octet-stream", f.bytes.clone()))
+    state.files.get(id).map_or_else(|| not_found("File", id), |f| Answer::bytes(200, "application/json", f.bytes.clone()))
 }
 
 /// `DELETE /files/{id}`.

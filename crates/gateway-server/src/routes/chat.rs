@@ -53,12 +53,18 @@ pub(super) async fn whole(state: Arc<AppState>, request: HttpRequest, parse: fn(
     )
 }
 
-/// `POST /v1/chat/completions`.
-pub(crate) async fn chat(State(state): State<Arc<AppState>>, request: HttpRequest) -> Response {
+/// A call of a kind that streams (chat, legacy completions, responses): the body read and made
+/// a request by `parse` (with the server's schemas), this request's own `structured_stream`
+/// applied, answered whole or as a stream.
+pub(super) async fn streamable(
+    state: Arc<AppState>,
+    request: HttpRequest,
+    parse: fn(Object, &gateway_http::structured::Schemas) -> Result<ChatAsk, ApiError>,
+) -> Response {
     respond(
         async {
             let (tenant, commit, body, model) = scoped_body(&state, request).await?;
-            let mut ask = openai::chat_request(body, &state.schemas)?;
+            let mut ask = parse(body, &state.schemas)?;
             ask.request.structured_stream = commit;
             deliver(state.clone(), model, tenant, ask).await
         }
@@ -66,15 +72,14 @@ pub(crate) async fn chat(State(state): State<Arc<AppState>>, request: HttpReques
     )
 }
 
+/// `POST /v1/chat/completions`.
+pub(crate) async fn chat(State(state): State<Arc<AppState>>, request: HttpRequest) -> Response {
+    streamable(state, request, openai::chat_request).await
+}
+
 /// `POST /v1/completions` (legacy).
 pub(crate) async fn completions(State(state): State<Arc<AppState>>, request: HttpRequest) -> Response {
-    respond(
-        async {
-            let (tenant, _, body, model) = scoped_body(&state, request).await?;
-            deliver(state.clone(), model, tenant, openai::completions_request(body)?).await
-        }
-        .await,
-    )
+    streamable(state, request, |body, _| openai::completions_request(body)).await
 }
 
 /// `POST /v1/embeddings`.

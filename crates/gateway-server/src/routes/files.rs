@@ -7,7 +7,7 @@
 
 use super::chat::respond;
 use super::form::{read_form, require_file};
-use super::{answer, json_body, known_model, stored, stored_call, whole_call};
+use super::{answer, json_body, known_model, route, whole_call};
 use crate::AppState;
 use crate::openai::{self, ApiError};
 use axum::extract::{Path, Request as HttpRequest, State};
@@ -58,40 +58,19 @@ pub(crate) async fn upload(State(state): State<Arc<AppState>>, request: HttpRequ
     )
 }
 
-/// A stored file's or batch's route, `method` on `path` with the caller's query.
-async fn route(state: Arc<AppState>, headers: HeaderMap, kind: Kind, id: String, method: Method, path: String, query: &str) -> Response {
-    respond(
-        async {
-            let tenant = state.keys.authenticate(&headers)?.tenant;
-            let (scope, request) = stored(&state, kind, &id, Target::new(method, path).with_query(query)).await?;
-            let answer = stored_call(&state, &scope, tenant.as_deref(), &request).await?;
-            if method == Method::Delete
-                && let Err(error) = state.client.forget(&id).await
-            {
-                tracing::warn!(%error, "the affinity map could not forget a deleted file");
-            }
-            Ok(answer)
-        }
-        .await,
-    )
-}
-
 /// `GET /v1/files/{id}`.
 pub(crate) async fn retrieve(State(state): State<Arc<AppState>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
-    let path = format!("files/{id}");
-    route(state, headers, Kind::Files, id, Method::Get, path, "").await
+    respond(route(&state, &headers, Kind::Files, &id, Target::new(Method::Get, format!("files/{id}"))).await)
 }
 
 /// `GET /v1/files/{id}/content`: its bytes, as the provider sent them.
 pub(crate) async fn content(State(state): State<Arc<AppState>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
-    let path = format!("files/{id}/content");
-    route(state, headers, Kind::Files, id, Method::Get, path, "").await
+    respond(route(&state, &headers, Kind::Files, &id, Target::new(Method::Get, format!("files/{id}/content"))).await)
 }
 
 /// `DELETE /v1/files/{id}`.
 pub(crate) async fn delete(State(state): State<Arc<AppState>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
-    let path = format!("files/{id}");
-    route(state, headers, Kind::Files, id, Method::Delete, path, "").await
+    respond(route(&state, &headers, Kind::Files, &id, Target::new(Method::Delete, format!("files/{id}"))).await)
 }
 
 /// `POST /v1/batches`: to the source holding its input file, in that file's scope (else the
@@ -119,12 +98,11 @@ pub(crate) async fn create_batch(State(state): State<Arc<AppState>>, request: Ht
 
 /// `GET /v1/batches/{id}`.
 pub(crate) async fn retrieve_batch(State(state): State<Arc<AppState>>, Path(id): Path<String>, uri: Uri, headers: HeaderMap) -> Response {
-    let path = format!("batches/{id}");
-    route(state, headers, Kind::Batches, id, Method::Get, path, uri.query().unwrap_or_default()).await
+    let target = Target::new(Method::Get, format!("batches/{id}")).with_query(uri.query().unwrap_or_default());
+    respond(route(&state, &headers, Kind::Batches, &id, target).await)
 }
 
 /// `POST /v1/batches/{id}/cancel`.
 pub(crate) async fn cancel_batch(State(state): State<Arc<AppState>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
-    let path = format!("batches/{id}/cancel");
-    route(state, headers, Kind::Batches, id, Method::Post, path, "").await
+    respond(route(&state, &headers, Kind::Batches, &id, Target::new(Method::Post, format!("batches/{id}/cancel"))).await)
 }

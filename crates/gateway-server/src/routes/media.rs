@@ -40,21 +40,8 @@ pub(crate) async fn speech(State(state): State<Arc<AppState>>, request: HttpRequ
             })
             .await?;
             // The commit point is the first piece of audio: its content type heads the answer.
-            let first = match stream.next().await {
-                Some(Ok(first)) => first,
-                Some(Err(broken)) => return Err(openai::stream_broken(&broken, state.http.as_deref())),
-                None => {
-                    return Err(openai::stream_broken(
-                        &gateway_client::StreamError {
-                            source_name: stream.source().to_owned(),
-                            class: gateway_core::outcome::OutcomeClass::Transient,
-                            detail: "empty".into(),
-                        },
-                        None,
-                    ));
-                }
-            };
-            let kind = bytes::content_type(&first).unwrap_or("application/octet-stream").to_owned();
+            let first = stream.next().await.transpose().map_err(|broken| openai::stream_broken(&broken, state.http.as_deref()))?;
+            let kind = first.as_ref().and_then(bytes::content_type).unwrap_or("application/octet-stream").to_owned();
             let mut headers = vec![
                 ("x-gateway-scope", scope.clone()),
                 ("x-gateway-source", stream.source().to_owned()),
@@ -63,16 +50,18 @@ pub(crate) async fn speech(State(state): State<Arc<AppState>>, request: HttpRequ
             if let Some(id) = stream.request_id() {
                 headers.push(("x-request-id", id.to_owned()));
             }
-            let pieces = futures_util::stream::once(async move { Ok::<_, std::io::Error>(bytes::data(&first).unwrap_or_default()) }).chain(
-                futures_util::stream::unfold(stream, |mut stream| async move {
+            let first = first.and_then(|chunk| bytes::data(&chunk)).unwrap_or_default();
+            let pieces = futures_util::stream::once(async move { Ok::<_, std::io::Error>(first) }).chain(futures_util::stream::unfold(
+                stream,
+                |mut stream| async move {
                     match stream.next().await? {
                         Ok(chunk) => Some((Ok(bytes::data(&chunk).unwrap_or_default()), stream)),
                         // A break after the first bytes breaks the connection: no short file
                         // that looks whole.
                         Err(broken) => Some((Err(std::io::Error::other(broken.to_string())), stream)),
                     }
-                }),
-            );
+                },
+            ));
             let mut answer = Response::new(axum::body::Body::from_stream(pieces));
             if let Ok(kind) = HeaderValue::from_str(&kind) {
                 answer.headers_mut().insert("content-type", kind);

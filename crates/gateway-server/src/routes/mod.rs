@@ -178,11 +178,19 @@ async fn stored(state: &AppState, kind: Kind, id: &str, target: Target) -> Resul
     Ok((at.scope.to_string(), Request::to_target(kind, target).pinned_to(&at.source, id)))
 }
 
-/// The call of `request` to a stored object's route in `scope`, its answer (the provider's
-/// error, if it refused: a 404 there is the caller's own, never the source's fault).
-async fn stored_call(state: &AppState, scope: &str, tenant: Option<&str>, request: &Request) -> Result<Response, ApiError> {
-    let response = whole_call(state, scope, tenant, request).await?;
-    Ok(answer(scope, response))
+/// A stored object's route, `method` on `path` with the caller's `query`, sent to the source
+/// holding `id` of `kind` ([`stored`]), answered whole: the provider's answer (or its error: a
+/// 404 there is the caller's own, never the source's fault). Once a `DELETE` went through, the
+/// gateway forgets where the id lived.
+async fn route(state: &AppState, headers: &HeaderMap, kind: Kind, id: &str, target: Target) -> Result<Response, ApiError> {
+    let tenant = state.keys.authenticate(headers)?.tenant;
+    let deletes = target.method == gateway_core::request::Method::Delete;
+    let (scope, request) = stored(state, kind, id, target).await?;
+    let response = whole_call(state, &scope, tenant.as_deref(), &request).await?;
+    if deletes && let Err(error) = state.client.forget(id).await {
+        tracing::warn!(%error, "the affinity map could not forget a deleted object's id");
+    }
+    Ok(answer(&scope, response))
 }
 
 fn model_object(scope: &str) -> Value {

@@ -158,25 +158,30 @@ impl Workload {
             (false, true) => format!("{LONG}call {index}"),
             (false, false) => format!("call {index}"),
         };
-        let schema = serde_json::json!({"type": "object", "required": ["answer"]});
-        let mut request = match self.api {
-            super::Api::Chat => {
-                let request = Request::chat(vec![Message::user(content)]).max_completion_tokens(256);
-                if self.structured { request.json_schema("answer", schema, false) } else { request }
-            }
-            super::Api::Responses => {
-                let mut body = serde_json::json!({"input": content, "max_output_tokens": 256});
-                if self.structured {
-                    body["text"] =
-                        serde_json::json!({"format": {"type": "json_schema", "name": "answer", "schema": schema, "strict": false}});
-                }
-                let mut request = Request::native(Kind::Responses, body.as_object().cloned().unwrap_or_default());
-                request.structured = self.structured.then(|| Structured::JsonSchema(schema));
-                request
-            }
-        };
+        let mut request = asking(self.api, self.structured, content);
         request.estimated_tokens = if long { 6000 } else { 450 };
         request
+    }
+}
+
+/// A request saying `content` through `api`, asking for the scenario's JSON when `structured`:
+/// chat's `response_format`, or a Responses call's `text.format`, checked locally alike.
+pub(super) fn asking(api: super::Api, structured: bool, content: String) -> Request {
+    let schema = serde_json::json!({"type": "object", "required": ["answer"]});
+    match api {
+        super::Api::Chat => {
+            let request = Request::chat(vec![Message::user(content)]).max_completion_tokens(256);
+            if structured { request.json_schema("answer", schema, false) } else { request }
+        }
+        super::Api::Responses => {
+            let mut body = serde_json::json!({"input": content, "max_output_tokens": 256});
+            if structured {
+                body["text"] = serde_json::json!({"format": {"type": "json_schema", "name": "answer", "schema": schema, "strict": false}});
+            }
+            let mut request = Request::native(Kind::Responses, body.as_object().cloned().unwrap_or_default());
+            request.structured = structured.then(|| Structured::JsonSchema(schema));
+            request
+        }
     }
 }
 
@@ -206,5 +211,24 @@ impl ExactGates {
             .map(|gate| if gate.state == CircuitState::Open { gate.open_until.saturating_since(now) } else { Duration::ZERO })
             .min()
             .unwrap_or(Duration::ZERO)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::asking;
+    use crate::run::Api;
+    use gateway_core::request::Kind;
+
+    #[test]
+    fn each_api_asks_in_its_own_dialect_for_the_same_json() {
+        let chat = asking(Api::Chat, true, "call 1".into());
+        assert_eq!((chat.kind(), chat.body()["response_format"]["type"].as_str()), (Kind::Chat, Some("json_schema")));
+        let responses = asking(Api::Responses, true, "call 1".into());
+        assert_eq!(responses.kind(), Kind::Responses);
+        assert_eq!(responses.body()["input"], "call 1");
+        assert_eq!(responses.body()["text"]["format"]["schema"], chat.body()["response_format"]["json_schema"]["schema"]);
+        assert!(responses.structured.is_some() && chat.structured.is_some(), "both checked locally");
+        assert!(asking(Api::Responses, false, "x".into()).body().get("text").is_none());
     }
 }

@@ -170,6 +170,18 @@ pub enum CallError {
         /// The kinds the scope serves.
         served: String,
     },
+    /// No source of the scope can carry the request: each speaks another protocol than the
+    /// request's kind, and the request uses something that protocol cannot express (or its kind
+    /// has no form there). Refused before any attempt.
+    #[error("no source of scope {scope:?} can carry this {kind} request: {reasons}")]
+    NoSourceCarries {
+        /// The scope.
+        scope: String,
+        /// The request's kind.
+        kind: gateway_core::request::Kind,
+        /// Each source, its protocol, and why it cannot.
+        reasons: String,
+    },
     /// The call ended `CircuitOpen`, `AllSourcesExhausted` or `RateLimited` in its scope and
     /// failed again in the scope's fallback: both chains. (A fallback that refuses the call
     /// before it starts leaves the primary's error.)
@@ -281,6 +293,7 @@ impl CallError {
             CallError::StreamBroken { .. } => CallResult::StreamBroken,
             CallError::UnknownScope { .. }
             | CallError::KindNotServed { .. }
+            | CallError::NoSourceCarries { .. }
             | CallError::NotStreamable { .. }
             | CallError::Unroutable { .. }
             | CallError::TenantRefused { .. } => {
@@ -310,6 +323,7 @@ impl CallError {
             CallError::FallbackFailed { fallback, .. } => fallback.report(),
             CallError::UnknownScope { .. }
             | CallError::KindNotServed { .. }
+            | CallError::NoSourceCarries { .. }
             | CallError::NotStreamable { .. }
             | CallError::StreamBroken { .. }
             | CallError::Unroutable { .. }

@@ -202,6 +202,18 @@ impl GatewayClient {
             let served = partitions.policy().kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ");
             return Err(CallError::KindNotServed { scope: scope.to_owned(), kind, served });
         }
+        // A source that cannot carry the request (another protocol, and a request the other
+        // side cannot express) is passed by; with none left the call is refused, each named.
+        let carried: Vec<Result<(), String>> =
+            partitions.policy().sources.iter().map(|source| gateway_core::translate::carries(request, source.protocol)).collect();
+        if carried.iter().all(Result::is_err) {
+            let sources = &partitions.policy().sources;
+            let reasons = sources
+                .iter()
+                .zip(&carried)
+                .map(|(s, why)| format!("{} ({}): {}", s.name, s.protocol, why.clone().err().unwrap_or_default()));
+            return Err(CallError::NoSourceCarries { scope: scope.to_owned(), kind, reasons: reasons.collect::<Vec<_>>().join("; ") });
+        }
         if D::STREAMS && !(kind.streams() || kind.relays_bytes()) {
             return Err(CallError::NotStreamable { kind });
         }
@@ -222,6 +234,9 @@ impl GatewayClient {
         if let Some((source, why)) = pinned {
             state.machine.restrict_to(source);
             state.pinned = Some(why);
+        }
+        for (i, _) in carried.iter().enumerate().filter(|(_, carried)| carried.is_err()) {
+            state.machine.leave_out(i);
         }
         state.tenant = tenant;
         let mut guard = CallGuard::new(state, partitions.name().clone(), self.admission.telemetry.clone(), prior.take());

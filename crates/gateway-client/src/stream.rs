@@ -247,7 +247,7 @@ impl Relay {
 
     fn note(&mut self, chunk: &Chunk) {
         if let Some(usage) = Usage::of(chunk) {
-            self.usage = Some(usage);
+            self.usage = Some(self.usage.map_or(usage, |before| before.then(usage)));
         }
         finishes(self.kind, chunk, &mut self.finished);
     }

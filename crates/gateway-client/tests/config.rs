@@ -286,7 +286,7 @@ fn a_bad_environment_value_names_the_variable_and_what_its_key_takes() {
     let e = load_err(BASE, &[("CHAT__KINDS", "1")]);
     assert_eq!(
         e.to_string(),
-        "CHAT__KINDS (environment): unknown value \"1\" (expected one of chat, embeddings, responses, completions, moderations, images, image_edits, transcriptions, translations, speech, files, batches)"
+        "CHAT__KINDS (environment): unknown value \"1\" (expected one of chat, embeddings, responses, completions, moderations, images, image_edits, transcriptions, translations, speech, files, batches, messages, count_tokens)"
     );
     let e = load_err(BASE, &[("CHAT__SOURCES__S1__HEADERS", "4242424242")]);
     assert_eq!(e.key, "CHAT__SOURCES__S1__HEADERS", "{e}");

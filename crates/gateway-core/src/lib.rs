@@ -31,6 +31,7 @@ pub mod breaker;
 pub mod call;
 pub mod health;
 pub mod memo;
+pub mod messages;
 pub mod outcome;
 pub mod policy;
 pub mod ports;
@@ -43,6 +44,7 @@ pub mod stall;
 pub mod stream;
 pub mod telemetry;
 pub mod time;
+pub mod translate;
 
 pub use breaker::{CircuitState, Gate, GateOp, GateParams, Reply, SuccessKind, Verdict};
 pub use outcome::{Effects, OutcomeClass};

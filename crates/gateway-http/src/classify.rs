@@ -15,6 +15,11 @@
 //! | error code `context_length_exceeded` or `previous_response_not_found` (any status, an error inside a 2xx or a stream too) | RequestRejected | the code |
 //! | 404 on a stored object's route (`GET responses/{id}`…): the id the caller chose | RequestRejected | `http_404` |
 //! | 2xx Responses answer with `status: "failed"` (whole, or `response.failed` in a stream) | Transient; RequestRejected for a code the request caused (`invalid_prompt`, `invalid_image…`); RateLimited for `rate_limit_exceeded` | `response_failed:<code>` |
+//! | Anthropic's `error.type` (any status, an `error` event too): `overloaded_error` (529), `api_error` | Transient | the type |
+//! | `rate_limit_error` | RateLimited (+ Retry-After) | `rate_limit_error` |
+//! | `authentication_error`, `permission_error`, `billing_error` | SourceDead | the type |
+//! | `invalid_request_error`, `request_too_large` | RequestRejected | the type |
+//! | `not_found_error` | as a 404 | `not_found_error` |
 //! | 400, 413, 422 | RequestRejected | `http_400` … |
 //! | 408, 5xx, any other status | Transient | `http_503` … |
 //! | timeout (header or total), connect refused, reset | Transient | `timeout`, `header_timeout`, `connect`, `reset` |
@@ -25,7 +30,7 @@
 //! kind (its scopes' `kinds`), so every request it gets is one its model must serve.
 
 use gateway_core::outcome::OutcomeClass;
-use gateway_core::request::Kind;
+use gateway_core::request::{Kind, Protocol};
 use gateway_core::time::WallClock;
 use reqwest::StatusCode;
 use reqwest::header::HeaderMap;
@@ -60,7 +65,14 @@ impl NotFound {
 }
 
 /// The class an error code decides whatever the status, if it decides one.
-pub fn classify_code(error_code: &str, not_found: NotFound) -> Option<OutcomeClass> {
+pub fn classify_code(error_code: &str, not_found: NotFound, protocol: Protocol) -> Option<OutcomeClass> {
+    if protocol == Protocol::Anthropic {
+        // Anthropic's error types (OpenAI's own `type`s overlap them, with other meanings).
+        return match error_code {
+            "not_found_error" => Some(not_found.class()),
+            code => gateway_core::messages::error_class(code),
+        };
+    }
     match error_code {
         code if DEAD_CODES.contains(&code) => Some(OutcomeClass::SourceDead),
         "model_not_found" => Some(not_found.class()),
@@ -72,12 +84,12 @@ pub fn classify_code(error_code: &str, not_found: NotFound) -> Option<OutcomeCla
 
 /// The class and detail of a non-success HTTP status, given the error code of its body (if the
 /// body carried one) and whom a 404 blames at this source.
-pub fn classify_status(status: StatusCode, error_code: Option<&str>, not_found: NotFound) -> (OutcomeClass, String) {
+pub fn classify_status(status: StatusCode, error_code: Option<&str>, not_found: NotFound, protocol: Protocol) -> (OutcomeClass, String) {
     let code = status.as_u16();
     if let Some(error_code) = error_code {
         // The code is the provider's own word on the cause, whatever status carries it (a relay
         // may wrap an overlong context in a 500): nothing the request caused reaches the breaker.
-        if let Some(class) = classify_code(error_code, not_found) {
+        if let Some(class) = classify_code(error_code, not_found, protocol) {
             return (class, error_code.to_owned());
         }
     }
@@ -227,7 +239,7 @@ mod tests {
         ];
         for &(code, error, class, detail) in rows {
             let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            assert_eq!(classify_status(status, error, NotFound::Request), (class, detail.to_owned()), "{code} {error:?}");
+            assert_eq!(classify_status(status, error, NotFound::Request, Protocol::OpenAi), (class, detail.to_owned()), "{code} {error:?}");
         }
     }
 
@@ -237,13 +249,29 @@ mod tests {
         assert_eq!(NotFound::for_kinds(&Kind::ALL), NotFound::Request);
         for (status, code) in [(404, None), (404, Some("model_not_found")), (400, Some("model_not_found"))] {
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::NOT_FOUND);
-            assert_eq!(classify_status(status, code, NotFound::Source).0, OutcomeClass::SourceDead, "{status} {code:?}");
-            assert_eq!(classify_status(status, code, NotFound::Request).0, OutcomeClass::RequestRejected, "{status} {code:?}");
+            assert_eq!(classify_status(status, code, NotFound::Source, Protocol::OpenAi).0, OutcomeClass::SourceDead, "{status} {code:?}");
+            assert_eq!(
+                classify_status(status, code, NotFound::Request, Protocol::OpenAi).0,
+                OutcomeClass::RequestRejected,
+                "{status} {code:?}"
+            );
         }
-        assert_eq!(classify_code("context_length_exceeded", NotFound::Source), Some(OutcomeClass::RequestRejected));
-        assert_eq!(classify_code("previous_response_not_found", NotFound::Source), Some(OutcomeClass::RequestRejected));
-        assert_eq!(classify_code("invalid_api_key", NotFound::Request), Some(OutcomeClass::SourceDead));
-        assert_eq!(classify_code("server_error", NotFound::Request), None);
+        assert_eq!(classify_code("context_length_exceeded", NotFound::Source, Protocol::OpenAi), Some(OutcomeClass::RequestRejected));
+        assert_eq!(classify_code("previous_response_not_found", NotFound::Source, Protocol::OpenAi), Some(OutcomeClass::RequestRejected));
+        assert_eq!(classify_code("invalid_api_key", NotFound::Request, Protocol::OpenAi), Some(OutcomeClass::SourceDead));
+        assert_eq!(classify_code("server_error", NotFound::Request, Protocol::OpenAi), None);
+        // Anthropic's types decide at an Anthropic source only: OpenAI's `type` of a refused
+        // key is `invalid_request_error` too, and its status decides there.
+        assert_eq!(classify_code("invalid_request_error", NotFound::Request, Protocol::OpenAi), None);
+        let anthropic = |code| {
+            classify_status(StatusCode::from_u16(529).unwrap_or(StatusCode::OK), Some(code), NotFound::Source, Protocol::Anthropic).0
+        };
+        assert_eq!(anthropic("overloaded_error"), OutcomeClass::Transient);
+        assert_eq!(anthropic("rate_limit_error"), OutcomeClass::RateLimited);
+        assert_eq!(anthropic("authentication_error"), OutcomeClass::SourceDead);
+        assert_eq!(anthropic("invalid_request_error"), OutcomeClass::RequestRejected);
+        assert_eq!(anthropic("not_found_error"), OutcomeClass::SourceDead);
+        assert_eq!(anthropic("something_new"), OutcomeClass::Transient);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! header timeout and the source's total timeout; the bytes held by all attempts in flight
 //! ([`HeldBytes`]). API keys never reach `Debug`, logs or telemetry.
 
+pub mod anthropic;
 pub mod classify;
 mod held;
 mod openai;
@@ -116,6 +117,12 @@ pub(crate) struct Source {
     pub(crate) max_stream_bytes: Option<u64>,
     /// A streamed attempt sends `stream_options` (the usage asked for).
     pub(crate) stream_options: bool,
+    /// The dialect it speaks, and an Anthropic source's default version and refused betas.
+    pub(crate) protocol: gateway_core::request::Protocol,
+    pub(crate) anthropic_version: String,
+    pub(crate) drop_betas: Vec<String>,
+    /// The `max_tokens` a chat request translated for it gets when it sets none.
+    pub(crate) max_tokens: u32,
 }
 
 impl fmt::Debug for Source {
@@ -170,7 +177,7 @@ impl HttpUpstream {
         for scope in scopes {
             for policy in &scope.sources {
                 let served = kinds.entry(policy.name.as_str()).or_default();
-                served.extend(&scope.kinds);
+                served.extend(scope.kinds.iter().filter(|kind| kind.protocol() == policy.protocol));
                 served.sort();
                 served.dedup();
             }
@@ -290,6 +297,10 @@ fn build_source(policy: &SourcePolicy, key: &str, not_found: classify::NotFound)
         not_found,
         max_stream_bytes: policy.max_stream_bytes,
         stream_options: policy.stream_options,
+        protocol: policy.protocol,
+        anthropic_version: policy.anthropic_version.clone(),
+        drop_betas: policy.drop_betas.clone(),
+        max_tokens: policy.max_tokens,
     })
 }
 

@@ -24,10 +24,12 @@
 //! does, echoing the last message, with markers for errors, tools, refusals, cut, slow and gated
 //! streams; [`Surface`] is the rest of OpenAI's API as a stateful provider (the Responses API
 //! with stored responses and background ones, legacy completions, moderations, images, audio,
-//! files and batches), one account per path prefix. [`source_url`] and [`MockServer::source_url`] name a source served under its own path
-//! (`/{source}/v1`), as the soak serves its simulated providers (gateway-sim implements
-//! `Responder` for them). [`Blackhole`] is lower still: it accepts TCP connections and never
-//! reads them. [`openai`] has the bodies a hand-written answer needs.
+//! files and batches), one account per path prefix. [`Claude`] answers as Anthropic's Messages
+//! API does (whole or streamed, and `count_tokens`), with markers like [`Echo`]'s. [`source_url`]
+//! and [`MockServer::source_url`] name a source served under its own path (`/{source}/v1`), as
+//! the soak serves its simulated providers (gateway-sim implements `Responder` for them).
+//! [`Blackhole`] is lower still: it accepts TCP connections and never reads them. [`openai`] has
+//! the bodies a hand-written answer needs.
 //!
 //! In process, [`ScriptedUpstream`] is a `gateway_core::ports::Upstream` answering each source by
 //! its plan ([`Step`]s after delays, on tokio's clock) and recording the source of every attempt;
@@ -38,6 +40,7 @@
 
 mod answer;
 mod blackhole;
+mod claude;
 mod echo;
 mod gate;
 pub mod openai;
@@ -50,6 +53,7 @@ mod upstream;
 
 pub use answer::{Answer, Frame};
 pub use blackhole::Blackhole;
+pub use claude::Claude;
 pub use echo::Echo;
 pub use gate::Gate;
 pub use recording::{FormPart, Received, Recording};

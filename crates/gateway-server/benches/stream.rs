@@ -3,7 +3,9 @@
 //! upstream sent it. The first chunk (the commit point) and the last are reported, median and
 //! worst over the runs, for a chat completion (`chat.completion.chunk`s) and a Responses call
 //! (named events: `response.created` and the output's opening at once, then 20
-//! `response.output_text.delta`s, then the closing events and `response.completed`). `cargo bench -p gateway-server --bench stream`; the row goes to
+//! `response.output_text.delta`s, then the closing events and `response.completed`) and an
+//! Anthropic Messages call (`message_start` and the block's start at once, 20
+//! `content_block_delta`s, then the block's stop, `message_delta` and `message_stop`). `cargo bench -p gateway-server --bench stream`; the row goes to
 //! docs/PERFORMANCE.md. (Not criterion: the question is when bytes arrive, not how long a
 //! function takes.)
 
@@ -33,6 +35,10 @@ fn named(kind: &str, mut fields: serde_json::Value, seq: usize) -> String {
 
 /// The `i`-th of the stream's content chunks, in the dialect of a request to `path`.
 fn content(path: &str, i: usize) -> String {
+    if path.ends_with("/messages") {
+        let delta = json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": format!("t{i} ")}});
+        return format!("event: content_block_delta\ndata: {delta}\n\n");
+    }
     if path.ends_with("/responses") {
         let at = json!({"item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": format!("t{i} "), "logprobs": []});
         return named("response.output_text.delta", at, 4 + i);
@@ -44,6 +50,21 @@ fn content(path: &str, i: usize) -> String {
 /// What opens and closes a stream to `path`: a Responses call's events before its first delta
 /// and after its last; chat's `[DONE]`.
 fn framing(path: &str) -> (String, String) {
+    if path.ends_with("/messages") {
+        let event = |value: serde_json::Value| format!("event: {}\ndata: {value}\n\n", value["type"].as_str().unwrap());
+        let message = json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": [],
+                             "stop_reason": null, "usage": {"input_tokens": 3, "output_tokens": 1}});
+        let opening = [
+            event(json!({"type": "message_start", "message": message})),
+            event(json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})),
+        ];
+        let closing = [
+            event(json!({"type": "content_block_stop", "index": 0})),
+            event(json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": CHUNKS}})),
+            event(json!({"type": "message_stop"})),
+        ];
+        return (opening.concat(), closing.concat());
+    }
     if !path.ends_with("/responses") {
         return (String::new(), "data: [DONE]\n\n".to_owned());
     }
@@ -109,6 +130,8 @@ async fn mock_provider(sent: Sent) -> MockServer {
 async fn arrivals(http: &reqwest::Client, url: &str, path: &str) -> Vec<Instant> {
     let body = if path == "responses" {
         json!({"model": "chat", "stream": true, "input": "hi"})
+    } else if path == "messages" {
+        json!({"model": "claude", "max_tokens": 64, "stream": true, "messages": [{"role": "user", "content": "hi"}]})
     } else {
         json!({"model": "chat", "stream": true, "messages": [{"role": "user", "content": "hi"}]})
     };
@@ -119,8 +142,11 @@ async fn arrivals(http: &reqwest::Client, url: &str, path: &str) -> Vec<Instant>
         buffer.push_str(&String::from_utf8_lossy(&bytes));
         while let Some(end) = buffer.find("\n\n") {
             let event: String = buffer.drain(..end + 2).collect();
-            let content =
-                if path == "responses" { event.starts_with("event: response.output_text.delta") } else { event.contains("\"content\"") };
+            let content = match path {
+                "responses" => event.starts_with("event: response.output_text.delta"),
+                "messages" => event.starts_with("event: content_block_delta"),
+                _ => event.contains("\"content\""),
+            };
             if content {
                 arrived.push(now);
             }
@@ -139,11 +165,15 @@ fn main() {
     runtime.block_on(async {
         let sent: Sent = Arc::default();
         let mock = mock_provider(sent.clone()).await;
-        let gateway = support::proxy(&mock.root(), "watchdog_s = 1\n").await;
+        let claude = format!(
+            "watchdog_s = 1\n[claude.breaker]\nfail_threshold = 5\ncooldown_s = 60\n[claude.sources.anthropic]\nprotocol = \"anthropic\"\nbase_url = \"{}/v1\"\nmodel = \"m\"\ntimeout_s = 30\nwatchdog_s = 1\n",
+            mock.root()
+        );
+        let gateway = support::proxy(&mock.root(), &claude).await;
         let http = reqwest::Client::new();
         println!("| stream of {CHUNKS} chunks {} ms apart, {runs} runs | median | worst |", GAP.as_millis());
         println!("|---|---|---|");
-        for (name, path) in [("chat", "chat/completions"), ("Responses", "responses")] {
+        for (name, path) in [("chat", "chat/completions"), ("Responses", "responses"), ("Messages", "messages")] {
             let (mut first, mut last) = (Vec::new(), Vec::new());
             for _ in 0..runs {
                 let arrived = arrivals(&http, &gateway, path).await;

@@ -50,6 +50,12 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
     headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "))
 }
 
+/// The gateway keys a caller gives: `Authorization: Bearer <key>`, and `x-api-key` (as the
+/// Anthropic SDKs and Claude Code send theirs).
+fn given_keys(headers: &HeaderMap) -> impl Iterator<Item = &str> {
+    bearer(headers).into_iter().chain(headers.get("x-api-key").and_then(|v| v.to_str().ok()))
+}
+
 impl Keys {
     /// The keys of `config`; `tenant_idle` is the longest `tenant_idle_s` of the scopes.
     pub(crate) fn new(config: &ServerConfig, tenant_idle: Duration) -> Self {
@@ -89,8 +95,12 @@ impl Keys {
         if self.keys.is_empty() {
             return Ok(Caller { tenant: header_tenant, bound: false });
         }
-        let given = bearer(headers).ok_or_else(|| unauthorized("missing gateway API key (Authorization: Bearer <key>)"))?;
-        let key = self.find(given).ok_or_else(|| unauthorized("invalid gateway API key"))?;
+        let mut given = given_keys(headers).peekable();
+        if given.peek().is_none() {
+            return Err(unauthorized("missing gateway API key (Authorization: Bearer <key>, or x-api-key)"));
+        }
+        // Either header may carry it (a caller may send an Authorization of its own beside it).
+        let key = given.find_map(|given| self.find(given)).ok_or_else(|| unauthorized("invalid gateway API key"))?;
         match (&key.tenant, header_tenant) {
             (Some(bound), Some(asked)) if !bound.eq_ignore_ascii_case(&asked) => Err(ApiError::new(
                 StatusCode::FORBIDDEN,

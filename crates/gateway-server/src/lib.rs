@@ -26,6 +26,7 @@
 //! unseen; from the commit point each chunk is relayed as it arrives. A client that went away
 //! drops its call, which releases everything it held (the client's cancellation guarantee).
 
+pub mod anthropic;
 mod auth;
 pub mod config;
 pub mod memory;
@@ -147,6 +148,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/embeddings", post(routes::chat::embeddings))
         .route("/v1/completions", post(routes::chat::completions))
         .route("/v1/moderations", post(routes::chat::moderations))
+        .route("/v1/messages", post(routes::messages::create))
+        .route("/v1/messages/count_tokens", post(routes::messages::count_tokens))
         .route("/v1/responses", post(routes::responses::create))
         .route("/v1/responses/{id}", get(routes::responses::retrieve).delete(routes::responses::delete))
         .route("/v1/responses/{id}/input_items", get(routes::responses::input_items))

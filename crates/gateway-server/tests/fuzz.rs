@@ -1,4 +1,4 @@
-//! A fuzz test of the OpenAI body parser, through the router (no sockets, an upstream that
+//! A fuzz test of the OpenAI and Anthropic body parsers, through the router (no sockets, an upstream that
 //! answers everything): arbitrary JSON values, arbitrary bytes and valid bodies with one field
 //! replaced by an arbitrary value, 10 240 cases in all. Every answer is a 2xx, or a 4xx whose
 //! error names the field at fault; never a 5xx, never a panic.
@@ -14,7 +14,7 @@ use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use tower::ServiceExt;
 
-const ROUTES: [&str; 2] = ["/v1/chat/completions", "/v1/embeddings"];
+const ROUTES: [&str; 4] = ["/v1/chat/completions", "/v1/embeddings", "/v1/messages", "/v1/messages/count_tokens"];
 
 fn any_json() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
@@ -80,6 +80,9 @@ fn field_name() -> impl Strategy<Value = String> {
 fn mutated(route: &str, name: String, value: Value) -> Value {
     let mut body = if route.ends_with("embeddings") {
         json!({"model": "chat", "input": ["a", "b"], "encoding_format": "float"})
+    } else if route.starts_with("/v1/messages") {
+        json!({"model": "chat", "system": "be brief", "max_tokens": 16, "stream": false,
+               "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]})
     } else {
         json!({"model": "chat", "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
                "stream": false, "temperature": 0.2, "max_tokens": 16,
@@ -89,13 +92,20 @@ fn mutated(route: &str, name: String, value: Value) -> Value {
     body
 }
 
-/// The one property every answer must have.
-fn check(status: u16, body: &[u8]) -> Result<(), TestCaseError> {
+/// The one property every answer must have (an Anthropic route's error in Anthropic's shape,
+/// which has no `param`: its message names the field).
+fn check(route: &str, status: u16, body: &[u8]) -> Result<(), TestCaseError> {
     prop_assert!(status < 500, "a {} answer: {}", status, String::from_utf8_lossy(body));
     if (400..500).contains(&status) {
         let value: Value = serde_json::from_slice(body).map_err(|e| TestCaseError::fail(format!("{status} not JSON: {e}")))?;
-        let param = value.pointer("/error/param").and_then(Value::as_str);
-        prop_assert!(param.is_some_and(|p| !p.is_empty()), "a {} that names no field: {}", status, value);
+        if route.starts_with("/v1/messages") {
+            prop_assert_eq!(value.get("type").and_then(Value::as_str), Some("error"), "{}", value);
+            let named = value.pointer("/error/message").and_then(Value::as_str).and_then(|m| m.split(':').next());
+            prop_assert!(named.is_some_and(|n| !n.is_empty() && !n.contains(' ')), "a {} that names no field: {}", status, value);
+        } else {
+            let param = value.pointer("/error/param").and_then(Value::as_str);
+            prop_assert!(param.is_some_and(|p| !p.is_empty()), "a {} that names no field: {}", status, value);
+        }
     }
     Ok(())
 }
@@ -141,7 +151,7 @@ fn arbitrary_json_bodies_get_a_2xx_or_a_4xx_naming_the_field() {
     runner(3072)
         .run(&(prop::sample::select(ROUTES.to_vec()), any_json()), |(route, body)| {
             let (status, answer) = proxy.answer(route, body.to_string().into_bytes());
-            check(status, &answer)
+            check(route, status, &answer)
         })
         .unwrap();
 }
@@ -152,7 +162,7 @@ fn arbitrary_bytes_get_a_4xx_naming_the_body() {
     runner(2048)
         .run(&(prop::sample::select(ROUTES.to_vec()), prop::collection::vec(any::<u8>(), 0..512)), |(route, bytes)| {
             let (status, answer) = proxy.answer(route, bytes);
-            check(status, &answer)
+            check(route, status, &answer)
         })
         .unwrap();
 }
@@ -163,7 +173,7 @@ fn valid_bodies_with_one_field_replaced_get_a_2xx_or_a_4xx_naming_the_field() {
     runner(5120)
         .run(&(prop::sample::select(ROUTES.to_vec()), field_name(), any_json()), |(route, name, value)| {
             let (status, answer) = proxy.answer(route, mutated(route, name, value).to_string().into_bytes());
-            check(status, &answer)
+            check(route, status, &answer)
         })
         .unwrap();
 }

@@ -392,6 +392,14 @@ impl CallMachine {
         }
     }
 
+    /// Leaves `source` out of the call from the start, as a spent source is: it cannot carry
+    /// the request (it speaks another protocol than the request's kind).
+    pub fn leave_out(&mut self, source: usize) {
+        if let Some(spent) = self.spent.get_mut(source) {
+            *spent = true;
+        }
+    }
+
     fn spent_sources(&self) -> impl Iterator<Item = usize> + '_ {
         self.spent.iter().enumerate().filter(|(_, spent)| **spent).map(|(source, _)| source)
     }

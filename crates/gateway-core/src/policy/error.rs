@@ -90,6 +90,11 @@ impl Fields<'_> {
         }
     }
 
+    /// A value of the right type that cannot be used, and why.
+    pub(super) fn invalid(&self, field: &str, value: &str, reason: &str) -> PolicyError {
+        PolicyError::new(self.key(field), Problem::Invalid { value: value.to_owned(), reason: reason.to_owned() })
+    }
+
     pub(super) fn out_of_range(&self, field: &str, value: impl fmt::Display, expected: String) -> PolicyError {
         PolicyError::new(self.key(field), Problem::OutOfRange { value: value.to_string(), expected })
     }

@@ -1,6 +1,7 @@
 //! A scope's sources: as deserialized, validated, their local quota and their API keys.
 
 use super::error::{DAY_S, Fields, PolicyError, check_name};
+use crate::request::Protocol;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -69,7 +70,25 @@ pub struct SourceConfig {
     /// usage chunk, which settles the token quota). Old Azure and vLLM deployments answer 400 to
     /// it: `false` sends none (the caller's too), and the quota keeps the call's estimate.
     pub stream_options: Option<bool>,
+    /// The dialect the source speaks (default `openai`; `anthropic`: Anthropic's Messages API,
+    /// with `x-api-key` and `anthropic-version`). A source serves the calls of its protocol's
+    /// kinds; a call of another protocol's kind passes it by.
+    pub protocol: Option<Protocol>,
+    /// The `anthropic-version` an `anthropic` source is sent when the caller sends none
+    /// (default `2023-06-01`).
+    pub anthropic_version: Option<String>,
+    /// Betas an `anthropic` source refuses: left out of the caller's `anthropic-beta` there.
+    pub drop_betas: Option<Vec<String>>,
+    /// The `max_tokens` an `anthropic` source is sent for a chat request that sets no limit
+    /// (Anthropic requires one; default 4096).
+    pub max_tokens: Option<u32>,
 }
+
+/// The `max_tokens` a chat request translated for an `anthropic` source gets when it sets none.
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+
+/// The `anthropic-version` sent to an `anthropic` source when the caller sends none.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 
 /// Validated source of a scope.
 #[derive(Clone, Debug, PartialEq)]
@@ -96,6 +115,14 @@ pub struct SourcePolicy {
     pub max_stream_bytes: Option<u64>,
     /// Whether a streamed attempt sends `stream_options`.
     pub stream_options: bool,
+    /// The dialect it speaks.
+    pub protocol: Protocol,
+    /// The `anthropic-version` it is sent when the caller sends none.
+    pub anthropic_version: String,
+    /// Betas left out of the caller's `anthropic-beta` here.
+    pub drop_betas: Vec<String>,
+    /// The `max_tokens` a translated chat request gets here when it sets none.
+    pub max_tokens: u32,
 }
 
 /// The local quota of one source; `None` is unlimited.
@@ -162,6 +189,24 @@ impl SourceConfig {
             headers: self.headers.clone().unwrap_or_default(),
             max_stream_bytes: self.max_stream_bytes.map(|v| f.bytes("max_stream_bytes", v, MIN_STREAM_BYTES)).transpose()?,
             stream_options: self.stream_options.unwrap_or(true),
+            protocol: self.protocol.unwrap_or_default(),
+            anthropic_version: match &self.anthropic_version {
+                Some(version) if version.is_empty() || !version.bytes().all(|b| b.is_ascii_graphic()) => {
+                    return Err(f.invalid("anthropic_version", version, "printable ASCII without spaces"));
+                }
+                Some(version) => version.clone(),
+                None => ANTHROPIC_VERSION.to_owned(),
+            },
+            drop_betas: match &self.drop_betas {
+                Some(betas) => {
+                    if let Some(bad) = betas.iter().find(|b| b.is_empty() || !b.bytes().all(|c| c.is_ascii_graphic() && c != b',')) {
+                        return Err(f.invalid("drop_betas", bad, "a beta's name: printable ASCII without spaces or commas"));
+                    }
+                    betas.clone()
+                }
+                None => Vec::new(),
+            },
+            max_tokens: f.int("max_tokens", self.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS), 1, u32::MAX)?,
         })
     }
 }

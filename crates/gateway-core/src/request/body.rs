@@ -72,6 +72,9 @@ pub struct Request {
     /// The one source the call may use (the one holding the state the request refers to), and
     /// the id of that state.
     pin: Option<(Arc<str>, Arc<str>)>,
+    /// Headers of the caller's that the provider reads (`anthropic-version`, `anthropic-beta`,
+    /// …), passed on as they came to a source of their protocol.
+    passed: Option<Arc<[(String, String)]>>,
 }
 
 /// Completion tokens assumed when a chat body sets no limit.
@@ -90,6 +93,7 @@ impl Request {
             target: None,
             form: None,
             pin: None,
+            passed: None,
         };
         request.estimated_tokens = request.estimate();
         request
@@ -120,6 +124,18 @@ impl Request {
     pub fn pinned_to(mut self, source: &str, id: &str) -> Self {
         self.pin = Some((Arc::from(source), Arc::from(id)));
         self
+    }
+
+    /// The same request, passing on `headers` of the caller's (lower-case names) to a source of
+    /// the kind's protocol.
+    pub fn passing(mut self, headers: Vec<(String, String)>) -> Self {
+        self.passed = (!headers.is_empty()).then(|| headers.into());
+        self
+    }
+
+    /// The caller's headers passed on to the provider.
+    pub fn passed_headers(&self) -> &[(String, String)] {
+        self.passed.as_deref().unwrap_or(&[])
     }
 
     /// The route it goes to, when not its kind's create endpoint.
@@ -219,6 +235,7 @@ impl Request {
             Kind::Responses => &["instructions", "input"],
             Kind::Completions | Kind::Images | Kind::ImageEdits | Kind::Transcriptions | Kind::Translations => &["prompt"],
             Kind::Files | Kind::Batches => &[],
+            Kind::Messages | Kind::CountTokens => &["system", "messages"],
         }
     }
 
@@ -246,6 +263,7 @@ impl Request {
         let (limits, default): (&[&str], u32) = match self.kind {
             Kind::Chat => (&["max_completion_tokens", "max_tokens"], DEFAULT_COMPLETION_TOKENS),
             Kind::Responses => (&["max_output_tokens"], DEFAULT_COMPLETION_TOKENS),
+            Kind::Messages => (&["max_tokens"], DEFAULT_COMPLETION_TOKENS),
             // The legacy endpoint's own default is 16 tokens.
             Kind::Completions => (&["max_tokens"], 16),
             _ => return tokens,

@@ -60,11 +60,43 @@ pub enum Kind {
     Files,
     /// Batches (`/batches`, and a stored batch's routes).
     Batches,
+    /// Anthropic's Messages API (`/messages`).
+    Messages,
+    /// Anthropic's token count of a Messages request (`/messages/count_tokens`).
+    CountTokens,
+}
+
+/// The dialect a source speaks on the wire (`protocol`): OpenAI's API, or Anthropic's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Protocol {
+    /// OpenAI's API and the OpenAI-compatible relays: every kind but Anthropic's.
+    #[default]
+    #[serde(rename = "openai")]
+    OpenAi,
+    /// Anthropic's Messages API (`x-api-key`, `anthropic-version`).
+    Anthropic,
+}
+
+impl Protocol {
+    /// The config name: `openai`, `anthropic`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Protocol::OpenAi => "openai",
+            Protocol::Anthropic => "anthropic",
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 12] = [
+    pub const ALL: [Kind; 14] = [
         Kind::Chat,
         Kind::Embeddings,
         Kind::Responses,
@@ -77,6 +109,8 @@ impl Kind {
         Kind::Speech,
         Kind::Files,
         Kind::Batches,
+        Kind::Messages,
+        Kind::CountTokens,
     ];
 
     /// The config and telemetry name: `chat`, `embeddings`, `responses`, …
@@ -94,6 +128,8 @@ impl Kind {
             Kind::Speech => "speech",
             Kind::Files => "files",
             Kind::Batches => "batches",
+            Kind::Messages => "messages",
+            Kind::CountTokens => "count_tokens",
         }
     }
 
@@ -113,13 +149,24 @@ impl Kind {
             Kind::Speech => "audio/speech",
             Kind::Files => "files",
             Kind::Batches => "batches",
+            Kind::Messages => "messages",
+            Kind::CountTokens => "messages/count_tokens",
+        }
+    }
+
+    /// The protocol whose API the kind belongs to: Anthropic's Messages and token counts, or
+    /// OpenAI's every other kind.
+    pub const fn protocol(self) -> Protocol {
+        match self {
+            Kind::Messages | Kind::CountTokens => Protocol::Anthropic,
+            _ => Protocol::OpenAi,
         }
     }
 
     /// Whether a call of this kind can be answered as a stream of events the gateway governs
     /// to a commit point (SPEC §13).
     pub const fn streams(self) -> bool {
-        matches!(self, Kind::Chat | Kind::Responses | Kind::Completions)
+        matches!(self, Kind::Chat | Kind::Responses | Kind::Completions | Kind::Messages)
     }
 
     /// Whether a call of this kind is answered with bytes a caller may take as they come

@@ -24,18 +24,32 @@ impl Usage {
     /// endpoints' `prompt_tokens` / `completion_tokens`, or the Responses API's (and images',
     /// and transcriptions') `input_tokens` / `output_tokens`. A Responses event carries it in
     /// its `response`.
+    ///
+    /// Anthropic's usage has the same names, and counts the prompt's cached tokens apart
+    /// (`cache_read_input_tokens`, `cache_creation_input_tokens`): they are prompt tokens too.
+    /// Its stream carries it in `message_start`'s `message`, then `message_delta`'s (see
+    /// [`Usage::then`]).
     pub fn of(body: &Object) -> Option<Usage> {
-        let usage = match body.get("usage").and_then(Value::as_object) {
-            Some(usage) => usage,
-            None => body.get("response")?.as_object()?.get("usage")?.as_object()?,
-        };
-        let count = |fields: [&str; 2]| {
+        let nested = |field: &str| body.get(field)?.as_object()?.get("usage")?.as_object();
+        let usage = body.get("usage").and_then(Value::as_object).or_else(|| nested("response")).or_else(|| nested("message"))?;
+        let count = |fields: &[&str]| {
             fields.iter().find_map(|f| usage.get(*f).and_then(Value::as_u64)).map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX))
         };
         Some(Usage {
-            prompt_tokens: count(["prompt_tokens", "input_tokens"]),
-            completion_tokens: count(["completion_tokens", "output_tokens"]),
+            prompt_tokens: count(&["prompt_tokens", "input_tokens"])
+                .saturating_add(count(&["cache_read_input_tokens"]))
+                .saturating_add(count(&["cache_creation_input_tokens"])),
+            completion_tokens: count(&["completion_tokens", "output_tokens"]),
         })
+    }
+
+    /// The usage a stream has reported once `later` came after this: `later`'s counts, but for a
+    /// prompt count it leaves out (Anthropic's `message_delta` may carry only the output).
+    pub fn then(self, later: Usage) -> Usage {
+        Usage {
+            prompt_tokens: if later.prompt_tokens == 0 { self.prompt_tokens } else { later.prompt_tokens },
+            completion_tokens: later.completion_tokens,
+        }
     }
 }
 /// A usable answer: the provider's whole body, and who served it.
@@ -228,6 +242,8 @@ impl Response {
             Kind::Transcriptions | Kind::Translations => self.raw.is_some() || self.body.get("text").is_some_and(Value::is_string),
             Kind::Speech => self.raw.as_ref().is_some_and(|raw| !raw.bytes.is_empty()),
             Kind::Files | Kind::Batches => nonempty_string(self.body.get("id")),
+            Kind::Messages => crate::messages::is_usable(&self.body),
+            Kind::CountTokens => crate::messages::count_is_usable(&self.body),
         }
     }
 
@@ -242,6 +258,7 @@ impl Response {
                 if answers_otherwise(message) { None } else { Some(message.get("content").and_then(Value::as_str).unwrap_or("")) }
             })),
             Kind::Responses => Box::new(crate::responses::text_answers(&self.body)),
+            Kind::Messages => Box::new(crate::messages::text_answers(&self.body)),
             _ => Box::new(std::iter::empty()),
         }
     }

@@ -1,6 +1,6 @@
 //! Streamed answers (SPEC §13), in each dialect that streams: chat completions
 //! (`chat.completion.chunk`s, [`chat`]), the Responses API (named events, [`responses`]),
-//! legacy completions (`text_completion` chunks, [`completions`]), and a binary answer's bytes
+//! Anthropic's Messages API (named events, [`messages`]), legacy completions (`text_completion` chunks, [`completions`]), and a binary answer's bytes
 //! as they come (speech, [`bytes`]). For each: the commit point, a
 //! whole answer assembled from the chunks (for a caller that did not ask for a stream, when the
 //! source is streamed so that its watchdog applies), and the reverse, chunks of a whole answer
@@ -14,6 +14,7 @@
 pub mod bytes;
 pub mod chat;
 pub mod completions;
+pub mod messages;
 pub mod responses;
 
 use crate::outcome::OutcomeClass;
@@ -142,6 +143,7 @@ pub(crate) fn replayed(body: &Object, object: &str, fields: &[&str], choices: im
 pub fn commits(kind: Kind, chunk: &Chunk) -> bool {
     match kind {
         Kind::Responses => responses::commits(chunk),
+        Kind::Messages => messages::commits(chunk),
         Kind::Completions => completions::commits(chunk),
         Kind::Speech => bytes::commits(chunk),
         _ => chat::commits(chunk),
@@ -155,6 +157,11 @@ pub fn finishes(kind: Kind, chunk: &Chunk, finished: &mut std::collections::BTre
     match kind {
         Kind::Responses => {
             if responses::is_terminal(chunk) {
+                finished.insert(0, true);
+            }
+        }
+        Kind::Messages => {
+            if messages::is_terminal(chunk) {
                 finished.insert(0, true);
             }
         }
@@ -212,6 +219,8 @@ pub enum Assembly {
     Responses(responses::Assembly),
     /// A `text_completion` ([`completions::Assembly`]).
     Completions(completions::Assembly),
+    /// An Anthropic `message` ([`messages::Assembly`]).
+    Messages(messages::Assembly),
     /// A binary answer's bytes ([`bytes::Assembly`]).
     Bytes(bytes::Assembly),
 }
@@ -222,6 +231,7 @@ impl Assembly {
         match kind {
             Kind::Responses => Assembly::Responses(responses::Assembly::default()),
             Kind::Completions => Assembly::Completions(completions::Assembly::default()),
+            Kind::Messages => Assembly::Messages(messages::Assembly::default()),
             Kind::Speech => Assembly::Bytes(bytes::Assembly::default()),
             _ => Assembly::Chat(chat::Assembly::default()),
         }
@@ -233,6 +243,7 @@ impl Assembly {
             Assembly::Chat(a) => a.push(chunk),
             Assembly::Responses(a) => a.push(chunk),
             Assembly::Completions(a) => a.push(chunk),
+            Assembly::Messages(a) => a.push(chunk),
             Assembly::Bytes(a) => a.push(chunk),
         }
     }
@@ -243,6 +254,7 @@ impl Assembly {
             Assembly::Chat(a) => a.finish(),
             Assembly::Responses(a) => a.finish(),
             Assembly::Completions(a) => a.finish(),
+            Assembly::Messages(a) => a.finish(),
             Assembly::Bytes(a) => a.finish(),
         }
     }
@@ -262,15 +274,16 @@ pub fn chunks_of(response: &Response) -> Vec<Chunk> {
     match response.kind() {
         Kind::Responses => responses::events_of(response),
         Kind::Completions => completions::chunks_of(response),
+        Kind::Messages => messages::events_of(response),
         Kind::Speech => bytes::chunks_of(response),
         _ => chat::chunks_of(response),
     }
 }
 
-/// Whether an SSE stream of `kind` ends with `[DONE]`: a Responses stream ends with its terminal
-/// event and then closes.
+/// Whether an SSE stream of `kind` ends with `[DONE]`: a Responses or Messages stream ends with
+/// its terminal event and then closes.
 pub fn ends_with_done(kind: Kind) -> bool {
-    kind != Kind::Responses
+    !matches!(kind, Kind::Responses | Kind::Messages)
 }
 
 /// A chunk that says the answer failed (a Responses `response.failed`): its outcome. A chunk

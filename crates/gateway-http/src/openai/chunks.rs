@@ -50,6 +50,57 @@ impl ChunkSource for Replayed {
     }
 }
 
+/// A stream in the source's dialect, reaching the call in the caller's
+/// ([`gateway_core::translate::Stream`]): each event becomes the events it makes, and a clean
+/// end the events that end the caller's.
+pub(super) struct Translated {
+    inner: Box<dyn ChunkSource>,
+    translation: gateway_core::translate::Stream,
+    pending: std::collections::VecDeque<Chunk>,
+    ended: bool,
+}
+
+impl Translated {
+    /// Translates `inner`'s events with `translation`.
+    pub(super) fn new(inner: Box<dyn ChunkSource>, translation: gateway_core::translate::Stream) -> Self {
+        Translated { inner, translation, pending: std::collections::VecDeque::new(), ended: false }
+    }
+}
+
+#[async_trait]
+impl ChunkSource for Translated {
+    async fn next_chunk(&mut self) -> Option<Result<Chunk, Outcome>> {
+        loop {
+            if let Some(chunk) = self.pending.pop_front() {
+                return Some(Ok(chunk));
+            }
+            if self.ended {
+                return None;
+            }
+            match self.inner.next_chunk().await {
+                Some(Ok(event)) => self.pending.extend(self.translation.push(event)),
+                Some(Err(outcome)) => return Some(Err(outcome)),
+                None => {
+                    self.ended = true;
+                    self.pending.extend(self.translation.finish());
+                }
+            }
+        }
+    }
+
+    fn request_id(&self) -> Option<&str> {
+        self.inner.request_id()
+    }
+
+    fn rate(&self) -> Option<RateSignal> {
+        self.inner.rate()
+    }
+
+    fn hold_to_end(&mut self) {
+        self.inner.hold_to_end();
+    }
+}
+
 /// What of a stream its reader holds under the attempt's budget.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Holding {
@@ -92,6 +143,7 @@ pub(super) struct Sse {
     /// Per choice index, whether it has its finish reason.
     choices: BTreeMap<u64, bool>,
     not_found: NotFound,
+    protocol: gateway_core::request::Protocol,
     head: Head,
     /// The connection has closed (what is left in the buffer is the last of it).
     eof: bool,
@@ -128,6 +180,7 @@ impl Sse {
             committed: false,
             choices: BTreeMap::new(),
             not_found: src.not_found,
+            protocol: src.protocol,
             head,
             eof: false,
             done: false,
@@ -215,10 +268,10 @@ impl Sse {
     /// The outcome an event ends the stream with: an error event, or a failed response.
     fn failure(&self, event: &Chunk) -> Option<Outcome> {
         if let Some(error) = event.get("error").filter(|e| e.is_object()) {
-            return Some(error_in_answer(self.not_found, error, "error_in_stream"));
+            return Some(error_in_answer((self.not_found, self.protocol), error, "error_in_stream"));
         }
         if event.get("type").and_then(Value::as_str) == Some("error") {
-            return Some(error_in_answer(self.not_found, &Value::Object(event.clone()), "error_in_stream"));
+            return Some(error_in_answer((self.not_found, self.protocol), &Value::Object(event.clone()), "error_in_stream"));
         }
         failure_of(self.kind, event)
     }

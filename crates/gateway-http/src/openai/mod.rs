@@ -18,10 +18,10 @@ use crate::classify::{NotFound, classify_code, classify_status, classify_transpo
 use crate::held::Held;
 use crate::structured::Schemas;
 use crate::{HttpLimits, Shared, Source, header_wait};
-use chunks::{Checked, Holding, Replayed, Sse};
+use chunks::{Checked, Holding, Replayed, Sse, Translated};
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::ports::Streamed;
-use gateway_core::request::{Attempt, Kind, Outcome, ProviderError, Raw, Request, Response};
+use gateway_core::request::{Attempt, Kind, Outcome, Protocol, ProviderError, Raw, Request, Response};
 use gateway_core::stream::{Assembly, opening_failure, streamed_upstream};
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -54,7 +54,7 @@ async fn refusal(src: &Source, request: &Request, mut response: reqwest::Respons
     let body = read_body(&mut response, &shared.hold()).await.unwrap_or_default();
     let parsed: Option<Value> = serde_json::from_slice(&body).ok();
     let code = parsed.as_ref().and_then(|v| v.get("error")).and_then(error_code_of);
-    let (class, detail) = classify_status(status, code.as_deref(), not_found);
+    let (class, detail) = classify_status(status, code.as_deref(), not_found, src.protocol);
     let retry_after = if class == OutcomeClass::RateLimited { shared.ignored.note(retry_after(&headers, &*shared.wall)) } else { None };
     let rate = shared.ignored.rate(&headers, &*shared.wall).map(Box::new);
     let provider_error = (class == OutcomeClass::RequestRejected).then(|| {
@@ -80,7 +80,11 @@ impl Head {
     fn of(response: &reqwest::Response, shared: &Shared) -> Head {
         let headers = response.headers();
         Head {
-            request_id: headers.get("x-request-id").and_then(|v| v.to_str().ok()).map(str::to_owned),
+            request_id: ["x-request-id", "request-id"]
+                .iter()
+                .find_map(|name| headers.get(*name))
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
             rate: shared.ignored.rate(headers, &*shared.wall),
         }
     }
@@ -166,9 +170,10 @@ async fn whole(src: &Source, request: &Request, shared: &Shared) -> Result<Answe
     };
     if let Some(error) = body.get("error").filter(|e| e.is_object() && request.kind() != Kind::Responses) {
         // Some relays answer an error with a 2xx status.
-        return Err(rated(error_in_answer(src.not_found, error, "error_in_2xx")));
+        return Err(rated(error_in_answer((src.not_found, src.protocol), error, "error_in_2xx")));
     }
-    Ok((Response::new(request.kind(), body).with_request_id(head.request_id), detail, head.rate))
+    let answer = gateway_core::translate::answer(request.kind(), src.protocol, body);
+    Ok((answer.with_request_id(head.request_id), detail, head.rate))
 }
 
 /// An answer streamed from the source and assembled chunk by chunk (every event counted
@@ -225,20 +230,26 @@ async fn open(src: &Source, request: &Request, shared: &Shared, held: &Held, hol
         };
         return match serde_json::from_slice::<Value>(&body) {
             Ok(Value::Object(body)) if body.get("error").is_some_and(Value::is_object) && request.kind() != Kind::Responses => {
-                ended(error_in_answer(src.not_found, &body["error"], "error_in_2xx"))
+                ended(error_in_answer((src.not_found, src.protocol), &body["error"], "error_in_2xx"))
             }
             Ok(Value::Object(body)) => {
                 if let Some(outcome) = gateway_core::responses::failure(&body).filter(|_| request.kind() == Kind::Responses) {
                     return ended(outcome);
                 }
-                let chunks = gateway_core::stream::chunks_of(&Response::new(request.kind(), body));
+                let chunks = gateway_core::stream::chunks_of(&gateway_core::translate::answer(request.kind(), src.protocol, body));
                 Streamed::Chunks(Box::new(Replayed::new(chunks.into(), head)))
             }
             _ => ended(transient("malformed_json")),
         };
     }
-    let reader = Sse::new(response, src, request.kind(), &shared.limits, (held.clone(), holding), (started, deadline), head);
-    Streamed::Chunks(Box::new(reader))
+    // The events are read in the source's dialect, and reach the call in the caller's.
+    let reader =
+        Sse::new(response, src, request::wire_kind(src, request), &shared.limits, (held.clone(), holding), (started, deadline), head);
+    let translation = gateway_core::translate::Stream::of(request.kind(), src.protocol);
+    if translation.is_same() {
+        return Streamed::Chunks(Box::new(reader));
+    }
+    Streamed::Chunks(Box::new(Translated::new(Box::new(reader), translation)))
 }
 
 /// The body, held under `held`'s budget (the attempt ends `body_too_large` past it). A body
@@ -262,9 +273,9 @@ async fn read_body(response: &mut reqwest::Response, held: &Held) -> Result<Vec<
 
 /// An error object inside a 2xx answer or a stream: the class its code decides (a refused
 /// request keeps the provider's error, as a 400), else `Transient(otherwise)`.
-fn error_in_answer(not_found: NotFound, error: &Value, otherwise: &str) -> Outcome {
+fn error_in_answer((not_found, protocol): (NotFound, Protocol), error: &Value, otherwise: &str) -> Outcome {
     let code = error_code_of(error);
-    match code.as_deref().and_then(|code| classify_code(code, not_found)) {
+    match code.as_deref().and_then(|code| classify_code(code, not_found, protocol)) {
         Some(class) => Outcome {
             provider_error: (class == OutcomeClass::RequestRejected)
                 .then(|| Box::new(ProviderError { status: 400, body: json!({"error": error}) })),

@@ -10,19 +10,20 @@ use serde_json::{Value, json};
 
 /// The JSON body of one attempt of `request` at `src`.
 pub(super) fn attempt_body(src: &Source, request: &Request, stream: bool) -> Object {
-    let mut body = request.body().clone();
-    if request.kind().takes_model() {
+    let mut body = gateway_core::translate::request_body(request, src.protocol, src.max_tokens);
+    let kind = wire_kind(src, request);
+    if kind.takes_model() {
         body.insert("model".into(), json!(src.model));
     }
     let options = body.remove("stream_options");
     // Only the kinds that stream events are asked for a stream (a binary answer comes as its
     // body either way).
-    if !stream || !request.kind().streams() {
+    if !stream || !kind.streams() {
         body.remove("stream");
         return body;
     }
     body.insert("stream".into(), json!(true));
-    if request.kind() == Kind::Responses {
+    if matches!(kind, Kind::Responses | Kind::Messages) {
         // The usage comes with `response.completed`; the caller's options (obfuscation) stay.
         if let Some(options) = options {
             body.insert("stream_options".into(), options);
@@ -41,6 +42,12 @@ pub(super) fn attempt_body(src: &Source, request: &Request, stream: bool) -> Obj
     options.insert("include_usage".into(), json!(true));
     body.insert("stream_options".into(), Value::Object(options));
     body
+}
+
+/// The kind of endpoint an attempt of `request` goes to at `src`: its own, or the one its
+/// translation for `src`'s protocol does.
+pub(super) fn wire_kind(src: &Source, request: &Request) -> Kind {
+    gateway_core::translate::wire_kind(request.kind(), src.protocol)
 }
 
 /// The multipart body of one attempt: the caller's parts in order, `model` set to the source's.
@@ -91,10 +98,12 @@ pub(super) fn build(src: &Source, request: &Request, stream: bool) -> reqwest::R
             let query = if target.query.is_empty() { String::new() } else { format!("?{}", target.query) };
             (method, format!("{}/{}{query}", src.base_url, target.path))
         }
-        None => (reqwest::Method::POST, format!("{}/{}", src.base_url, request.kind().path())),
+        None => (reqwest::Method::POST, format!("{}/{}", src.base_url, wire_kind(src, request).path())),
     };
     let mut builder = src.client.request(method, url).headers(src.headers.clone());
-    if let Some(key) = &src.api_key {
+    if crate::anthropic::speaks(src) {
+        builder = crate::anthropic::authorize(src, request, builder);
+    } else if let Some(key) = &src.api_key {
         builder = builder.bearer_auth(key.expose());
     }
     match (request.form(), request.target()) {

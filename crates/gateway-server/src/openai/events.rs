@@ -1,6 +1,6 @@
 //! Streamed answers as SSE events, in each dialect: chat and legacy completions (`data:` lines,
 //! then `data: [DONE]`), and the Responses API (named events, `sequence_number` counted by the
-//! gateway, no `[DONE]`); an error after the stream's head in the shape each dialect's SDK
+//! gateway, no `[DONE]`), and Anthropic's Messages API (named events as they came); an error after the stream's head in the shape each dialect's SDK
 //! raises.
 
 use super::ApiError;
@@ -10,6 +10,12 @@ use serde_json::{Value, json};
 /// The usage-only chunk at the end of a stream (no choices): relayed only when asked for.
 pub fn is_usage_chunk(chunk: &Chunk) -> bool {
     chunk.get("choices").and_then(Value::as_array).is_some_and(Vec::is_empty) && chunk.get("usage").is_some_and(Value::is_object)
+}
+
+/// `chunk` as a named event: `event: <its type>` and its data.
+fn named(chunk: Chunk) -> String {
+    let kind = chunk.get("type").and_then(Value::as_str).unwrap_or("message").to_owned();
+    format!("event: {kind}\ndata: {}\n\n", Value::Object(chunk))
 }
 
 /// How a stream's events are written for its caller.
@@ -33,6 +39,9 @@ pub enum Framing {
         /// Whether the gateway numbers the events (else it keeps the provider's).
         renumber: bool,
     },
+    /// Anthropic's Messages API: `event: <type>` and `data: <event>` each, as the provider sent
+    /// them, no `[DONE]`; an error is Anthropic's `error` event.
+    Named,
 }
 
 impl Framing {
@@ -40,6 +49,7 @@ impl Framing {
     pub fn of(kind: gateway_core::request::Kind, include_usage: bool) -> Framing {
         match kind {
             gateway_core::request::Kind::Responses => Framing::Events { next: 0, renumber: true },
+            gateway_core::request::Kind::Messages => Framing::Named,
             _ => Framing::Chunks { include_usage },
         }
     }
@@ -57,9 +67,9 @@ impl Framing {
                         *next += 1;
                     }
                 }
-                let kind = chunk.get("type").and_then(Value::as_str).unwrap_or("message").to_owned();
-                Some(format!("event: {kind}\ndata: {}\n\n", Value::Object(chunk)))
+                Some(named(chunk))
             }
+            Framing::Named => Some(named(chunk)),
         }
     }
 
@@ -67,7 +77,7 @@ impl Framing {
     pub fn end(&self) -> Option<&'static str> {
         match self {
             Framing::Chunks { .. } => Some("data: [DONE]\n\n"),
-            Framing::Events { .. } => None,
+            Framing::Events { .. } | Framing::Named => None,
         }
     }
 
@@ -76,6 +86,7 @@ impl Framing {
     pub fn error(&mut self, error: &ApiError) -> String {
         match self {
             Framing::Chunks { .. } => format!("event: error\ndata: {}\n\n", error.body()),
+            Framing::Named => format!("event: error\ndata: {}\n\n", crate::anthropic::error_body(error)),
             Framing::Events { next, .. } => {
                 let inner = error.body().get("error").cloned().unwrap_or_else(|| json!({}));
                 let event = json!({

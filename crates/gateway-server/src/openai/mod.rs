@@ -146,7 +146,7 @@ pub fn call_error(error: &CallError) -> ApiError {
         CallError::BackendUnavailable { .. } => {
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", "gate_backend_unavailable", message)
         }
-        CallError::KindNotServed { .. } => ApiError::invalid("model", message),
+        CallError::KindNotServed { .. } | CallError::NoSourceCarries { .. } => ApiError::invalid("model", message),
         CallError::NotStreamable { .. } => ApiError::invalid("stream", message),
         CallError::UnknownScope { .. } => ApiError {
             param: Some("model".into()),

@@ -1,6 +1,7 @@
 //! The handlers, a module per API family: [`chat`] (chat completions, embeddings, legacy
 //! completions, moderations), [`responses`] (the Responses API and a stored response's routes),
-//! [`media`] (images, audio), [`files`] (files and batches); streamed answers in [`sse`],
+//! [`media`] (images, audio), [`files`] (files and batches), [`messages`] (Anthropic's
+//! Messages API); streamed answers in [`sse`],
 //! multipart uploads read in [`form`]. Here: what they share (a body read within
 //! `body_timeout_s` and `max_body_bytes`, the call under the shutdown cut, an answer with who
 //! served it), and models, sources, metrics, health, and the routes the gateway does not serve.
@@ -12,6 +13,7 @@ pub(crate) mod chat;
 pub(crate) mod files;
 mod form;
 pub(crate) mod media;
+pub(crate) mod messages;
 pub(crate) mod responses;
 mod sse;
 

@@ -201,3 +201,30 @@ pub fn surface_scope(name: &str, extra: &str, sources: &[(&str, &str)]) -> Strin
     }
     text
 }
+
+/// The proxy in front of gateway-mock's [`gateway_mock::Claude`] (Anthropic's Messages API, one
+/// account per path prefix as sources name them: `{root}/a/v1`, `{root}/overloaded/v1`, …) with
+/// the test keys, the Echo-backed test scopes and `scopes` (`{root}` in them names the Claude
+/// provider, `{openai}` the Echo one), and the Echo provider (which lives as long as it is held).
+pub async fn start_claude(scopes: &str) -> (Running, MockServer) {
+    let claude = gateway_mock::Claude::new();
+    let gate = claude.gate();
+    let provider = MockServer::start(claude).await.unwrap();
+    let (echo, _) = start_provider().await;
+    let scopes = scopes.replace("{root}", &provider.root()).replace("{openai}", &echo.root());
+    let text = custom_config(&echo.root(), "", &scopes);
+    let (running, _) = start_serving(&text, provider, gate, std::future::pending()).await;
+    (running, echo)
+}
+
+/// A scope `name` of Anthropic sources (`source = account` pairs, each at `{root}/{account}/v1`
+/// of the Claude provider), with `extra` lines for each source.
+pub fn claude_scope(name: &str, extra: &str, sources: &[(&str, &str)]) -> String {
+    let mut text = format!("[{name}]\n[{name}.breaker]\nfail_threshold = 5\ncooldown_s = 60\n");
+    for (source, account) in sources {
+        text.push_str(&format!(
+            "[{name}.sources.{source}]\nprotocol = \"anthropic\"\nbase_url = \"{{root}}/{account}/v1\"\napi_key = \"sk-ant-{source}\"\nmodel = \"claude-{source}\"\ntimeout_s = 10\n{extra}\n"
+        ));
+    }
+    text
+}

@@ -106,6 +106,10 @@ fn scaled_source(source: SourcePolicy, scale: f64) -> SourcePolicy {
         headers,
         max_stream_bytes,
         stream_options,
+        protocol,
+        anthropic_version,
+        drop_betas,
+        max_tokens,
     } = source;
     let time = |d: Duration| scaled_duration(d, scale);
     let per_minute = |v: Option<u32>| v.map(|v| ((f64::from(v) / scale).ceil() as u32).max(1));
@@ -121,6 +125,10 @@ fn scaled_source(source: SourcePolicy, scale: f64) -> SourcePolicy {
         headers,
         max_stream_bytes,
         stream_options,
+        protocol,
+        anthropic_version,
+        drop_betas,
+        max_tokens,
     }
 }
 

@@ -106,7 +106,8 @@ impl SimUpstream {
                 src.timer.wait(reply.after).await;
                 // The HTTP adapter's own table, so both transports classify a reply alike.
                 let status = axum::http::StatusCode::from_u16(status).unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
-                let (class, detail) = gateway_http::classify::classify_status(status, Some(code), self.not_found);
+                let (class, detail) =
+                    gateway_http::classify::classify_status(status, Some(code), self.not_found, gateway_core::request::Protocol::OpenAi);
                 Begun::Ended(fail(class, &detail).with_rate(reply.rate()))
             }
             Answer::Content(content) => Begun::Content { src, after: reply.after, content, reply },

@@ -1,0 +1,71 @@
+//! Anthropic's dialect on the wire (`protocol = "anthropic"`): what differs from OpenAI's for
+//! the same request and answer machinery (`openai/`: the endpoint below the base URL, the
+//! caller's body with the source's `model`, a whole answer read and checked, a stream of named
+//! events read one `data:` line at a time).
+//!
+//! - **Auth and version.** The source's key goes in `x-api-key`, never `Authorization`; every
+//!   request carries `anthropic-version`: the caller's, or the source's `anthropic_version`.
+//! - **The caller's headers.** `anthropic-*` headers (`anthropic-beta`, …) and Claude Code's
+//!   `x-app` reach the provider as they came, but for the betas the source lists in
+//!   `drop_betas`, which are left out of `anthropic-beta` (the header goes when none is left).
+//! - **Errors.** `{"type": "error", "error": {"type": …, "message": …}}`, classified by
+//!   [`gateway_core::messages::error_class`] (`overloaded_error` — 529 — is transient); a
+//!   stream's `error` event ends it with that class.
+//! - **Request id** in `request-id` (OpenAI's `x-request-id` is read first).
+
+use crate::Source;
+use gateway_core::request::{Protocol, Request};
+
+/// The caller's headers an Anthropic provider reads: `anthropic-*` and Claude Code's `x-app`.
+pub fn is_passed_on(name: &str) -> bool {
+    name.starts_with("anthropic-") || name == "x-app"
+}
+
+/// `anthropic-beta`'s value without the betas `drop` lists (`None` when none is left).
+fn kept_betas(value: &str, drop: &[String]) -> Option<String> {
+    let kept: Vec<&str> = value.split(',').map(str::trim).filter(|b| !b.is_empty() && !drop.iter().any(|d| d == b)).collect();
+    (!kept.is_empty()).then(|| kept.join(","))
+}
+
+/// The request of one attempt at an Anthropic source, authorized: its key, the version, and
+/// the caller's headers passed on.
+pub(crate) fn authorize(src: &Source, request: &Request, mut builder: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+    if let Some(key) = &src.api_key {
+        let mut value = reqwest::header::HeaderValue::from_str(key.expose()).unwrap_or(reqwest::header::HeaderValue::from_static(""));
+        value.set_sensitive(true);
+        builder = builder.header("x-api-key", value);
+    }
+    let passed = request.passed_headers();
+    if !passed.iter().any(|(name, _)| name == "anthropic-version") {
+        builder = builder.header("anthropic-version", src.anthropic_version.as_str());
+    }
+    for (name, value) in passed.iter().filter(|(name, _)| is_passed_on(name)) {
+        if name == "anthropic-beta" {
+            if let Some(kept) = kept_betas(value, &src.drop_betas) {
+                builder = builder.header(name.as_str(), kept);
+            }
+        } else {
+            builder = builder.header(name.as_str(), value.as_str());
+        }
+    }
+    builder
+}
+
+/// Whether `src` speaks Anthropic's dialect.
+pub(crate) fn speaks(src: &Source) -> bool {
+    src.protocol == Protocol::Anthropic
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dropped_betas_leave_the_rest_and_the_header_goes_when_none_is_left() {
+        let drop = vec!["context-1m-2025-08-07".to_owned()];
+        assert_eq!(kept_betas("a,context-1m-2025-08-07, b", &drop).as_deref(), Some("a,b"));
+        assert_eq!(kept_betas("context-1m-2025-08-07", &drop), None);
+        assert_eq!(kept_betas("x", &[]).as_deref(), Some("x"));
+        assert!(is_passed_on("anthropic-beta") && is_passed_on("x-app") && !is_passed_on("authorization") && !is_passed_on("x-api-key"));
+    }
+}

@@ -371,5 +371,12 @@ impl GatewayClient {
 
 /// The errors a scope's fallback takes over: the scope could not serve the call now.
 fn falls_back_on(error: &CallError) -> bool {
-    matches!(error, CallError::CircuitOpen { .. } | CallError::AllSourcesExhausted { .. } | CallError::RateLimited { .. })
+    // A scope none of whose sources can carry the request may have a fallback that can.
+    matches!(
+        error,
+        CallError::CircuitOpen { .. }
+            | CallError::AllSourcesExhausted { .. }
+            | CallError::RateLimited { .. }
+            | CallError::NoSourceCarries { .. }
+    )
 }

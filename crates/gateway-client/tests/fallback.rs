@@ -1,5 +1,6 @@
 //! Fallback scopes (SPEC §11): a call that ends `CircuitOpen`, `AllSourcesExhausted` or
-//! `RateLimited` in its scope is tried once in the scope's fallback; if that fails too the error
+//! `RateLimited` in its scope (or that none of its sources can carry, `NoSourceCarries`) is
+//! tried once in the scope's fallback; if that fails too the error
 //! carries both chains. Other endings never fall back, and a fallback does not fall back again.
 //! Either way it is one call, with exactly one call event.
 
@@ -237,4 +238,33 @@ async fn a_call_whose_fallback_fails_too_emits_one_event() {
     assert_eq!(s.upstream.sent(), ["s1", "s1", "s9"], "backup's own fallback (chat) is not tried");
     assert_eq!((event.result, event.attempts), (CallResult::RateLimited, 3));
     assert_merged(&event, &primary, &fallback, before, after);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_no_source_of_the_scope_can_carry_falls_back_to_one_that_can() {
+    let clock = Arc::new(TokioClock::new());
+    let upstream = ScriptedUpstream::new();
+    let anthropic = json!({"breaker": {"fail_threshold": 5, "cooldown_s": 60}, "fallback": "backup",
+                           "sources": {"s1": {"timeout_s": 30, "protocol": "anthropic"}}});
+    let client = GatewayClient::builder()
+        .scope(serde_json::from_value::<ScopeConfig>(anthropic).unwrap().resolve("chat").unwrap())
+        .scope(scope("backup", "s9", None))
+        .gates(Arc::new(MemoryGates::new(clock.clone())))
+        .upstream(upstream.clone())
+        .clock(clock)
+        .build()
+        .unwrap();
+    upstream.always("s9", Step::Ok);
+    // Two choices: Anthropic answers one, so s1 cannot carry it; the OpenAI fallback can.
+    client.call("chat", &chat().with("n", 2)).await.unwrap();
+    assert_eq!(upstream.sent(), ["s9"]);
+    // Without a fallback the refusal names the source, its protocol and why.
+    let lone = json!({"breaker": {"fail_threshold": 5, "cooldown_s": 60}, "sources": {"s1": {"timeout_s": 30, "protocol": "anthropic"}}});
+    let lone = GatewayClient::builder()
+        .scope(serde_json::from_value::<ScopeConfig>(lone).unwrap().resolve("lone").unwrap())
+        .upstream(upstream.clone())
+        .build()
+        .unwrap();
+    let error = lone.call("lone", &chat().with("n", 2)).await.unwrap_err();
+    assert!(matches!(error, CallError::NoSourceCarries { .. }) && error.to_string().contains("s1 (anthropic): n > 1"), "{error}");
 }

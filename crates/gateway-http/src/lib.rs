@@ -177,7 +177,10 @@ impl HttpUpstream {
         for scope in scopes {
             for policy in &scope.sources {
                 let served = kinds.entry(policy.name.as_str()).or_default();
-                served.extend(scope.kinds.iter().filter(|kind| kind.protocol() == policy.protocol));
+                // The kinds it carries: its protocol's, and those translated for it.
+                let protocol = policy.protocol;
+                served
+                    .extend(scope.kinds.iter().filter(|kind| gateway_core::translate::wire_kind(**kind, protocol).protocol() == protocol));
                 served.sort();
                 served.dedup();
             }

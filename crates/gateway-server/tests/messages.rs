@@ -104,9 +104,10 @@ async fn an_overloaded_source_is_passed_over_unseen_whole_and_streamed() {
     for _ in 0..2 {
         let whole = messages(&r.url, ask("claude", "hi"), &[]).await;
         assert_eq!(whole.status(), 200);
+        // (The selector may try `a` again before it has evidence that `b` does better.)
         let attempts: u32 = header(&whole, "x-gateway-attempts").parse().unwrap();
         assert_eq!(header(&whole, "x-gateway-source"), "b");
-        assert!(attempts <= 2);
+        assert!((1..=4).contains(&attempts), "{attempts}");
     }
     let (r, _echo) = start_claude(&claude_scope("claude", "", &[("a", "prefail"), ("b", "b")])).await;
     let mut streamed = json!({"stream": true});

@@ -1,5 +1,6 @@
 //! The simulated providers over loopback HTTP, speaking the OpenAI dialect (chat completions, and
-//! the Responses API with its named stream events):
+//! the Responses API with its named stream events) and Anthropic's (`/v1/messages`, its named
+//! events, errors in its shape), whichever the gateway's source asks for:
 //! [`Providers`] is a gateway-mock `Responder`, so that a soak can run through the real HTTP
 //! adapter (`--transport http`) and several processes can share one set of providers and
 //! accounts (`--workers N`). Source `s` is served under `http://<addr>/s/v1`
@@ -31,14 +32,32 @@ fn usage() -> Value {
     json!({"prompt_tokens": 200, "completion_tokens": 250, "total_tokens": 450})
 }
 
-/// The source and kind of a path: `/{source}/v1/chat/completions` or `/{source}/v1/responses`.
+/// An error in the dialect of `kind`'s API: Anthropic's for Messages (its type by status).
+fn error_of(kind: Kind, status: u16, code: &str, message: &str) -> gateway_mock::Answer {
+    if kind != Kind::Messages {
+        return error(status, code, message);
+    }
+    let body = json!({"type": "error", "error": {"type": crate::upstream::anthropic_error_type(status), "message": message}});
+    gateway_mock::Answer::json(status, &body)
+}
+
+/// The source and kind of a path: `/{source}/v1/chat/completions`, `/{source}/v1/responses` or
+/// `/{source}/v1/messages`.
 fn route(path: &str) -> Option<(&str, Kind)> {
     let path = path.strip_prefix('/')?;
-    let (source, kind) = match path.strip_suffix("/v1/chat/completions") {
-        Some(source) => (source, Kind::Chat),
-        None => (path.strip_suffix("/v1/responses")?, Kind::Responses),
-    };
+    let (source, kind) = [("/v1/chat/completions", Kind::Chat), ("/v1/responses", Kind::Responses), ("/v1/messages", Kind::Messages)]
+        .into_iter()
+        .find_map(|(suffix, kind)| Some((path.strip_suffix(suffix)?, kind)))?;
     (!source.is_empty() && !source.contains('/')).then_some((source, kind))
+}
+
+/// The texts of a message's content: a string, or its text blocks.
+fn texts(content: &Value) -> Vec<&str> {
+    match content {
+        Value::String(text) => vec![text.as_str()],
+        Value::Array(blocks) => blocks.iter().filter_map(|b| b["text"].as_str()).collect(),
+        _ => Vec::new(),
+    }
 }
 
 impl Responder for Providers {
@@ -54,21 +73,21 @@ impl Responder for Providers {
             Kind::Responses => Prompt::of(request.body["input"].as_str().into_iter()),
             _ => {
                 let messages = request.body["messages"].as_array().map(Vec::as_slice).unwrap_or_default();
-                Prompt::of(messages.iter().filter_map(|m| m["content"].as_str()))
+                Prompt::of(messages.iter().flat_map(|m| texts(&m["content"])))
             }
         };
         let Some(reply) = self.reply(source, prompt) else {
-            return error(404, "model_not_found", &format!("no provider {source:?}"));
+            return error_of(kind, 404, "model_not_found", &format!("no provider {source:?}"));
         };
         let after = reply.after;
         let mut answer = match reply.answer {
             Answer::Refused => {
-                error(502, "bad_gateway", "connect() failed (111: Connection refused) while connecting to upstream").after(after)
+                error_of(kind, 502, "bad_gateway", "connect() failed (111: Connection refused) while connecting to upstream").after(after)
             }
             Answer::Hang => gateway_mock::Answer::hang(),
-            Answer::Status(status, code) => error(status, code, "simulated provider error").after(after),
-            Answer::Content(content) if kind == Kind::Responses && request.wants_stream() => events(&self.answer(kind, content), after),
-            Answer::Content(content) if kind == Kind::Responses => {
+            Answer::Status(status, code) => error_of(kind, status, code, "simulated provider error").after(after),
+            Answer::Content(content) if kind != Kind::Chat && request.wants_stream() => events(&self.answer(kind, content), after),
+            Answer::Content(content) if kind != Kind::Chat => {
                 gateway_mock::Answer::json(200, &Value::Object(self.answer(kind, content).into_body())).after(after)
             }
             Answer::Content(content) if request.wants_stream() => sse(content, after),
@@ -85,8 +104,8 @@ impl Responder for Providers {
     }
 }
 
-/// A `response`'s named events: the head now, the events after the provider's latency (its
-/// first token), no `[DONE]`.
+/// A `response`'s or a `message`'s named events: the head now, the events after the provider's
+/// latency (its first token), no `[DONE]`.
 fn events(response: &gateway_core::request::Response, latency: std::time::Duration) -> gateway_mock::Answer {
     let mut frames = vec![Frame::Pause(latency)];
     for event in gateway_core::stream::chunks_of(response) {

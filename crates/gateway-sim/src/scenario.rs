@@ -198,6 +198,7 @@ pub enum ScenarioError {
 pub const BUILT_IN: &[(&str, &str)] = &[
     ("p6", include_str!("../scenarios/p6.toml")),
     ("p6-rpm", include_str!("../scenarios/p6-rpm.toml")),
+    ("mixed", include_str!("../scenarios/mixed.toml")),
     ("single-relay", include_str!("../scenarios/single-relay.toml")),
     ("tenants", include_str!("../scenarios/tenants.toml")),
     ("tenants-flood", include_str!("../scenarios/tenants-flood.toml")),

@@ -7,7 +7,7 @@
 use crate::ledger::{AccountFigures, Ledger, Throttle};
 use crate::scenario::{Account, JsonShape, Kind, Provider, Scenario};
 use gateway_core::random::unit;
-use gateway_core::request::{RateSignal, Request};
+use gateway_core::request::{Protocol, RateSignal, Request};
 use gateway_core::time::{Clock, Timestamp};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
@@ -37,6 +37,20 @@ impl Prompt {
     /// The prompt of a request's messages.
     pub fn of<'a>(contents: impl Iterator<Item = &'a str>) -> Prompt {
         contents.fold(Prompt::default(), |p, c| Prompt { poisoned: p.poisoned || c == POISON, long: p.long || c.starts_with(LONG) })
+    }
+}
+
+/// The `error.type` an Anthropic provider answers a status with (the simulated providers' errors
+/// in Anthropic's dialect, over HTTP and in process alike).
+pub fn anthropic_error_type(status: u16) -> &'static str {
+    match status {
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        429 => "rate_limit_error",
+        400..=499 => "invalid_request_error",
+        529 => "overloaded_error",
+        _ => "api_error",
     }
 }
 
@@ -135,7 +149,8 @@ pub struct Providers {
 }
 
 impl Providers {
-    /// A simulated answer of `kind` (chat, or a Responses `response` with an id of its own)
+    /// A simulated answer of `kind` (chat, a Responses `response` or an Anthropic `message`, each
+    /// with an id of its own)
     /// saying `content`, with the usage every simulated completion reports.
     pub fn answer(&self, kind: gateway_core::request::Kind, content: &str) -> gateway_core::request::Response {
         use gateway_core::request::{Kind, Response, Usage};
@@ -145,8 +160,22 @@ impl Providers {
                 let n = self.responses.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                 Response::responses_text(&format!("resp_sim_{n}"), content, usage)
             }
+            Kind::Messages => {
+                let n = self.responses.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                let body = serde_json::json!({"id": format!("msg_sim_{n}"), "type": "message", "role": "assistant", "model": "sim",
+                    "content": [{"type": "text", "text": content}], "stop_reason": "end_turn", "stop_sequence": null,
+                    "usage": {"input_tokens": 200, "output_tokens": 250}});
+                Response::new(Kind::Messages, body.as_object().cloned().unwrap_or_default())
+            }
             _ => Response::chat_text(content, usage),
         }
+    }
+
+    /// A simulated answer to a request of `kind` from a source speaking `protocol`: made in the
+    /// source's dialect, and reaching the call in the request's, as the HTTP adapter translates it.
+    pub fn answer_for(&self, kind: gateway_core::request::Kind, protocol: Protocol, content: &str) -> gateway_core::request::Response {
+        let wire = gateway_core::translate::wire_kind(kind, protocol);
+        gateway_core::translate::answer(kind, protocol, self.answer(wire, content).into_body())
     }
 
     /// The providers of `scenario` on `clock` (scenario time starts now), seeded.

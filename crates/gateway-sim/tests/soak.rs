@@ -247,6 +247,64 @@ fn the_simulated_providers_answer_the_responses_api_over_http_whole_and_as_named
 }
 
 #[test]
+fn mixed_protocols_fare_as_p6_call_for_call_whole_and_streamed() {
+    let (mixed, p6) = (Scenario::load("mixed").unwrap(), Scenario::load("p6").unwrap());
+    let anthropic: Vec<&str> = mixed
+        .gateway
+        .sources
+        .iter()
+        .filter(|(_, s)| s.protocol == Some(gateway_core::request::Protocol::Anthropic))
+        .map(|(n, _)| n.as_str())
+        .collect();
+    assert_eq!(anthropic, ["s1", "s2"]);
+    for stream in [false, true] {
+        let mut summaries = Vec::new();
+        for scenario in [&mixed, &p6] {
+            let config = RunConfig { stream, ..virtual_time(1, 400) };
+            let result = run(scenario, &config, Arc::new(|_| {})).unwrap();
+            let summary = Summary::of(&result, "mixed", 1, Some(Bounds::of(scenario)), invariants::check(&result));
+            assert!(summary.invariants_hold(), "stream {stream}: {:?}", summary.invariants);
+            summaries.push(summary);
+        }
+        // Translated both ways, the answers are the same answers: the runs match call for call.
+        assert_eq!(summaries[0].success_rate, summaries[1].success_rate, "stream {stream}");
+        assert_eq!(summaries[0].attempts_by_source, summaries[1].attempts_by_source, "stream {stream}");
+    }
+}
+
+#[test]
+fn the_simulated_providers_answer_anthropics_api_over_http_translated_for_chat() {
+    use gateway_core::ports::{Streamed, Upstream};
+    let scenario = Scenario::parse("fast", FAST).unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    runtime.block_on(async {
+        let clock = Arc::new(gateway_client::TokioClock::new());
+        let server = Arc::new(Providers::new(&scenario, clock, 5)).serve().await.unwrap();
+        let source =
+            |name: &str| serde_json::json!({"protocol": "anthropic", "base_url": server.source_url(name), "model": "m", "timeout_s": 2});
+        let scope: gateway_core::policy::ScopeConfig = serde_json::from_value(serde_json::json!({
+            "breaker": {"fail_threshold": 3, "cooldown_s": 60},
+            "sources": {"good": source("good"), "bad": source("bad")}
+        }))
+        .unwrap();
+        let upstream = gateway_http::HttpUpstream::new(&[scope.resolve("soak").unwrap()]).unwrap();
+        let ask = gateway_core::request::Request::chat(vec![gateway_core::request::Message::user("call 1")]);
+        let whole = upstream.send("good", &ask).await;
+        let response = whole.response().unwrap_or_else(|| panic!("{:?}", whole.outcome()));
+        assert_eq!(response.body()["object"], "chat.completion", "translated for the caller");
+        assert!(response.body()["id"].as_str().unwrap().starts_with("msg_sim_"), "a Messages answer on the wire");
+        let dead = upstream.send("bad", &ask).await;
+        assert_eq!((dead.outcome().class, dead.outcome().detail.as_str()), (OutcomeClass::SourceDead, "authentication_error"));
+        let Streamed::Chunks(mut chunks) = upstream.stream("good", &ask).await else { panic!("no stream") };
+        let mut objects = Vec::new();
+        while let Some(chunk) = chunks.next_chunk().await {
+            objects.push(chunk.unwrap()["object"].as_str().unwrap_or_default().to_owned());
+        }
+        assert!(!objects.is_empty() && objects.iter().all(|o| o == "chat.completion.chunk"), "{objects:?}");
+    });
+}
+
+#[test]
 fn upstreams_runs_the_workload_against_the_endpoints_of_a_config_file() {
     let scenario = Scenario::parse("fast", FAST).unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();

@@ -5,7 +5,9 @@
 //!
 //! The commit point is the first content delta: text that is not empty, a tool's input
 //! (`input_json_delta`), or thinking (`thinking_delta`: Claude's thinking is shown to the caller,
-//! who asked for it), or a `message_delta` whose `stop_reason` is `refusal`. Events before it
+//! who asked for it); a tool's use at its block's start (as chat commits at a tool call's first
+//! delta: a tool without parameters may send no input piece at all); or a `message_delta` whose
+//! `stop_reason` is `refusal`. Events before it
 //! (`message_start`, `ping`, a block's start) are held: they belong to the attempt that finally
 //! serves the call. The stream ends at `message_stop`; an `error` event ends it with its class.
 
@@ -36,10 +38,9 @@ pub fn commits(chunk: &Chunk) -> bool {
                 _ => false,
             }
         }
-        "content_block_start" => {
-            // A server tool's result or a block that arrives whole (no deltas follow).
-            chunk.get("content_block").is_some_and(|b| crate::messages::block_is_usable(b) && b.get("type") != Some(&json!("tool_use")))
-        }
+        // A tool's use (its name is known: a tool without parameters may send no input piece
+        // at all), a server tool's, or a block that arrives whole.
+        "content_block_start" => chunk.get("content_block").is_some_and(crate::messages::block_is_usable),
         "message_delta" => chunk.get("delta").and_then(|d| d.get("stop_reason")).and_then(Value::as_str) == Some("refusal"),
         _ => false,
     }
@@ -257,7 +258,7 @@ mod tests {
         assert!(!commits(&object(json!({"type": "message_start", "message": {}}))));
         assert!(!commits(&object(json!({"type": "ping"}))));
         assert!(!commits(&object(json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}))));
-        assert!(!commits(&object(json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "input": {}}}))));
+        assert!(commits(&object(json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "input": {}}}))));
         assert!(!commits(&delta(json!({"type": "text_delta", "text": ""}))));
         assert!(commits(&delta(json!({"type": "text_delta", "text": "a"}))));
         assert!(commits(&delta(json!({"type": "input_json_delta", "partial_json": "{"}))));

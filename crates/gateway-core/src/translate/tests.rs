@@ -68,7 +68,6 @@ fn a_chat_request_becomes_a_messages_request() {
             ],
             "max_tokens": 300,
             "temperature": 1.0,
-            "top_p": 0.9,
             "stop_sequences": ["END"],
             "metadata": {"user_id": "u-1"},
             "tools": [{"name": "get_weather", "description": "Weather.", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}],
@@ -329,4 +328,77 @@ fn tool_arguments_stream_in_pieces_both_ways() {
     let whole = assemble(Kind::Messages, &out);
     assert_eq!(whole.body()["content"][0]["input"], json!({"a": 1}));
     assert_eq!(whole.body()["stop_reason"], "tool_use");
+}
+
+#[test]
+fn what_anthropic_refuses_is_kept_from_it_or_makes_the_source_ineligible() {
+    let body = request_body(
+        &chat(json!({"messages": [{"role": "user", "content": [{"type": "text", "text": ""}, {"type": "text", "text": "hi"}]}],
+                     "temperature": 0.5, "top_p": 0.9})),
+        Protocol::Anthropic,
+        1,
+    );
+    assert_eq!(body["messages"][0]["content"], json!([{"type": "text", "text": "hi"}]), "an empty text block is left out");
+    assert_eq!((body.get("temperature"), body.get("top_p")), (Some(&json!(0.5)), None), "never both");
+    let body = request_body(&chat(json!({"messages": [], "top_p": 0.9})), Protocol::Anthropic, 1);
+    assert_eq!(body.get("top_p"), Some(&json!(0.9)));
+    for stop in [json!("\n"), json!(["END", " "])] {
+        assert!(carries(&chat(json!({"messages": [], "stop": stop})), Protocol::Anthropic).is_err_and(|why| why.contains("whitespace")));
+    }
+}
+
+#[test]
+fn what_openai_cannot_take_makes_the_source_ineligible_and_a_failed_tool_says_so() {
+    let refused = |body: Value| carries(&messages(body), Protocol::OpenAi).err().unwrap_or_default();
+    assert!(refused(json!({"messages": [], "output_format": {"type": "json_schema", "schema": {}}})).contains("structured outputs"));
+    assert!(refused(json!({"messages": [], "stop_sequences": ["a", "b", "c", "d", "e"]})).contains("more than 4"));
+    let file = json!({"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "file", "file_id": "f"}}]}]});
+    assert!(refused(file).contains("file source"));
+    let failed = messages(
+        json!({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "is_error": true, "content": "boom"}]}]}),
+    );
+    assert_eq!(
+        request_body(&failed, Protocol::OpenAi, 1)["messages"][0],
+        json!({"role": "tool", "tool_call_id": "t", "content": "Error: boom"})
+    );
+}
+
+#[test]
+fn tool_calls_without_an_index_or_ending_with_stop_are_still_tool_uses() {
+    let mut events = Stream::of(Kind::Messages, Protocol::OpenAi);
+    let piece = |delta: Value, finish: Value| {
+        object(json!({"id": "c", "model": "m", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}))
+    };
+    let call =
+        |id: &str, name: &str| json!({"tool_calls": [{"id": id, "type": "function", "function": {"name": name, "arguments": "{}"}}]});
+    let mut out = Vec::new();
+    out.extend(events.push(piece(call("call_a", "f"), Value::Null)));
+    out.extend(events.push(piece(call("call_b", "g"), Value::Null)));
+    out.extend(events.push(piece(json!({}), json!("stop"))));
+    out.extend(events.finish());
+    let whole = assemble(Kind::Messages, &out);
+    let names: Vec<&str> = crate::messages::content(whole.body()).iter().filter_map(|b| b["name"].as_str()).collect();
+    assert_eq!(names, ["f", "g"], "a new id is a new call");
+    assert_eq!(whole.body()["stop_reason"], "tool_use");
+    let calls = json!({"role": "assistant", "content": null, "tool_calls": [{"id": "x", "type": "function", "function": {"name": "f", "arguments": "{}"}}]});
+    assert_eq!(answer(Kind::Messages, Protocol::OpenAi, completion(calls, "stop")).body()["stop_reason"], "tool_use");
+}
+
+#[test]
+fn a_claude_tool_without_arguments_is_called_with_an_empty_object() {
+    let mut chunks = Stream::of(Kind::Chat, Protocol::Anthropic);
+    let mut out = Vec::new();
+    for event in [
+        json!({"type": "message_start", "message": {"id": "m", "model": "claude", "usage": {"input_tokens": 1, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "now", "input": {}}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": ""}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 3}}),
+        json!({"type": "message_stop"}),
+    ] {
+        out.extend(chunks.push(object(event)));
+    }
+    let whole = assemble(Kind::Chat, &out);
+    assert_eq!(whole.tool_calls()[0]["function"], json!({"name": "now", "arguments": "{}"}));
+    assert_eq!(whole.finish_reason(), Some("tool_calls"));
 }

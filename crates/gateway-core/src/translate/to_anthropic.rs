@@ -40,6 +40,14 @@ pub fn refusal(body: &Object) -> Option<String> {
     {
         return Some("audio output".into());
     }
+    let stops: Vec<&Value> = match body.get("stop") {
+        Some(Value::Array(stops)) => stops.iter().collect(),
+        Some(stop @ Value::String(_)) => vec![stop],
+        _ => Vec::new(),
+    };
+    if stops.iter().any(|s| s.as_str().is_none_or(|s| s.trim().is_empty())) {
+        return Some("a stop sequence of whitespace only (Anthropic refuses it)".into());
+    }
     let messages = body.get("messages").and_then(Value::as_array)?;
     for message in messages {
         for part in message.get("content").and_then(Value::as_array).into_iter().flatten() {
@@ -73,7 +81,10 @@ fn blocks(content: &Value) -> Vec<Value> {
         Value::Array(parts) => parts
             .iter()
             .filter_map(|part| match part.get("type").and_then(Value::as_str) {
-                Some("text") => Some(json!({"type": "text", "text": part.get("text").cloned().unwrap_or(json!(""))})),
+                // Anthropic refuses an empty text block.
+                Some("text") => {
+                    part.get("text").and_then(Value::as_str).filter(|t| !t.is_empty()).map(|t| json!({"type": "text", "text": t}))
+                }
                 Some("image_url") => {
                     let url = part.pointer("/image_url/url").and_then(Value::as_str).unwrap_or("");
                     Some(match url.strip_prefix("data:").and_then(|rest| rest.split_once(";base64,")) {
@@ -152,11 +163,15 @@ pub fn request_body(request: &Request, default_max_tokens: u32) -> Object {
     out.insert("messages".into(), Value::Array(turns));
     let limit = ["max_completion_tokens", "max_tokens"].iter().find_map(|f| body.get(*f).and_then(Value::as_u64));
     out.insert("max_tokens".into(), json!(limit.unwrap_or(u64::from(default_max_tokens))));
-    if let Some(t) = body.get("temperature").and_then(Value::as_f64) {
-        out.insert("temperature".into(), json!(t.min(1.0)));
-    }
-    if let Some(p) = body.get("top_p").filter(|v| v.is_number()) {
-        out.insert("top_p".into(), p.clone());
+    // Current Claude models refuse both at once: the temperature is kept.
+    match (body.get("temperature").and_then(Value::as_f64), body.get("top_p").filter(|v| v.is_number())) {
+        (Some(t), _) => {
+            out.insert("temperature".into(), json!(t.min(1.0)));
+        }
+        (None, Some(p)) => {
+            out.insert("top_p".into(), p.clone());
+        }
+        (None, None) => {}
     }
     match body.get("stop") {
         Some(Value::String(stop)) => {
@@ -282,8 +297,9 @@ pub struct ChunksOfEvents {
     model: Value,
     usage: Object,
     stop: Option<String>,
-    /// Per block index: the tool call index it is (`None`: the JSON tool, whose input is text).
-    tools: Vec<(u64, Option<u64>)>,
+    /// Per block index: the tool call index it is (`None`: the JSON tool, whose input is text),
+    /// and whether a piece of its input came.
+    tools: Vec<(u64, Option<u64>, bool)>,
     calls: u64,
 }
 
@@ -317,12 +333,12 @@ impl ChunksOfEvents {
                     return Vec::new();
                 }
                 if block.get("name").and_then(Value::as_str) == Some(JSON_TOOL) {
-                    self.tools.push((index, None));
+                    self.tools.push((index, None, false));
                     return Vec::new();
                 }
                 let call = self.calls;
                 self.calls += 1;
-                self.tools.push((index, Some(call)));
+                self.tools.push((index, Some(call), false));
                 let start = json!({"index": call, "id": block.get("id").cloned().unwrap_or(json!("")), "type": "function",
                                    "function": {"name": block.get("name").cloned().unwrap_or(json!("")), "arguments": ""}});
                 vec![self.chunk(json!({"tool_calls": [start]}), Value::Null)]
@@ -333,15 +349,27 @@ impl ChunksOfEvents {
                 let out = match delta.get("type").and_then(Value::as_str) {
                     Some("text_delta") => json!({"content": piece("text")}),
                     Some("thinking_delta") => json!({"reasoning_content": piece("thinking")}),
-                    Some("input_json_delta") => match self.tools.iter().find(|(i, _)| *i == index).map(|(_, call)| *call) {
-                        Some(None) => json!({"content": piece("partial_json")}),
-                        Some(Some(call)) => json!({"tool_calls": [{"index": call, "function": {"arguments": piece("partial_json")}}]}),
-                        None => return Vec::new(),
-                    },
+                    Some("input_json_delta") => {
+                        let Some((_, call, came)) = self.tools.iter_mut().find(|(i, ..)| *i == index) else { return Vec::new() };
+                        let piece = piece("partial_json");
+                        *came |= !piece.is_empty();
+                        match call {
+                            None => json!({"content": piece}),
+                            Some(call) => json!({"tool_calls": [{"index": *call, "function": {"arguments": piece}}]}),
+                        }
+                    }
                     _ => return Vec::new(),
                 };
                 vec![self.chunk(out, Value::Null)]
             }
+            // A tool's use without a piece of input is a call without arguments: `{}`, as
+            // OpenAI sends it (and as its whole answer has it).
+            "content_block_stop" => match self.tools.iter().find(|(i, ..)| *i == index) {
+                Some((_, Some(call), false)) => {
+                    vec![self.chunk(json!({"tool_calls": [{"index": call, "function": {"arguments": "{}"}}]}), Value::Null)]
+                }
+                _ => Vec::new(),
+            },
             "message_delta" => {
                 if let Some(stop) = event.get("delta").and_then(|d| d.get("stop_reason")).and_then(Value::as_str) {
                     self.stop = Some(stop.to_owned());

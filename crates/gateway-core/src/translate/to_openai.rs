@@ -25,10 +25,22 @@ use serde_json::{Value, json};
 
 /// Why a Messages request cannot be carried to an OpenAI source, if it cannot.
 pub fn refusal(body: &Object) -> Option<String> {
+    if ["output_format", "output_config"].iter().any(|f| body.get(*f).is_some_and(|v| !v.is_null())) {
+        return Some("structured outputs (output_format)".into());
+    }
+    if body.get("stop_sequences").and_then(Value::as_array).is_some_and(|s| s.len() > 4) {
+        return Some("more than 4 stop sequences (OpenAI takes 4)".into());
+    }
     for message in body.get("messages").and_then(Value::as_array).into_iter().flatten() {
         for block in message.get("content").and_then(Value::as_array).into_iter().flatten() {
             match block.get("type").and_then(Value::as_str) {
-                Some("text" | "image" | "tool_use" | "thinking" | "redacted_thinking") => {}
+                Some("image") => {
+                    let source = block.pointer("/source/type").and_then(Value::as_str);
+                    if !matches!(source, Some("base64" | "url")) {
+                        return Some(format!("an image from a {} source", source.unwrap_or("(none)")));
+                    }
+                }
+                Some("text" | "tool_use" | "thinking" | "redacted_thinking") => {}
                 Some("tool_result") => {
                     let images = block.get("content").and_then(Value::as_array).into_iter().flatten().any(|b| b["type"] != "text");
                     if images {
@@ -89,9 +101,14 @@ pub fn request_body(request: &Request) -> Object {
                 Some("tool_use") => calls.push(json!({"id": block.get("id").cloned().unwrap_or(json!("")), "type": "function",
                     "function": {"name": block.get("name").cloned().unwrap_or(json!("")),
                                  "arguments": block.get("input").map_or_else(|| "{}".to_owned(), Value::to_string)}})),
-                Some("tool_result") => messages
-                    .push(json!({"role": "tool", "tool_call_id": block.get("tool_use_id").cloned().unwrap_or(json!("")),
-                    "content": text_of(block.get("content").unwrap_or(&Value::Null))})),
+                Some("tool_result") => {
+                    let text = text_of(block.get("content").unwrap_or(&Value::Null));
+                    // OpenAI's tool message has no error flag: the text says so.
+                    let text = if block.get("is_error").and_then(Value::as_bool) == Some(true) { format!("Error: {text}") } else { text };
+                    messages.push(
+                        json!({"role": "tool", "tool_call_id": block.get("tool_use_id").cloned().unwrap_or(json!("")), "content": text}),
+                    );
+                }
                 _ => {}
             }
         }
@@ -179,7 +196,12 @@ pub fn answer(completion: &Object) -> Response {
                             "name": call.pointer("/function/name").cloned().unwrap_or(json!("")),
                             "input": serde_json::from_str::<Value>(arguments).unwrap_or_else(|_| json!({}))}));
     }
-    let stop = if refusal.is_some() { "refusal" } else { finish_to_stop_reason(choice.get("finish_reason").and_then(Value::as_str)) };
+    let stop = match choice.get("finish_reason").and_then(Value::as_str) {
+        _ if refusal.is_some() => "refusal",
+        // Some OpenAI-compatible providers end a turn of tool calls with `stop`.
+        Some("stop") | None if content.iter().any(|b| b["type"] == "tool_use") => "tool_use",
+        finish => finish_to_stop_reason(finish),
+    };
     let mut body = json!({"id": completion.get("id").cloned().unwrap_or(json!("")), "type": "message", "role": "assistant",
                           "model": completion.get("model").cloned().unwrap_or(json!("")), "content": content,
                           "stop_reason": stop, "stop_sequence": null});
@@ -207,6 +229,10 @@ pub struct EventsOfChunks {
     blocks: u64,
     stop: Option<&'static str>,
     usage: Option<Value>,
+    /// Tool calls opened, and the last one's stream index (a provider that sends none gets one
+    /// per new `id`).
+    calls: u64,
+    last_call: Option<u64>,
 }
 
 fn event(value: Value) -> Chunk {
@@ -251,7 +277,16 @@ impl EventsOfChunks {
             out.push(event(json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": text}})));
         }
         for call in delta.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
-            let number = call.get("index").and_then(Value::as_u64).unwrap_or(0);
+            let fresh = call.get("id").and_then(Value::as_str).is_some_and(|id| !id.is_empty());
+            let number = match call.get("index").and_then(Value::as_u64) {
+                Some(index) => index,
+                None if fresh || self.last_call.is_none() => 1_000_000 + self.calls,
+                None => self.last_call.unwrap_or_default(),
+            };
+            if self.last_call != Some(number) {
+                self.calls += 1;
+                self.last_call = Some(number);
+            }
             if !matches!(self.open, Some(Open::Tool { call: open, .. }) if open == number) {
                 self.close(&mut out);
                 let index = self.blocks;
@@ -270,7 +305,8 @@ impl EventsOfChunks {
             }
         }
         if let Some(finish) = choice.get("finish_reason").and_then(Value::as_str) {
-            self.stop = Some(self.stop.unwrap_or(finish_to_stop_reason(Some(finish))));
+            let tools = self.calls > 0 && finish == "stop";
+            self.stop = Some(self.stop.unwrap_or(if tools { "tool_use" } else { finish_to_stop_reason(Some(finish)) }));
         }
         out
     }

@@ -128,7 +128,7 @@ fn set_overrides_a_key_and_names_a_bad_one() {
 #[test]
 fn bad_scenarios_are_named() {
     let e = Scenario::load("p7").unwrap_err().to_string();
-    assert!(e.starts_with("unknown scenario \"p7\" (built in: p6, p6-rpm, single-relay"), "{e}");
+    assert!(e.starts_with("unknown scenario \"p7\" (built in: p6, p6-rpm, mixed, single-relay"), "{e}");
     let text = include_str!("../../scenarios/p6.toml").replace("[providers.s3]\nkind = \"blackhole\"", "");
     assert!(Scenario::parse("x", &text).unwrap_err().to_string().contains("providers.s3: required key is missing"));
     let text = include_str!("../../scenarios/p6.toml").replace("fail_threshold = 5", "fail_threshold = 0");

@@ -1,13 +1,13 @@
 //! [`SimUpstream`]: the scenario's providers played in (virtual) time as an in-process
 //! `Upstream`, applying the source's watchdog and timeout the way the HTTP adapter does.
 
-use super::{Answer, Prompt, Providers, Reply, fails_the_check};
+use super::{Answer, Prompt, Providers, Reply, anthropic_error_type, fails_the_check};
 use crate::scenario::Scenario;
 use async_trait::async_trait;
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::policy::ScopePolicy;
 use gateway_core::ports::{ChunkSource, Streamed, Upstream};
-use gateway_core::request::{Attempt, Kind, Outcome, RateSignal, Request, Response, Usage};
+use gateway_core::request::{Attempt, Kind, Outcome, Protocol, RateSignal, Request, Response, Usage};
 use gateway_core::stream::{Chunk, opening_failure};
 use gateway_core::time::Clock;
 use gateway_mock::Timer;
@@ -27,6 +27,8 @@ struct SimSource {
     watchdog: Option<Duration>,
     /// How the provider's latencies and the adapter's bounds are waited out.
     timer: Timer,
+    /// The dialect it answers in (its answers reach the call translated, as over HTTP).
+    protocol: Protocol,
 }
 
 impl SimSource {
@@ -49,8 +51,11 @@ impl SimUpstream {
     /// with `timer` ([`Timer::Precise`] in real time, where tokio's late tick would be latency
     /// the scenario does not have; [`Timer::Tokio`] in virtual time).
     pub fn new(scenario: &Scenario, scope: &ScopePolicy, clock: Arc<dyn Clock>, seed: u64, timer: Timer) -> Self {
-        let sources =
-            scope.sources.iter().map(|s| (s.name.clone(), SimSource { timeout: s.timeout, watchdog: s.watchdog, timer })).collect();
+        let sources = scope
+            .sources
+            .iter()
+            .map(|s| (s.name.clone(), SimSource { timeout: s.timeout, watchdog: s.watchdog, timer, protocol: s.protocol }))
+            .collect();
         SimUpstream {
             providers: Arc::new(Providers::new(scenario, clock, seed)),
             sources,
@@ -106,8 +111,8 @@ impl SimUpstream {
                 src.timer.wait(reply.after).await;
                 // The HTTP adapter's own table, so both transports classify a reply alike.
                 let status = axum::http::StatusCode::from_u16(status).unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
-                let (class, detail) =
-                    gateway_http::classify::classify_status(status, Some(code), self.not_found, gateway_core::request::Protocol::OpenAi);
+                let code = if src.protocol == Protocol::Anthropic { anthropic_error_type(status.as_u16()) } else { code };
+                let (class, detail) = gateway_http::classify::classify_status(status, Some(code), self.not_found, src.protocol);
                 Begun::Ended(fail(class, &detail).with_rate(reply.rate()))
             }
             Answer::Content(content) => Begun::Content { src, after: reply.after, content, reply },
@@ -162,7 +167,7 @@ impl Upstream for SimUpstream {
         if fails_the_check(request, content) {
             return fail(OutcomeClass::ResultInvalid, "schema");
         }
-        success(Attempt::success(self.providers.answer(request.kind(), content), "http_200"))
+        success(Attempt::success(self.providers.answer_for(request.kind(), src.protocol, content), "http_200"))
     }
 
     /// The chunks of the reply as the HTTP adapter reads them from the provider server: the
@@ -172,11 +177,16 @@ impl Upstream for SimUpstream {
             Begun::Content { src, after, content, reply } => {
                 let invalid = fails_the_check(request, content);
                 let rate = reply.rate();
-                let chunks = match request.kind() {
-                    // The provider's named events: its latency comes before the first.
-                    Kind::Responses => gateway_core::stream::chunks_of(&self.providers.answer(Kind::Responses, content)).into(),
+                // The provider's chunks or named events in its own dialect (its latency comes
+                // before the first), reaching the call in the request's.
+                let wire = gateway_core::translate::wire_kind(request.kind(), src.protocol);
+                let own = match wire {
+                    Kind::Responses | Kind::Messages => gateway_core::stream::chunks_of(&self.providers.answer(wire, content)).into(),
                     _ => chat_chunks(content),
                 };
+                let mut translation = gateway_core::translate::Stream::of(request.kind(), src.protocol);
+                let mut chunks: std::collections::VecDeque<Chunk> = own.into_iter().flat_map(|chunk| translation.push(chunk)).collect();
+                chunks.extend(translation.finish());
                 Streamed::Chunks(Box::new(SimChunks { wait: Some((src, after)), chunks, invalid, rate, _reply: reply }))
             }
             Begun::Ended(attempt) => Streamed::Ended(attempt),

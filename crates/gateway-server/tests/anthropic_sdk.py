@@ -1,7 +1,7 @@
 """Drives gateway-server's Messages API with the official `anthropic` Python package, as an
 application (or Claude Code) would, against the mock Anthropic provider, which records what it
 receives (the Rust side then checks what arrived upstream). A whole message, a streamed one
-read through the SDK's stream helper, a streamed tool use and its JSON pieces, thinking, a
+read through the SDK's stream helper (its first piece before the provider's held rest), a streamed tool use and its JSON pieces, thinking, a
 refusal, token counting, an unknown model, a 529 on one source passed over to the next, Claude
 Code's headers, the provider's 429, a stream cut after its commit point, and each SDK on a scope
 of the other protocol: served through translation, or refused by name for what it cannot carry.
@@ -13,6 +13,7 @@ appends /v1/messages itself). Prints the anthropic-version the SDK sent (a line
 
 import json
 import sys
+import time
 
 import anthropic
 import openai
@@ -48,6 +49,14 @@ check("".join(pieces) == "echo: streamed hello", "the pieces make the text", pie
 check(final.content[0].text == "".join(pieces), "the final message holds the streamed text", final)
 check(final.stop_reason == "end_turn", "streamed stop_reason end_turn", final.stop_reason)
 check(final.usage.output_tokens == 3, "message_delta's usage in the final message", final.usage)
+
+# Incremental: the first text piece reaches the SDK while the provider still holds the rest (the
+# Rust side lets it go about a second after the request reached the provider).
+with client.messages.stream(model="claude", max_tokens=64, messages=user("GATED timing")) as stream:
+    arrivals = []
+    for _ in stream.text_stream:
+        arrivals.append(time.monotonic())
+check(len(arrivals) >= 2 and arrivals[1] - arrivals[0] >= 0.5, "the first piece before the held rest", arrivals)
 
 # A streamed tool use: the input's JSON pieces, and the tool_use block they make.
 tools = [

@@ -1,7 +1,8 @@
 //! The `gateway-server` binary under a memory cap (`ulimit -v`, 1 GiB of address space) and a
 //! time cap (every test is bounded, the process killed when the test ends): hostile inputs that
 //! once made the proxy allocate without bound or hold connections forever must be refused while
-//! it keeps serving. A regression then fails the test against the cap instead of taking the
+//! it keeps serving (schema bombs, a slowloris flood, a descriptor flood; on Anthropic's route a
+//! 400 000-deep body, a 10 MB `anthropic-beta` and malformed bodies). A regression then fails the test against the cap instead of taking the
 //! machine down. (The time and memory figures themselves are measured by `cargo xtask edge`.)
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -146,6 +147,58 @@ async fn a_flood_past_the_connection_cap_never_runs_accept_out_of_file_descripto
         let warnings = std::fs::read_to_string(&log).unwrap();
         let _ = std::fs::remove_file(&log);
         assert!(!warnings.contains("Too many open files"), "the proxy ran out of descriptors: {warnings:.500}");
+    })
+    .await
+    .expect("within the time cap");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_messages_bodies_and_headers_are_refused_under_the_memory_cap() {
+    tokio::time::timeout(TIME_CAP, async {
+        let mut proxy = start("max_body_bytes = 8388608").await;
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
+        for _ in 0..5 {
+            // A 400 000-deep `content`: refused by the parser's depth, naming the body.
+            let depth = 400_000;
+            let body = format!(
+                r#"{{"model":"chat","max_tokens":1,"messages":[{{"role":"user","content":{}{}}}]}}"#,
+                "[".repeat(depth),
+                "]".repeat(depth)
+            );
+            let answer = http
+                .post(format!("{}/v1/messages", proxy.base))
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(answer.status(), 400);
+            let error: Value = answer.json().await.unwrap();
+            assert!(error["error"]["message"].as_str().is_some_and(|m| m.starts_with("body: ")), "{error}");
+            // A 10 MB `anthropic-beta`: refused at the head's limit.
+            let mut stream = tokio::net::TcpStream::connect(proxy.base.trim_start_matches("http://")).await.unwrap();
+            stream.write_all(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\nanthropic-beta: ").await.unwrap();
+            let _ = tokio::time::timeout(Duration::from_secs(10), stream.write_all(&vec![b'b'; 10 << 20])).await;
+            let mut answer = Vec::new();
+            let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer)).await;
+            let answer = String::from_utf8_lossy(&answer);
+            assert!(answer.is_empty() || answer.starts_with("HTTP/1.1 431"), "{answer}");
+        }
+        // Fuzzed Messages bodies of every shape get a 4xx naming the field, never a 5xx.
+        for body in [
+            json!(null),
+            json!([]),
+            json!({"model": 7}),
+            json!({"model": "chat"}),
+            json!({"model": "chat", "messages": {}}),
+            json!({"model": "chat", "messages": [], "stream": "x"}),
+        ] {
+            let answer = http.post(format!("{}/v1/messages", proxy.base)).json(&body).send().await.unwrap();
+            assert!(answer.status().is_client_error(), "{body}: {}", answer.status());
+            let error: Value = answer.json().await.unwrap();
+            assert_eq!(error["type"], "error", "{error}");
+        }
+        assert!(proxy.alive(), "the proxy survived within the memory cap");
     })
     .await
     .expect("within the time cap");

@@ -179,7 +179,18 @@ async fn the_official_anthropic_python_sdk_talks_to_the_proxy() {
     ];
     let (r, echo) = support::start_claude(&scopes.concat()).await;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/anthropic_sdk.py");
+    // The script's GATED stream: its first piece goes out, the rest a second after the request
+    // reached the provider.
+    let (provider, gate) = (r.provider.recording(), r.gate.clone());
+    let releaser = tokio::spawn(async move {
+        while !provider.all().iter().any(|q| q.last_text().contains("GATED")) {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        gate.release_all();
+    });
     let output = tokio::process::Command::new(&python).args([script, &r.url, support::KEY]).output().await.unwrap();
+    releaser.abort();
     assert!(
         output.status.success(),
         "anthropic_sdk.py failed:\n{}\n{}",

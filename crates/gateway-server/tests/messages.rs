@@ -10,7 +10,7 @@
 mod support;
 
 use serde_json::{Value, json};
-use support::{KEY, claude_scope, start_claude};
+use support::{KEY, claude_scope, events, header, start_claude};
 
 fn client() -> reqwest::Client {
     reqwest::Client::new()
@@ -22,21 +22,6 @@ async fn messages(url: &str, body: Value, headers: &[(&str, &str)]) -> reqwest::
         request = request.header(*name, *value);
     }
     request.send().await.unwrap()
-}
-
-fn header(response: &reqwest::Response, name: &str) -> String {
-    response.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned()
-}
-
-/// The events of an SSE body: (the `event:` name, the data as JSON).
-fn events(text: &str) -> Vec<(String, Value)> {
-    text.split("\n\n")
-        .filter_map(|block| {
-            let name = block.lines().find_map(|l| l.strip_prefix("event: "))?.to_owned();
-            let data = block.lines().find_map(|l| l.strip_prefix("data: "))?;
-            Some((name, serde_json::from_str(data).unwrap()))
-        })
-        .collect()
 }
 
 fn ask(model: &str, text: &str) -> Value {

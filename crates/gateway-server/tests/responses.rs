@@ -10,7 +10,7 @@
 mod support;
 
 use serde_json::{Value, json};
-use support::{KEY, start_surface, surface_scope};
+use support::{KEY, events, header, start_surface, surface_scope};
 
 async fn post(url: &str, path: &str, body: Value) -> reqwest::Response {
     reqwest::Client::new().post(format!("{url}{path}")).bearer_auth(KEY).json(&body).send().await.unwrap()
@@ -18,21 +18,6 @@ async fn post(url: &str, path: &str, body: Value) -> reqwest::Response {
 
 async fn get(url: &str, path: &str) -> reqwest::Response {
     reqwest::Client::new().get(format!("{url}{path}")).bearer_auth(KEY).send().await.unwrap()
-}
-
-fn header(response: &reqwest::Response, name: &str) -> String {
-    response.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned()
-}
-
-/// The events of an SSE body: (the `event:` name, the data as JSON).
-fn events(text: &str) -> Vec<(String, Value)> {
-    text.split("\n\n")
-        .filter_map(|block| {
-            let name = block.lines().find_map(|l| l.strip_prefix("event: "))?.to_owned();
-            let data = block.lines().find_map(|l| l.strip_prefix("data: "))?;
-            Some((name, serde_json::from_str(data).unwrap()))
-        })
-        .collect()
 }
 
 fn output_text(response: &Value) -> String {

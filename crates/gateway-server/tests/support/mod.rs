@@ -228,3 +228,19 @@ pub fn claude_scope(name: &str, extra: &str, sources: &[(&str, &str)]) -> String
     }
     text
 }
+
+/// A header of `response` as text (empty when it has none).
+pub fn header(response: &reqwest::Response, name: &str) -> String {
+    response.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned()
+}
+
+/// The events of an SSE body of named events: (the `event:` name, the data as JSON).
+pub fn events(text: &str) -> Vec<(String, serde_json::Value)> {
+    text.split("\n\n")
+        .filter_map(|block| {
+            let name = block.lines().find_map(|l| l.strip_prefix("event: "))?.to_owned();
+            let data = block.lines().find_map(|l| l.strip_prefix("data: "))?;
+            Some((name, serde_json::from_str(data).unwrap()))
+        })
+        .collect()
+}

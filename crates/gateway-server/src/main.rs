@@ -2,6 +2,9 @@
 //! stderr (`RUST_LOG` filters them); SIGTERM or Ctrl-C stops accepting and lets in-flight calls
 //! finish within `server.shutdown_grace_s`. Calls still running then end with 503 and hand back
 //! what they hold; the exit code is 3 when any were cut, 1 on a start-up error.
+//!
+//! `gateway-server --healthcheck 127.0.0.1:8080` asks a running proxy's `/healthz` and exits 0
+//! when it answers 200 within 3 s, else 1: a container's `HEALTHCHECK` without curl in the image.
 
 use clap::Parser;
 use std::path::PathBuf;
@@ -12,11 +15,28 @@ use std::process::ExitCode;
 #[command(version, about)]
 struct Args {
     /// The gateway config file: a `[server]` table and one table per scope.
-    #[arg(long)]
-    config: PathBuf,
+    #[arg(long, required_unless_present = "healthcheck")]
+    config: Option<PathBuf>,
     /// Overrides `server.listen`.
     #[arg(long)]
     listen: Option<String>,
+    /// Asks the proxy listening at this address (`host:port`) whether it is healthy, instead of
+    /// serving: exit 0 when `/healthz` answers 200 within 3 s.
+    #[arg(long, value_name = "ADDRESS")]
+    healthcheck: Option<String>,
+}
+
+/// Whether the proxy at `address` answers `GET /healthz` with 200 within 3 s.
+async fn healthy(address: &str) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let ask = async {
+        let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
+        stream.write_all(b"GET /healthz HTTP/1.1\r\nhost: healthcheck\r\nconnection: close\r\n\r\n").await.ok()?;
+        let mut status = [0u8; 12];
+        stream.read_exact(&mut status).await.ok()?;
+        Some(&status == b"HTTP/1.1 200")
+    };
+    matches!(tokio::time::timeout(std::time::Duration::from_secs(3), ask).await, Ok(Some(true)))
 }
 
 async fn shutdown_signal() {
@@ -57,9 +77,9 @@ enum RunError {
     Serve(std::io::Error),
 }
 
-async fn run(args: Args) -> Result<gateway_server::Served, RunError> {
-    let (mut server, backend, scopes) = gateway_server::config::load_all(&args.config)?;
-    if let Some(listen) = args.listen {
+async fn run(config: &std::path::Path, listen: Option<String>) -> Result<gateway_server::Served, RunError> {
+    let (mut server, backend, scopes) = gateway_server::config::load_all(config)?;
+    if let Some(listen) = listen {
         server.listen = listen;
     }
     if server.api_keys.is_empty() {
@@ -88,7 +108,12 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(args)) {
+    if let Some(address) = &args.healthcheck {
+        return if runtime.block_on(healthy(address)) { ExitCode::SUCCESS } else { ExitCode::FAILURE };
+    }
+    // Clap requires `--config` without `--healthcheck`.
+    let Some(config) = args.config else { return ExitCode::FAILURE };
+    match runtime.block_on(run(&config, args.listen)) {
         Ok(gateway_server::Served { cut: 0 }) => ExitCode::SUCCESS,
         Ok(gateway_server::Served { cut }) => {
             tracing::warn!(cut, "shut down; calls still running at the deadline were ended with 503");
@@ -107,17 +132,16 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::{Args, RunError, run};
+    use super::{RunError, healthy, run};
 
     #[tokio::test(flavor = "multi_thread")]
     async fn each_start_up_error_names_its_key_or_file() {
         let config = std::env::temp_dir().join(format!("gateway-server-main-{}.toml", std::process::id()));
-        let args = |listen: Option<String>| Args { config: config.clone(), listen };
         let _ = std::fs::remove_file(&config);
-        let e = run(args(None)).await.err().unwrap();
+        let e = run(&config, None).await.err().unwrap();
         assert!(matches!(e, RunError::Config(_)) && e.to_string().ends_with("(TOML file): file not found"), "{e:?}");
         std::fs::write(&config, "[chat.breaker]\nfail_threshold = 5\ncooldown_s = 60\n[chat.sources.s1]\nmodel = \"m\"\n").unwrap();
-        let e = run(args(None)).await.err().unwrap();
+        let e = run(&config, None).await.err().unwrap();
         assert!(matches!(e, RunError::Build(_)) && e.to_string() == "chat.sources.s1.base_url: required key is missing", "{e:?}");
         std::fs::write(
             &config,
@@ -126,13 +150,32 @@ mod tests {
         .unwrap();
         let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let address = taken.local_addr().unwrap().to_string();
-        let e = run(args(Some(address.clone()))).await.err().unwrap();
+        let e = run(&config, Some(address.clone())).await.err().unwrap();
         assert!(matches!(&e, RunError::Listen { address: a, .. } if *a == address), "{e:?}");
         assert!(e.to_string().starts_with(&format!("server.listen: cannot listen on {address}: ")), "{e}");
         std::fs::write(&config, format!("[server]\nmetrics_listen = \"{address}\"\n[chat.breaker]\nfail_threshold = 5\ncooldown_s = 60\n[chat.sources.s1]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n")).unwrap();
-        let e = run(args(Some("127.0.0.1:0".to_owned()))).await.err().unwrap();
+        let e = run(&config, Some("127.0.0.1:0".to_owned())).await.err().unwrap();
         assert!(matches!(e, RunError::Serve(_)), "{e:?}");
         assert!(e.to_string().starts_with(&format!("server.metrics_listen: cannot listen on {address}: ")), "{e}");
         let _ = std::fs::remove_file(&config);
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn the_healthcheck_says_whether_healthz_answers_200() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let config = std::env::temp_dir().join(format!("gateway-server-health-{}.toml", std::process::id()));
+        std::fs::write(
+            &config,
+            "[chat.breaker]\nfail_threshold = 5\ncooldown_s = 60\n[chat.sources.s1]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n",
+        )
+        .unwrap();
+        let (server, backend, scopes) = gateway_server::config::load_all(&config).unwrap();
+        let _ = std::fs::remove_file(&config);
+        let state = gateway_server::build_with(server, backend, scopes).await.unwrap();
+        tokio::spawn(gateway_server::serve(listener, state, std::future::pending()));
+        assert!(healthy(&address).await, "a serving proxy is healthy");
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+        assert!(!healthy(&closed).await, "nothing listening is not healthy");
     }
 }

@@ -1,5 +1,6 @@
 //! `gateway-http`: the `Upstream` for OpenAI-compatible HTTP providers (official APIs, relays,
-//! local servers). One connection pool per source; the caller's native body sent with the
+//! local servers) and Anthropic's Messages API (a source's `protocol`, [`anthropic`]; a chat
+//! completion or a Messages call translated for a source of the other protocol). One connection pool per source; the caller's native body sent with the
 //! source's `model`; chat answered whole or streamed chunk by chunk (SSE, every chunk wait under
 //! the watchdog), and a source with a watchdog always streamed and assembled; embeddings; every
 //! way an endpoint can answer classified by [`classify`] into an outcome class with a detail for

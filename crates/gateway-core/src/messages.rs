@@ -78,6 +78,23 @@ pub fn error_class(error_type: &str) -> Option<OutcomeClass> {
     })
 }
 
+/// The `error.type` Anthropic answers an HTTP status with (the inverse of [`error_class`]): for
+/// an error answered in Anthropic's shape, by the proxy or a simulated provider.
+pub fn error_type_of(status: u16) -> &'static str {
+    match status {
+        401 => "authentication_error",
+        402 => "billing_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        400..=499 => "invalid_request_error",
+        503 | 529 => "overloaded_error",
+        504 => "timeout_error",
+        _ => "api_error",
+    }
+}
+
 /// Whether a token count is usable: its `input_tokens` is a number.
 pub fn count_is_usable(body: &Object) -> bool {
     body.get("input_tokens").is_some_and(Value::is_u64)
@@ -118,6 +135,11 @@ mod tests {
         assert_eq!(error_class("permission_error"), Some(OutcomeClass::SourceDead));
         assert_eq!(error_class("invalid_request_error"), Some(OutcomeClass::RequestRejected));
         assert_eq!(error_class("not_found_error"), None);
+        for status in [400, 401, 402, 403, 413, 429, 500, 503, 504, 529] {
+            let kind = error_type_of(status);
+            assert!(error_class(kind).is_some(), "{status}: {kind} is a type Anthropic's errors are classified by");
+        }
+        assert_eq!((error_type_of(422), error_type_of(404), error_type_of(502)), ("invalid_request_error", "not_found_error", "api_error"));
         assert!(count_is_usable(&object(json!({"input_tokens": 3}))));
         assert!(!count_is_usable(&object(json!({"input_tokens": "3"}))));
     }

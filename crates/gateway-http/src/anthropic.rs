@@ -3,7 +3,8 @@
 //! caller's body with the source's `model`, a whole answer read and checked, a stream of named
 //! events read one `data:` line at a time).
 //!
-//! - **Auth and version.** The source's key goes in `x-api-key`, never `Authorization`; every
+//! - **Auth and version.** The source's key goes in `x-api-key` (among the source's headers, made
+//!   once when the source is built), never `Authorization`; every
 //!   request carries `anthropic-version`: the caller's, or the source's `anthropic_version`.
 //! - **The caller's headers.** `anthropic-*` headers (`anthropic-beta`, …) and Claude Code's
 //!   `x-app` reach the provider as they came, but for the betas the source lists in
@@ -14,7 +15,7 @@
 //! - **Request id** in `request-id` (OpenAI's `x-request-id` is read first).
 
 use crate::Source;
-use gateway_core::request::{Protocol, Request};
+use gateway_core::request::Request;
 
 /// The caller's headers an Anthropic provider reads: `anthropic-*` and Claude Code's `x-app`.
 pub fn is_passed_on(name: &str) -> bool {
@@ -27,14 +28,9 @@ fn kept_betas(value: &str, drop: &[String]) -> Option<String> {
     (!kept.is_empty()).then(|| kept.join(","))
 }
 
-/// The request of one attempt at an Anthropic source, authorized: its key, the version, and
-/// the caller's headers passed on.
-pub(crate) fn authorize(src: &Source, request: &Request, mut builder: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-    if let Some(key) = &src.api_key {
-        let mut value = reqwest::header::HeaderValue::from_str(key.expose()).unwrap_or(reqwest::header::HeaderValue::from_static(""));
-        value.set_sensitive(true);
-        builder = builder.header("x-api-key", value);
-    }
+/// The request of one attempt at an Anthropic source, with the version (the caller's, else the
+/// source's) and the caller's headers passed on. (Its key is among the source's headers.)
+pub(crate) fn pass_on(src: &Source, request: &Request, mut builder: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
     let passed = request.passed_headers();
     if !passed.iter().any(|(name, _)| name == "anthropic-version") {
         builder = builder.header("anthropic-version", src.anthropic_version.as_str());
@@ -49,11 +45,6 @@ pub(crate) fn authorize(src: &Source, request: &Request, mut builder: reqwest::R
         }
     }
     builder
-}
-
-/// Whether `src` speaks Anthropic's dialect.
-pub(crate) fn speaks(src: &Source) -> bool {
-    src.protocol == Protocol::Anthropic
 }
 
 #[cfg(test)]

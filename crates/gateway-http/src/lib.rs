@@ -1,7 +1,8 @@
 //! `gateway-http`: the `Upstream` for OpenAI-compatible HTTP providers (official APIs, relays,
 //! local servers) and Anthropic's Messages API (a source's `protocol`, [`anthropic`]; a chat
-//! completion or a Messages call translated for a source of the other protocol). One connection pool per source; the caller's native body sent with the
-//! source's `model`; chat answered whole or streamed chunk by chunk (SSE, every chunk wait under
+//! completion or a Messages call translated for a source of the other protocol). One
+//! connection pool per source, the source's key in its protocol's header; the caller's native
+//! body sent with the source's `model`; chat answered whole or streamed chunk by chunk (SSE, every chunk wait under
 //! the watchdog), and a source with a watchdog always streamed and assembled; embeddings; every
 //! way an endpoint can answer classified by [`classify`] into an outcome class with a detail for
 //! telemetry; structured output checked on text answers against the request's JSON Schema or
@@ -21,9 +22,9 @@ pub mod structured;
 
 use async_trait::async_trait;
 use gateway_core::outcome::OutcomeClass;
-use gateway_core::policy::{ScopePolicy, Secret, SourcePolicy};
+use gateway_core::policy::{ScopePolicy, SourcePolicy};
 use gateway_core::ports::{Streamed, Upstream};
-use gateway_core::request::{Attempt, Kind, Request};
+use gateway_core::request::{Attempt, Kind, Protocol, Request};
 use gateway_core::time::WallClock;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use std::collections::HashMap;
@@ -107,7 +108,6 @@ pub(crate) struct Source {
     pub(crate) name: String,
     pub(crate) client: reqwest::Client,
     pub(crate) base_url: String,
-    pub(crate) api_key: Option<Secret>,
     pub(crate) model: String,
     pub(crate) timeout: Duration,
     pub(crate) watchdog: Option<Duration>,
@@ -119,7 +119,7 @@ pub(crate) struct Source {
     /// A streamed attempt sends `stream_options` (the usage asked for).
     pub(crate) stream_options: bool,
     /// The dialect it speaks, and an Anthropic source's default version and refused betas.
-    pub(crate) protocol: gateway_core::request::Protocol,
+    pub(crate) protocol: Protocol,
     pub(crate) anthropic_version: String,
     pub(crate) drop_betas: Vec<String>,
     /// The `max_tokens` a chat request translated for it gets when it sets none.
@@ -131,7 +131,8 @@ impl fmt::Debug for Source {
         f.debug_struct("Source")
             .field("name", &self.name)
             .field("base_url", &self.base_url)
-            .field("api_key", &self.api_key)
+            // The key is among the headers, whose values are all marked sensitive: `Sensitive`.
+            .field("headers", &self.headers)
             .field("model", &self.model)
             .field("timeout", &self.timeout)
             .field("watchdog", &self.watchdog)
@@ -283,6 +284,17 @@ fn build_source(policy: &SourcePolicy, key: &str, not_found: classify::NotFound)
         value.set_sensitive(true);
         headers.insert(header, value);
     }
+    // The source's key, in its protocol's header: made once here, sent with every attempt.
+    if let Some(key) = &policy.api_key {
+        let (name, value) = match policy.protocol {
+            Protocol::OpenAi => (reqwest::header::AUTHORIZATION, format!("Bearer {}", key.expose())),
+            Protocol::Anthropic => (HeaderName::from_static("x-api-key"), key.expose().to_owned()),
+        };
+        let mut value =
+            HeaderValue::from_str(&value).map_err(|_| invalid("api_key", "not a valid header value (the key is not shown)".into()))?;
+        value.set_sensitive(true);
+        headers.insert(name, value);
+    }
     let client = reqwest::Client::builder()
         .connect_timeout(policy.timeout.min(Duration::from_secs(10)))
         .pool_idle_timeout(Duration::from_secs(90))
@@ -293,7 +305,6 @@ fn build_source(policy: &SourcePolicy, key: &str, not_found: classify::NotFound)
         name: policy.name.clone(),
         client,
         base_url: base_url.trim_end_matches('/').to_owned(),
-        api_key: policy.api_key.clone(),
         model,
         timeout: policy.timeout,
         watchdog: policy.watchdog,

@@ -138,14 +138,7 @@ pub fn text_answer(kind: Kind, text: &str, usage: Option<Usage>) -> Response {
         }
         Kind::Files => Response::new(kind, object(json!({"id": "file-mock", "object": "file"}))),
         Kind::Batches => Response::new(kind, object(json!({"id": "batch_mock", "object": "batch", "status": "validating"}))),
-        Kind::Messages => {
-            let mut body = json!({"id": "msg_mock", "type": "message", "role": "assistant", "model": "mock",
-                                  "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": null});
-            if let Some(u) = usage {
-                body["usage"] = json!({"input_tokens": u.prompt_tokens, "output_tokens": u.completion_tokens});
-            }
-            Response::new(kind, object(body))
-        }
+        Kind::Messages => Response::message_text("msg_mock", text, usage),
         Kind::CountTokens => Response::new(kind, object(json!({"input_tokens": usage.map_or(1, |u| u.prompt_tokens)}))),
     }
 }

@@ -37,7 +37,7 @@ fn error_of(kind: Kind, status: u16, code: &str, message: &str) -> gateway_mock:
     if kind != Kind::Messages {
         return error(status, code, message);
     }
-    let body = json!({"type": "error", "error": {"type": crate::upstream::anthropic_error_type(status), "message": message}});
+    let body = json!({"type": "error", "error": {"type": gateway_core::messages::error_type_of(status), "message": message}});
     gateway_mock::Answer::json(status, &body)
 }
 

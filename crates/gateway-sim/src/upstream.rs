@@ -40,20 +40,6 @@ impl Prompt {
     }
 }
 
-/// The `error.type` an Anthropic provider answers a status with (the simulated providers' errors
-/// in Anthropic's dialect, over HTTP and in process alike).
-pub fn anthropic_error_type(status: u16) -> &'static str {
-    match status {
-        401 => "authentication_error",
-        403 => "permission_error",
-        404 => "not_found_error",
-        429 => "rate_limit_error",
-        400..=499 => "invalid_request_error",
-        529 => "overloaded_error",
-        _ => "api_error",
-    }
-}
-
 /// The content of a good structured answer.
 pub const VALID_JSON: &str = "{\"answer\": 42}";
 
@@ -162,10 +148,7 @@ impl Providers {
             }
             Kind::Messages => {
                 let n = self.responses.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                let body = serde_json::json!({"id": format!("msg_sim_{n}"), "type": "message", "role": "assistant", "model": "sim",
-                    "content": [{"type": "text", "text": content}], "stop_reason": "end_turn", "stop_sequence": null,
-                    "usage": {"input_tokens": 200, "output_tokens": 250}});
-                Response::new(Kind::Messages, body.as_object().cloned().unwrap_or_default())
+                Response::message_text(&format!("msg_sim_{n}"), content, usage)
             }
             _ => Response::chat_text(content, usage),
         }

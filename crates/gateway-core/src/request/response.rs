@@ -109,6 +109,23 @@ impl Response {
         Response::new(Kind::Responses, into_object(body))
     }
 
+    /// An Anthropic `message` of one text block (for simulated and scripted upstreams), with the
+    /// id `id`.
+    pub fn message_text(id: &str, content: &str, usage: Option<Usage>) -> Self {
+        let mut body = json!({
+            "id": id,
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "text", "text": content}],
+            "stop_reason": "end_turn",
+            "stop_sequence": null,
+        });
+        if let Some(u) = usage {
+            body["usage"] = json!({"input_tokens": u.prompt_tokens, "output_tokens": u.completion_tokens});
+        }
+        Response::new(Kind::Messages, into_object(body))
+    }
+
     /// An embeddings answer of these vectors (for simulated and scripted upstreams).
     pub fn embedding_vectors(vectors: &[Vec<f32>], usage: Option<Usage>) -> Self {
         let data: Vec<Value> =

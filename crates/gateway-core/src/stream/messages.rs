@@ -7,9 +7,8 @@
 //! (`input_json_delta`), or thinking (`thinking_delta`: Claude's thinking is shown to the caller,
 //! who asked for it); a tool's use at its block's start (as chat commits at a tool call's first
 //! delta: a tool without parameters may send no input piece at all); or a `message_delta` whose
-//! `stop_reason` is `refusal`. Events before it
-//! (`message_start`, `ping`, a block's start) are held: they belong to the attempt that finally
-//! serves the call. The stream ends at `message_stop`; an `error` event ends it with its class.
+//! `stop_reason` is `refusal`. Events before it (`message_start`, `ping`, a text block's start)
+//! are held: they belong to the attempt that finally serves the call. The stream ends at `message_stop`; an `error` event ends it with its class.
 
 use super::Chunk;
 use crate::request::{Kind, Object, Response};

@@ -1,7 +1,8 @@
 //! Streamed answers (SPEC §13), in each dialect that streams: chat completions
 //! (`chat.completion.chunk`s, [`chat`]), the Responses API (named events, [`responses`]),
-//! Anthropic's Messages API (named events, [`messages`]), legacy completions (`text_completion` chunks, [`completions`]), and a binary answer's bytes
-//! as they come (speech, [`bytes`]). For each: the commit point, a
+//! Anthropic's Messages API (named events, [`messages`]), legacy completions
+//! (`text_completion` chunks, [`completions`]), and a binary answer's bytes as they come
+//! (speech, [`bytes`]). For each: the commit point, a
 //! whole answer assembled from the chunks (for a caller that did not ask for a stream, when the
 //! source is streamed so that its watchdog applies), and the reverse, chunks of a whole answer
 //! (for an upstream that cannot stream, and for a stream held to its validated end).

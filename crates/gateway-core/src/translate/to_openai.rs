@@ -215,7 +215,11 @@ pub fn answer(completion: &Object) -> Response {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Open {
     Text(u64),
-    Tool { call: u64, block: u64 },
+    /// A tool call's block, and the call's stream `index` (some providers send none).
+    Tool {
+        call: Option<u64>,
+        block: u64,
+    },
 }
 
 /// Chat chunks as Messages events, one chunk at a time: `message_start` at the first, a text
@@ -229,10 +233,8 @@ pub struct EventsOfChunks {
     blocks: u64,
     stop: Option<&'static str>,
     usage: Option<Value>,
-    /// Tool calls opened, and the last one's stream index (a provider that sends none gets one
-    /// per new `id`).
+    /// Tool calls opened.
     calls: u64,
-    last_call: Option<u64>,
 }
 
 fn event(value: Value) -> Chunk {
@@ -277,24 +279,24 @@ impl EventsOfChunks {
             out.push(event(json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": text}})));
         }
         for call in delta.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
+            // A piece continues the open call when it has its index, or, from a provider that
+            // sends none, when it brings no new id.
+            let index = call.get("index").and_then(Value::as_u64);
             let fresh = call.get("id").and_then(Value::as_str).is_some_and(|id| !id.is_empty());
-            let number = match call.get("index").and_then(Value::as_u64) {
-                Some(index) => index,
-                None if fresh || self.last_call.is_none() => 1_000_000 + self.calls,
-                None => self.last_call.unwrap_or_default(),
+            let continues = match (self.open, index) {
+                (Some(Open::Tool { call: open, .. }), Some(_)) => open == index,
+                (Some(Open::Tool { .. }), None) => !fresh,
+                _ => false,
             };
-            if self.last_call != Some(number) {
-                self.calls += 1;
-                self.last_call = Some(number);
-            }
-            if !matches!(self.open, Some(Open::Tool { call: open, .. }) if open == number) {
+            if !continues {
                 self.close(&mut out);
-                let index = self.blocks;
+                self.calls += 1;
+                let block = self.blocks;
                 self.blocks += 1;
-                self.open = Some(Open::Tool { call: number, block: index });
-                let block = json!({"type": "tool_use", "id": call.get("id").cloned().unwrap_or(json!("")),
+                self.open = Some(Open::Tool { call: index, block });
+                let start = json!({"type": "tool_use", "id": call.get("id").cloned().unwrap_or(json!("")),
                                    "name": call.pointer("/function/name").cloned().unwrap_or(json!("")), "input": {}});
-                out.push(event(json!({"type": "content_block_start", "index": index, "content_block": block})));
+                out.push(event(json!({"type": "content_block_start", "index": block, "content_block": start})));
             }
             if let (Some(Open::Tool { block, .. }), Some(piece)) =
                 (self.open, call.pointer("/function/arguments").and_then(Value::as_str).filter(|p| !p.is_empty()))

@@ -5,7 +5,7 @@
 //! source's `model` field (its parts shared, not copied, on every attempt), or none.
 
 use crate::Source;
-use gateway_core::request::{Form, Kind, Method, Object, Request};
+use gateway_core::request::{Form, Kind, Method, Object, Protocol, Request};
 use serde_json::{Value, json};
 
 /// The JSON body of one attempt of `request` at `src`.
@@ -24,7 +24,8 @@ pub(super) fn attempt_body(src: &Source, request: &Request, stream: bool) -> Obj
     }
     body.insert("stream".into(), json!(true));
     if matches!(kind, Kind::Responses | Kind::Messages) {
-        // The usage comes with `response.completed`; the caller's options (obfuscation) stay.
+        // The usage comes with the terminal events (`response.completed`, `message_delta`): the
+        // caller's options, if any, stay as written.
         if let Some(options) = options {
             body.insert("stream_options".into(), options);
         }
@@ -100,11 +101,11 @@ pub(super) fn build(src: &Source, request: &Request, stream: bool) -> reqwest::R
         }
         None => (reqwest::Method::POST, format!("{}/{}", src.base_url, wire_kind(src, request).path())),
     };
+    // The source's headers carry its key; an Anthropic source gets the version and the
+    // caller's headers too.
     let mut builder = src.client.request(method, url).headers(src.headers.clone());
-    if crate::anthropic::speaks(src) {
-        builder = crate::anthropic::authorize(src, request, builder);
-    } else if let Some(key) = &src.api_key {
-        builder = builder.bearer_auth(key.expose());
+    if src.protocol == Protocol::Anthropic {
+        builder = crate::anthropic::pass_on(src, request, builder);
     }
     match (request.form(), request.target()) {
         (Some(form), _) => builder.multipart(multipart(src, request, form)),

@@ -96,7 +96,7 @@ async fn the_api_key_never_reaches_debug_or_telemetry_details() {
     let mock = MockServer::answering(|_| status(401, error_body("invalid_api_key"))).await.unwrap();
     let upstream = HttpUpstream::new(&[scope(&mock.base_url(), json!({}))]).unwrap();
     let shown = format!("{upstream:?}");
-    assert!(!shown.contains("sk-test-secret") && shown.contains("redacted"), "{shown}");
+    assert!(!shown.contains("sk-test-secret") && shown.contains("\"authorization\": Sensitive"), "{shown}");
     let attempt = upstream.send("s1", &chat(false)).await;
     assert!(!format!("{attempt:?}").contains("sk-test-secret"));
 }
@@ -119,6 +119,12 @@ fn sources_the_adapter_cannot_use_are_named() {
     assert_eq!(HttpUpstream::new(&[no_model]).unwrap_err().key, "chat.sources.s1.model");
     let bad_header = scope("http://x/v1", json!({"headers": {"bad header": "v"}}));
     assert_eq!(HttpUpstream::new(&[bad_header]).unwrap_err().to_string(), "chat.sources.s1.headers.bad header: not a valid header name");
+    // A key that cannot be a header value is named, never shown.
+    for protocol in ["openai", "anthropic"] {
+        let bad_key = scope("http://x/v1", json!({"api_key": "sk-line\nbreak", "protocol": protocol}));
+        let error = HttpUpstream::new(&[bad_key]).unwrap_err().to_string();
+        assert_eq!(error, "chat.sources.s1.api_key: not a valid header value (the key is not shown)", "{protocol}");
+    }
     let mut other = scope("http://y/v1", json!({}));
     other.name = "embedding".into();
     assert!(HttpUpstream::new(&[scope("http://x/v1", json!({})), other]).unwrap_err().problem.contains("configured differently"));

@@ -4,24 +4,16 @@
 //! (`{"type": "error", "error": {"type": …, "message": …}}`) with the statuses and
 //! `retry-after` of the OpenAI routes. A provider's own error body is passed on as it came.
 
-use crate::openai::ApiError;
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use crate::openai::{ApiError, ChatAsk};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use gateway_core::request::{Kind, Object, Request};
 use serde_json::{Value, json};
 
-/// A Messages (or token count) call the caller asked for: the request, and whether it streams.
-#[derive(Debug)]
-pub struct MessagesAsk {
-    /// The gateway request (the caller's body and headers to pass on).
-    pub request: Request,
-    /// The caller wants SSE.
-    pub stream: bool,
-}
-
 /// The Messages call of `body` (`kind`: Messages or CountTokens), passing on the caller's
-/// `headers` the provider reads. Errors name the field or header.
-pub fn messages_request(kind: Kind, mut body: Object, headers: &HeaderMap) -> Result<MessagesAsk, ApiError> {
+/// `headers` the provider reads, and whether the caller streams it (its framing is Anthropic's
+/// named events, `Framing::of`). Errors name the field or header.
+pub fn messages_request(kind: Kind, mut body: Object, headers: &HeaderMap) -> Result<ChatAsk, ApiError> {
     match body.get("messages") {
         Some(Value::Array(_)) => {}
         Some(_) => return Err(ApiError::invalid("messages", "messages must be an array of messages")),
@@ -43,23 +35,7 @@ pub fn messages_request(kind: Kind, mut body: Object, headers: &HeaderMap) -> Re
         let value = value.to_str().map_err(|_| ApiError::invalid(name.as_str(), format!("header {name} is not visible ASCII")))?;
         passed.push((name.as_str().to_owned(), value.to_owned()));
     }
-    Ok(MessagesAsk { request: Request::native(kind, body).passing(passed), stream })
-}
-
-/// Anthropic's error `type` for an answer of `status`.
-fn error_type(status: StatusCode) -> &'static str {
-    match status.as_u16() {
-        400 | 405 | 408 | 409 | 422 => "invalid_request_error",
-        401 => "authentication_error",
-        402 => "billing_error",
-        403 => "permission_error",
-        404 => "not_found_error",
-        413 => "request_too_large",
-        429 => "rate_limit_error",
-        503 | 529 => "overloaded_error",
-        504 => "timeout_error",
-        _ => "api_error",
-    }
+    Ok(ChatAsk { request: Request::native(kind, body).passing(passed), stream, include_usage: false })
 }
 
 /// `error`'s body in Anthropic's shape: a provider's own Anthropic error as it came, else the
@@ -73,36 +49,24 @@ pub fn error_body(error: &ApiError) -> Value {
         Some(param) if !error.message.starts_with(&format!("{param}:")) => format!("{param}: {}", error.message),
         _ => error.message.clone(),
     };
-    json!({"type": "error", "error": {"type": error_type(error.status), "message": message}})
+    json!({"type": "error", "error": {"type": gateway_core::messages::error_type_of(error.status.as_u16()), "message": message}})
 }
 
 /// An error answered in Anthropic's shape (see [`error_body`]).
 #[derive(Debug)]
 pub struct AnthropicError(pub ApiError);
 
-impl From<ApiError> for AnthropicError {
-    fn from(error: ApiError) -> Self {
-        AnthropicError(error)
-    }
-}
-
 impl IntoResponse for AnthropicError {
     fn into_response(self) -> Response {
-        let error = self.0;
-        let mut response = (error.status, [("content-type", "application/json")], error_body(&error).to_string()).into_response();
-        if let Some(seconds) = error.retry_after {
-            response.headers_mut().insert("retry-after", HeaderValue::from(seconds));
-        }
-        if error.close {
-            response.headers_mut().insert("connection", HeaderValue::from_static("close"));
-        }
-        response
+        let body = error_body(&self.0);
+        self.0.respond(&body)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::{HeaderValue, StatusCode};
 
     fn object(value: Value) -> Object {
         value.as_object().cloned().unwrap_or_default()

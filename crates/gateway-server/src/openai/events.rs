@@ -1,7 +1,7 @@
 //! Streamed answers as SSE events, in each dialect: chat and legacy completions (`data:` lines,
 //! then `data: [DONE]`), and the Responses API (named events, `sequence_number` counted by the
-//! gateway, no `[DONE]`), and Anthropic's Messages API (named events as they came); an error after the stream's head in the shape each dialect's SDK
-//! raises.
+//! gateway, no `[DONE]`), and Anthropic's Messages API (named events as they came); an error
+//! after the stream's head in the shape each dialect's SDK raises.
 
 use super::ApiError;
 use gateway_core::stream::Chunk;

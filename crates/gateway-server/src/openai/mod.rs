@@ -88,9 +88,11 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let mut response = (self.status, [("content-type", "application/json")], self.body().to_string()).into_response();
+impl ApiError {
+    /// This error's answer with `body` (its own shape's, or another dialect's): its status,
+    /// `retry-after` and `connection: close`.
+    pub fn respond(self, body: &Value) -> Response {
+        let mut response = (self.status, [("content-type", "application/json")], body.to_string()).into_response();
         if let Some(seconds) = self.retry_after {
             response.headers_mut().insert("retry-after", HeaderValue::from(seconds));
         }
@@ -98,6 +100,13 @@ impl IntoResponse for ApiError {
             response.headers_mut().insert("connection", HeaderValue::from_static("close"));
         }
         response
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = self.body();
+        self.respond(&body)
     }
 }
 

@@ -15,19 +15,29 @@ pub(super) fn respond(result: Result<Response, ApiError>) -> Response {
     result.unwrap_or_else(IntoResponse::into_response)
 }
 
-/// The authenticated caller's tenant, this request's own `structured_stream` (its header),
-/// the body read, and its scope (`model`), known to the gateway.
-pub(super) async fn scoped_body(
-    state: &AppState,
-    request: HttpRequest,
-) -> Result<(Option<String>, Option<gateway_core::stream::StructuredStream>, Object, String), ApiError> {
+/// A JSON call's request as the gateway reads it before it is made a gateway request.
+pub(super) struct Scoped {
+    /// The authenticated caller's tenant.
+    pub(super) tenant: Option<String>,
+    /// This request's own `structured_stream` (its header).
+    pub(super) commit: Option<gateway_core::stream::StructuredStream>,
+    /// The request's headers (what a provider reads of them is passed on).
+    pub(super) headers: axum::http::HeaderMap,
+    /// The body.
+    pub(super) body: Object,
+    /// Its scope (`model`), known to the gateway.
+    pub(super) model: String,
+}
+
+/// The caller authenticated, the body read and its scope known (see [`Scoped`]).
+pub(super) async fn scoped_body(state: &AppState, request: HttpRequest) -> Result<Scoped, ApiError> {
     let tenant = state.keys.authenticate(request.headers())?.tenant;
     let commit = openai::structured_stream(request.headers())?;
     state.held.admit()?;
-    let (_, body) = json_body(state, request).await?;
+    let (headers, body) = json_body(state, request).await?;
     let model = openai::model(&body)?;
     known_model(state, &model)?;
-    Ok((tenant, commit, body, model))
+    Ok(Scoped { tenant, commit, headers, body, model })
 }
 
 /// A call the caller takes whole, or as a stream in its kind's framing.
@@ -44,7 +54,7 @@ pub(super) async fn deliver(state: Arc<AppState>, scope: String, tenant: Option<
 pub(super) async fn whole(state: Arc<AppState>, request: HttpRequest, parse: fn(Object) -> Result<Request, ApiError>) -> Response {
     respond(
         async {
-            let (tenant, _, body, model) = scoped_body(&state, request).await?;
+            let Scoped { tenant, body, model, .. } = scoped_body(&state, request).await?;
             let request = parse(body)?;
             let response = whole_call(&state, &model, tenant.as_deref(), &request).await?;
             Ok(answer(&model, response))
@@ -63,7 +73,7 @@ pub(super) async fn streamable(
 ) -> Response {
     respond(
         async {
-            let (tenant, commit, body, model) = scoped_body(&state, request).await?;
+            let Scoped { tenant, commit, body, model, .. } = scoped_body(&state, request).await?;
             let mut ask = parse(body, &state.schemas)?;
             ask.request.structured_stream = commit;
             deliver(state.clone(), model, tenant, ask).await

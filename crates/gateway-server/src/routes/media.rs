@@ -7,7 +7,7 @@
 //! like chat; the streamed variants of images and transcripts are not served (400 naming
 //! `stream`).
 
-use super::chat::{respond, scoped_body, whole};
+use super::chat::{Scoped, respond, scoped_body, whole};
 use super::form::{model, read_form, require_file};
 use super::{answer, governed, known_model, whole_call};
 use crate::AppState;
@@ -30,7 +30,7 @@ pub(crate) async fn images(State(state): State<Arc<AppState>>, request: HttpRequ
 pub(crate) async fn speech(State(state): State<Arc<AppState>>, request: HttpRequest) -> Response {
     respond(
         async {
-            let (tenant, _, body, scope) = scoped_body(&state, request).await?;
+            let Scoped { tenant, body, model: scope, .. } = scoped_body(&state, request).await?;
             let request = openai::whole_request(Kind::Speech, body)?;
             let mut stream = governed(&state, async {
                 match tenant.as_deref() {

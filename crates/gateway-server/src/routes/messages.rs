@@ -4,29 +4,22 @@
 //! passed on as written with the source's `model`, the caller's `anthropic-*` and `x-app`
 //! headers passed on, and every error in Anthropic's shape.
 
-use super::sse::sse;
-use super::{answer, json_body, known_model, whole_call};
+use super::chat::{Scoped, deliver, scoped_body};
 use crate::AppState;
 use crate::anthropic::{self, AnthropicError};
-use crate::openai::{self, ApiError, Framing};
+use crate::openai::ApiError;
 use axum::extract::{Request as HttpRequest, State};
 use axum::response::{IntoResponse, Response};
 use gateway_core::request::Kind;
 use std::sync::Arc;
 
-/// A call of `kind` (Messages or a token count), answered whole or as a stream.
+/// A call of `kind` (Messages or a token count), answered whole or as a stream in Anthropic's
+/// named events.
 async fn call(state: Arc<AppState>, request: HttpRequest, kind: Kind) -> Result<Response, ApiError> {
-    let tenant = state.keys.authenticate(request.headers())?.tenant;
-    state.held.admit()?;
-    let (headers, body) = json_body(&state, request).await?;
-    let model = openai::model(&body)?;
-    known_model(&state, &model)?;
-    let ask = anthropic::messages_request(kind, body, &headers)?;
-    if !ask.stream {
-        let response = whole_call(&state, &model, tenant.as_deref(), &ask.request).await?;
-        return Ok(answer(&model, response));
-    }
-    sse(state.clone(), model, tenant, ask.request, Framing::Named).await
+    let Scoped { tenant, commit, headers, body, model } = scoped_body(&state, request).await?;
+    let mut ask = anthropic::messages_request(kind, body, &headers)?;
+    ask.request.structured_stream = commit;
+    deliver(state, model, tenant, ask).await
 }
 
 /// The answer, or the error's in Anthropic's shape.

@@ -1,7 +1,7 @@
 //! [`SimUpstream`]: the scenario's providers played in (virtual) time as an in-process
 //! `Upstream`, applying the source's watchdog and timeout the way the HTTP adapter does.
 
-use super::{Answer, Prompt, Providers, Reply, anthropic_error_type, fails_the_check};
+use super::{Answer, Prompt, Providers, Reply, fails_the_check};
 use crate::scenario::Scenario;
 use async_trait::async_trait;
 use gateway_core::outcome::OutcomeClass;
@@ -111,7 +111,7 @@ impl SimUpstream {
                 src.timer.wait(reply.after).await;
                 // The HTTP adapter's own table, so both transports classify a reply alike.
                 let status = axum::http::StatusCode::from_u16(status).unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
-                let code = if src.protocol == Protocol::Anthropic { anthropic_error_type(status.as_u16()) } else { code };
+                let code = if src.protocol == Protocol::Anthropic { gateway_core::messages::error_type_of(status.as_u16()) } else { code };
                 let (class, detail) = gateway_http::classify::classify_status(status, Some(code), self.not_found, src.protocol);
                 Begun::Ended(fail(class, &detail).with_rate(reply.rate()))
             }

@@ -7,6 +7,7 @@
 //! Presets: [`Preset::Default`] and [`Preset::Baseline`] (the old library, for comparison).
 //! Telemetry: [`TracingTelemetry`] and the in-memory [`Collector`].
 
+mod accounts;
 mod admission;
 mod affinity;
 mod builder;
@@ -15,6 +16,7 @@ mod clock;
 pub mod config;
 mod delivery;
 mod error;
+mod overview;
 mod partition;
 mod preset;
 mod slot;
@@ -22,10 +24,12 @@ mod stream;
 mod telemetry;
 mod turns;
 
+pub use accounts::RateLimited;
 pub use affinity::AFFINITY_TTL;
 pub use builder::{BACKGROUND_RECORDS, BuildError, GatewayClientBuilder, RECORD_TIMEOUT};
 pub use clock::TokioClock;
 pub use error::{AttemptRecord, CallError, CallReport, Exhausted, TenantRefusal, Unroutable};
+pub use overview::{AccountStatus, ScopeOverview, SourceStatus, TenantStatus};
 pub use preset::Preset;
 pub use stream::{ChatStream, StreamError};
 pub use telemetry::{Collector, TracingTelemetry};
@@ -58,32 +62,6 @@ fn into_stream(answer: Delivered<ChatStream>) -> ChatStream {
         Delivered::Stream(stream) => stream,
         Delivered::Whole(response) => ChatStream::replay(response),
     }
-}
-
-/// One source of one scope partition, as [`GatewayClient::status`] sees it.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub struct SourceStatus {
-    /// The scope.
-    pub scope: String,
-    /// The tenant partition (`None`: the shared one).
-    pub tenant: Option<String>,
-    /// The source.
-    pub source: String,
-    /// Its gate's state.
-    pub state: gateway_core::breaker::CircuitState,
-    /// Its gate's epoch.
-    pub epoch: u64,
-    /// Its gate's reopen streak.
-    pub streak: u32,
-    /// Seconds until a certain retry moment (0 unless OPEN).
-    pub retry_after_s: f64,
-    /// Health EWMA in this process.
-    pub health: f64,
-    /// The learned AIMD limit of its provider account (shared by every process on a shared
-    /// backend; none when unpaced).
-    pub aimd_limit: Option<f64>,
-    /// Attempts in flight from this process.
-    pub inflight: u32,
 }
 
 /// The gateway: scopes of sources behind shared gates, one upstream transport, telemetry.
@@ -282,53 +260,6 @@ impl GatewayClient {
             let local = p.shared().local();
             p.policy().sources.iter().zip(&local.health).map(|(src, h)| (src.name.clone(), h.value())).collect()
         })
-    }
-
-    /// Every source of every scope and live tenant partition now (with `only_tenant`, the shared
-    /// partitions and that tenant's): its gate (state, epoch, reopen streak, retry_after, from the
-    /// gate backend) and this process's view of it (health, AIMD limit, attempts in flight). For
-    /// status pages (`/v1/gateway/sources`).
-    pub async fn status(&self, only_tenant: Option<&str>) -> Result<Vec<SourceStatus>, gateway_core::ports::BackendError> {
-        let only = only_tenant.map(str::to_ascii_lowercase);
-        // The local views are read first, and the partitions let go before the backend is asked:
-        // a partition held across those awaits would count as busy and could not be evicted.
-        let mut views = Vec::new();
-        for partitions in self.scopes.values() {
-            for partition in partitions.all() {
-                let tenant = partition.gates.first().and_then(|(key, _)| key.tenant.as_deref());
-                if only.is_some() && tenant.is_some() && tenant != only.as_deref() {
-                    continue;
-                }
-                let local = partition.local();
-                for (i, (key, params)) in partition.gates.iter().enumerate() {
-                    let account = partition.pacer.map(|pacer| (partition.account(i).clone(), pacer));
-                    views.push((key.clone(), params.clone(), local.health[i].value(), account, local.inflight[i]));
-                }
-            }
-        }
-        let holders = &self.admission.holders;
-        let mut all = Vec::with_capacity(views.len());
-        for (key, params, health, account, inflight) in views {
-            let gate = holders.gates.read(&key).await?;
-            let retry_after = holders.gates.retry_after(std::slice::from_ref(&(key.clone(), params))).await?;
-            let aimd_limit = match account {
-                Some((account, pacer)) => Some(holders.pacer.read(&account, &pacer).await?.limit),
-                None => None,
-            };
-            all.push(SourceStatus {
-                scope: key.scope.to_string(),
-                tenant: key.tenant.as_deref().map(str::to_owned),
-                source: key.source.to_string(),
-                state: gate.state,
-                epoch: gate.epoch,
-                streak: gate.streak,
-                retry_after_s: retry_after.as_secs_f64(),
-                health,
-                aimd_limit,
-                inflight,
-            });
-        }
-        Ok(all)
     }
 
     /// Records dropped since the start: those that found no room in the background, or ran out

@@ -8,10 +8,11 @@
 //! gets the scope's policy with the tier's breaker.
 //!
 //! A provider limits per key, not per tenant (SPEC §4): every partition of a scope shares its
-//! [`Accounts`], the accounts' keys (no tenant in them, so the pacer's learned limit, in-flight
-//! count and back-off are one per account), their 429 pushback, and the line of calls waiting
-//! for capacity.
+//! [`Accounts`] (`accounts.rs`): the accounts' keys (no tenant in them, so the pacer's learned
+//! limit, in-flight count and back-off are one per account), their 429 pushback, and the line
+//! of calls waiting for capacity.
 
+use crate::accounts::Accounts;
 use crate::error::TenantRefusal;
 use crate::preset::Preset;
 use gateway_core::aimd::PacerParams;
@@ -37,51 +38,6 @@ pub(crate) struct Local {
     /// Attempts in flight from this process, per source (what the selectors weigh).
     pub(crate) inflight: Vec<u32>,
     pub(crate) progress: ScopeProgress,
-}
-
-/// What this process knows of a scope's accounts, shared by its partitions.
-pub(crate) struct AccountsLocal {
-    /// Per account, until when a 429's Retry-After asked everyone to stay away.
-    pub(crate) pushed_back: Vec<Timestamp>,
-    /// Per account, its learned AIMD limit as the last release this process saw answered.
-    pub(crate) aimd_limit: Vec<Option<f64>>,
-}
-
-/// A scope's provider accounts, one for every tenant: their keys, what this process knows of
-/// them, and the line of the scope's calls waiting for capacity.
-pub(crate) struct Accounts {
-    /// The accounts (`SourceKey::source` is the account's name; no tenant).
-    pub(crate) keys: Vec<SourceKey>,
-    /// The account of each source, by index into `keys`.
-    pub(crate) of: Vec<usize>,
-    /// Calls waiting for capacity: first come, first served within a tenant, by tier weight
-    /// between tenants.
-    pub(crate) turns: Arc<crate::turns::Turns>,
-    local: Mutex<AccountsLocal>,
-}
-
-impl Accounts {
-    fn new(policy: &ScopePolicy) -> Self {
-        let mut keys: Vec<SourceKey> = Vec::new();
-        let of = policy
-            .sources
-            .iter()
-            .map(|source| match keys.iter().position(|a| a.source.as_ref() == source.account) {
-                Some(at) => at,
-                None => {
-                    keys.push(SourceKey::new(policy.name.as_str(), source.account.as_str()));
-                    keys.len() - 1
-                }
-            })
-            .collect();
-        let local = AccountsLocal { pushed_back: vec![Timestamp::default(); keys.len()], aimd_limit: vec![None; keys.len()] };
-        Accounts { keys, of, turns: Arc::default(), local: Mutex::new(local) }
-    }
-
-    /// The shared local state. The lock is held for a few field updates, never across an await.
-    pub(crate) fn local(&self) -> MutexGuard<'_, AccountsLocal> {
-        self.local.lock().unwrap_or_else(PoisonError::into_inner)
-    }
 }
 
 pub(crate) struct Partition {
@@ -175,9 +131,22 @@ impl Partition {
         self.accounts.local().aimd_limit[self.accounts.of[source]]
     }
 
-    /// A release answered `limit` for `source`'s account.
-    pub(crate) fn heard_aimd_limit(&self, source: usize, limit: f64) {
-        self.accounts.local().aimd_limit[self.accounts.of[source]] = Some(limit);
+    /// A release of an attempt that ended `rate_limited` (a 429) or not answered `limit` for
+    /// `source`'s account. A 429 that left the limit where this process last heard it (or at a
+    /// fresh account's) was read as noise; one that lowered it, as our own load.
+    pub(crate) fn heard_aimd_limit(&self, source: usize, limit: f64, rate_limited: bool) {
+        let account = self.accounts.of[source];
+        let mut local = self.accounts.local();
+        if rate_limited {
+            let before = local.aimd_limit[account].or_else(|| self.pacer.map(|p| p.initial_limit())).unwrap_or(limit);
+            let count = &mut local.rate_limited[account];
+            if limit < before {
+                count.own += 1;
+            } else {
+                count.background += 1;
+            }
+        }
+        local.aimd_limit[account] = Some(limit);
     }
 
     /// The scope's line of calls waiting for capacity.

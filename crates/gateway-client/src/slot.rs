@@ -244,7 +244,7 @@ impl Slot {
         if let (Some(pace), Some(pacer)) = (&self.pace, &self.scope.pacer)
             && let Ok(limit) = self.holders.pacer.release(pace, class.effects().aimd, rate.as_ref(), pacer).await
         {
-            self.scope.heard_aimd_limit(self.source, limit);
+            self.scope.heard_aimd_limit(self.source, limit, class == OutcomeClass::RateLimited);
         }
         self.pace = None;
         let (key, params) = &self.scope.gates[self.source];

@@ -163,6 +163,12 @@ impl Turns {
         self.line.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The calls waiting now, per tenant lane (lanes with none left out).
+    pub(crate) fn waiting(&self) -> Vec<(Tenant, usize)> {
+        let line = self.lock();
+        line.lanes.iter().filter(|(_, lane)| !lane.waiting.is_empty()).map(|(tenant, lane)| (tenant.clone(), lane.waiting.len())).collect()
+    }
+
     /// Whether a call of `tenant` that started at `order` may pick now: nobody waits, or it
     /// would head the line.
     pub(crate) fn may_pick(&self, tenant: &Tenant, order: Order) -> bool {

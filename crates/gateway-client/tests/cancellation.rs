@@ -119,7 +119,7 @@ impl gateway_core::ports::PacerGate for SlowRelease {
         &self,
         key: &gateway_core::ports::SourceKey,
         params: &gateway_core::aimd::PacerParams,
-    ) -> Result<gateway_core::aimd::Paced, gateway_core::ports::BackendError> {
+    ) -> Result<gateway_core::aimd::AccountReading, gateway_core::ports::BackendError> {
         self.0.read(key, params).await
     }
 }

@@ -178,9 +178,9 @@ pub trait PacerGate: Send + Sync {
         rate: Option<&crate::request::RateSignal>,
         params: &crate::aimd::PacerParams,
     ) -> Result<f64, BackendError>;
-    /// The account's limit and the leases in flight now, for status pages (a fresh account's
-    /// when it was never used).
-    async fn read(&self, key: &SourceKey, params: &crate::aimd::PacerParams) -> Result<crate::aimd::Paced, BackendError>;
+    /// The account's limit, the leases in flight now and its refused ceiling, for status pages
+    /// (a fresh account's when it was never used).
+    async fn read(&self, key: &SourceKey, params: &crate::aimd::PacerParams) -> Result<crate::aimd::AccountReading, BackendError>;
 }
 
 /// One upstream transport (HTTP, the simulator, a scripted fake).

@@ -10,7 +10,7 @@ mod sharded;
 
 pub use affinity::MemoryAffinity;
 use async_trait::async_trait;
-use gateway_core::aimd::{AccountPacer, Paced, PacerParams};
+use gateway_core::aimd::{AccountPacer, AccountReading, PacerParams};
 use gateway_core::breaker::{Gate, GateOp, GateParams, Reply};
 use gateway_core::outcome::AimdEffect;
 use gateway_core::policy::QuotaLimits;
@@ -250,9 +250,9 @@ impl PacerGate for MemoryPacer {
         Ok(self.with(&lease.key, params, |pacer, now| pacer.release(lease.lease, effect, rate, params, now)))
     }
 
-    async fn read(&self, key: &SourceKey, params: &PacerParams) -> Result<Paced, BackendError> {
+    async fn read(&self, key: &SourceKey, params: &PacerParams) -> Result<AccountReading, BackendError> {
         let now = self.clock.now();
         let pacer = self.accounts.get(key).flatten().unwrap_or_else(|| AccountPacer::new(params));
-        Ok(Paced { limit: pacer.limit(), inflight: pacer.inflight(now) })
+        Ok(pacer.reading(now))
     }
 }

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 use async_trait::async_trait;
-use gateway_core::aimd::{Paced, PacerParams};
+use gateway_core::aimd::{AccountReading, PacerParams};
 use gateway_core::breaker::{CircuitState, Gate, GateOp, GateParams, Reply, SuccessKind};
 use gateway_core::outcome::AimdEffect;
 use gateway_core::policy::{BreakerConfig, QuotaLimits};
@@ -86,7 +86,7 @@ impl PacerGate for Flaky {
         self.check(&lease.key)?;
         self.pacer.release(lease, effect, rate, params).await
     }
-    async fn read(&self, key: &SourceKey, params: &PacerParams) -> Result<Paced, BackendError> {
+    async fn read(&self, key: &SourceKey, params: &PacerParams) -> Result<AccountReading, BackendError> {
         self.check(key)?;
         self.pacer.read(key, params).await
     }

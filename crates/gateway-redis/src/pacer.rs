@@ -6,7 +6,7 @@ use crate::connection::RedisConnection;
 use crate::keys;
 use async_trait::async_trait;
 use fred::prelude::*;
-use gateway_core::aimd::{Lease, Paced, PacerParams};
+use gateway_core::aimd::{AccountReading, LearnedCeiling, Lease, Paced, PacerParams};
 use gateway_core::outcome::AimdEffect;
 use gateway_core::ports::{BackendError, PaceDecision, PaceLease, PacerGate, SourceKey};
 use gateway_core::request::{RateReport, RateSignal};
@@ -129,10 +129,19 @@ impl PacerGate for RedisPacer {
         limit_of(key, Some(&reply))
     }
 
-    async fn read(&self, key: &SourceKey, params: &PacerParams) -> Result<Paced, BackendError> {
+    async fn read(&self, key: &SourceKey, params: &PacerParams) -> Result<AccountReading, BackendError> {
         let reply = self.conn.run(&self.conn.scripts().pacer_read, &pacer_keys(key)?, &[&self.base_args(params)], key).await?;
         let items = items(key, "read", reply)?;
         let inflight = u32::try_from(count(key, items.get(1))?).unwrap_or(u32::MAX);
-        Ok(Paced { limit: limit_of(key, items.first())?, inflight })
+        // `w` is -1 while no ceiling is known.
+        let learned = match items.get(2).and_then(Value::as_i64) {
+            Some(-1) => None,
+            Some(at) => Some(LearnedCeiling {
+                at: u32::try_from(at).map_err(|_| malformed(key, format!("ceiling {at}")))?,
+                held: items.get(3).and_then(Value::as_i64) == Some(1),
+            }),
+            None => return Err(malformed(key, format!("ceiling {:?}", items.get(2)))),
+        };
+        Ok(AccountReading { limit: limit_of(key, items.first())?, inflight, learned })
     }
 }

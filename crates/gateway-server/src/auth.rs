@@ -26,6 +26,7 @@ pub(crate) struct Keys {
     /// Tenants a key is bound to: no other key may name them.
     bound: std::collections::HashSet<String>,
     metrics: Option<[u8; 32]>,
+    admin: Option<[u8; 32]>,
     /// How long a tenant a key named keeps counting against its cap without being named again.
     tenant_idle: Duration,
 }
@@ -50,6 +51,15 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
     headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "))
 }
 
+/// The password of `Authorization: Basic` (a browser's prompt; the user name is not read).
+fn basic_password(headers: &HeaderMap) -> Option<String> {
+    use base64::Engine;
+    let encoded = headers.get("authorization")?.to_str().ok()?.strip_prefix("Basic ")?;
+    let decoded = base64::engine::general_purpose::STANDARD.decode(encoded.trim()).ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    text.split_once(':').map(|(_, password)| password.to_owned())
+}
+
 /// The gateway keys a caller gives: `Authorization: Bearer <key>`, and `x-api-key` (as the
 /// Anthropic SDKs and Claude Code send theirs).
 fn given_keys(headers: &HeaderMap) -> impl Iterator<Item = &str> {
@@ -69,7 +79,13 @@ impl Keys {
             })
             .collect();
         let bound = config.bound_tenants().map(str::to_ascii_lowercase).collect();
-        Keys { keys, bound, metrics: config.metrics_key.as_deref().map(digest), tenant_idle }
+        Keys {
+            keys,
+            bound,
+            metrics: config.metrics_key.as_deref().map(digest),
+            admin: config.admin_key.as_deref().map(digest),
+            tenant_idle,
+        }
     }
 
     /// The configured key `given` is, compared with every key in constant time and without
@@ -164,19 +180,43 @@ impl Keys {
                 bearer(headers).map(digest).ok_or_else(|| unauthorized("/metrics needs the metrics key (Authorization: Bearer <key>)"))?;
             return if bool::from(expected.ct_eq(&given)) { Ok(()) } else { Err(unauthorized("invalid metrics key")) };
         }
+        self.unbound_key(bearer(headers), "/metrics")
+    }
+
+    /// With gateway keys configured, one bound to no tenant (what such a route shows names every
+    /// tenant); without any, nothing.
+    fn unbound_key(&self, given: Option<&str>, route: &str) -> Result<(), ApiError> {
         if self.keys.is_empty() {
             return Ok(());
         }
-        let given = bearer(headers).ok_or_else(|| unauthorized("/metrics needs a gateway API key (Authorization: Bearer <key>)"))?;
+        let given = given.ok_or_else(|| unauthorized(&format!("{route} needs a gateway API key (Authorization: Bearer <key>)")))?;
         match self.find(given) {
             None => Err(unauthorized("invalid gateway API key")),
             Some(key) if key.tenant.is_some() => Err(ApiError::new(
                 StatusCode::FORBIDDEN,
                 "permission_error",
                 "tenant_bound_key",
-                "a key bound to a tenant may not read /metrics (its series name every tenant)",
+                format!("a key bound to a tenant may not use {route} (it shows every tenant)"),
             )),
             Some(_) => Ok(()),
         }
+    }
+
+    /// Whether a request may use an operator's route (`route`, for the messages): the admin key,
+    /// or the metrics key too when `metrics_too` (a read-only page); with neither configured,
+    /// what `/metrics` takes without a metrics key. The key comes as `Authorization: Bearer`, or
+    /// as the password of `Basic` (a browser's prompt).
+    pub(crate) fn authorize_operator(&self, headers: &HeaderMap, route: &str, metrics_too: bool) -> Result<(), ApiError> {
+        let given = bearer(headers).map(str::to_owned).or_else(|| basic_password(headers));
+        let accepted: Vec<&[u8; 32]> = self.admin.iter().chain(self.metrics.iter().filter(|_| metrics_too)).collect();
+        if accepted.is_empty() {
+            return self.unbound_key(given.as_deref(), route);
+        }
+        let which = if metrics_too { "the admin or metrics key" } else { "the admin key" };
+        let given =
+            given.map(|g| digest(&g)).ok_or_else(|| unauthorized(&format!("{route} needs {which} (Authorization: Bearer <key>)")))?;
+        // Every accepted key is compared, without stopping at a match.
+        let matched = accepted.iter().fold(false, |any, key| any | bool::from(key.ct_eq(&given)));
+        if matched { Ok(()) } else { Err(unauthorized(&format!("invalid key: {route} needs {which}"))) }
     }
 }

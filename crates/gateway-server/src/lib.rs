@@ -33,6 +33,7 @@ pub mod memory;
 pub mod openai;
 mod routes;
 mod serve;
+pub mod status;
 
 pub use serve::{ConnectionCapError, Served, connection_cap, fd_limit, serve};
 
@@ -58,6 +59,10 @@ pub struct AppState {
     pub gates: Arc<dyn BreakerGate>,
     /// The metrics the client reports to.
     pub metrics: Arc<Metrics>,
+    /// The last minute's outcomes per scope, for the status page (fed by the telemetry).
+    pub recent: Arc<status::recent::Recent>,
+    /// The configuration's history: loaded when, reloads taken and refused.
+    pub config_log: status::ConfigLog,
     /// The server settings.
     pub config: ServerConfig,
     /// A gate key to probe the backend with for readiness.
@@ -79,11 +84,12 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// State around a built client; `schemas` should be the upstream's (see [`schemas_for`]).
+    /// State around a client built with `telemetry`; `schemas` should be the upstream's (see
+    /// [`schemas_for`]).
     pub fn new(
         client: Arc<GatewayClient>,
         gates: Arc<dyn BreakerGate>,
-        metrics: Arc<Metrics>,
+        telemetry: &ServerTelemetry,
         config: ServerConfig,
         schemas: Arc<Schemas>,
     ) -> Self {
@@ -93,7 +99,9 @@ impl AppState {
         AppState {
             client,
             gates,
-            metrics,
+            metrics: telemetry.metrics.clone(),
+            recent: telemetry.recent.clone(),
+            config_log: status::ConfigLog::default(),
             probe_key: SourceKey::new(scope.as_str(), "readyz"),
             backstop: None,
             schemas,
@@ -120,15 +128,26 @@ pub fn schemas_for(config: &ServerConfig) -> Arc<Schemas> {
     Arc::new(Schemas::new(SchemaLimits { max_bytes: config.max_schema_bytes, ..SchemaLimits::default() }))
 }
 
-/// The client's telemetry: Prometheus metrics and `tracing` logs.
+/// The client's telemetry: Prometheus metrics, the status page's last minute, and `tracing`
+/// logs.
 pub struct ServerTelemetry {
     /// The metrics.
     pub metrics: Arc<Metrics>,
+    /// The last minute's outcomes per scope.
+    pub recent: Arc<status::recent::Recent>,
+}
+
+impl ServerTelemetry {
+    /// Telemetry into `metrics`, with a last minute of its own.
+    pub fn new(metrics: Arc<Metrics>) -> Self {
+        ServerTelemetry { metrics, recent: Arc::default() }
+    }
 }
 
 impl Telemetry for ServerTelemetry {
     fn attempt(&self, event: &AttemptEvent) {
         self.metrics.attempt(event);
+        self.recent.record(&event.key.scope, event.class, status::unix_ms() / 1000);
         TracingTelemetry.attempt(event);
     }
     fn call(&self, event: &CallEvent) {
@@ -170,6 +189,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models", get(routes::models))
         .route("/v1/models/{id}", get(routes::model))
         .route("/v1/gateway/sources", get(routes::sources))
+        .route("/v1/gateway/status", get(routes::status::status))
+        .route("/ui", get(routes::status::page))
+        .route("/ui/status.css", get(routes::status::stylesheet))
+        .route("/ui/status.js", get(routes::status::script))
         .route("/metrics", get(routes::metrics))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(routes::readyz))
@@ -249,7 +272,7 @@ pub async fn build_with(
     };
     let upstream = gateway_http::HttpUpstream::new(&scopes)?.with_schemas(schemas.clone()).with_limits(limits);
     let upstream = Arc::new(upstream);
-    let metrics = Arc::new(Metrics::new(config.metrics_max_tenants));
+    let telemetry = Arc::new(ServerTelemetry::new(Arc::new(Metrics::new(config.metrics_max_tenants))));
     let clock: Arc<dyn gateway_core::time::Clock> = Arc::new(gateway_client::TokioClock::new());
     let ((gates, quota, pacer), backstop, affinity): (Shared, _, Arc<dyn AffinityMap>) = match &backend.redis_url {
         Some(url) => {
@@ -275,10 +298,10 @@ pub async fn build_with(
         .upstream(upstream.clone())
         .affinity(affinity)
         .affinity_ttl(Duration::from_secs_f64(config.affinity_ttl_s))
-        .telemetry(Arc::new(ServerTelemetry { metrics: metrics.clone() }))
+        .telemetry(telemetry.clone())
         .clock(clock)
         .build()?;
-    let mut state = AppState::new(Arc::new(client), gates, metrics, config, schemas).with_http(upstream);
+    let mut state = AppState::new(Arc::new(client), gates, &telemetry, config, schemas).with_http(upstream);
     state.backstop = backstop;
     Ok(Arc::new(state))
 }

@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used)]
 
 use crate::support::Backend;
-use gateway_core::aimd::{AccountPacer, LearnedCeiling, Lease, Paced, PacerParams};
+use gateway_core::aimd::{AccountPacer, AccountReading, LearnedCeiling, Lease, Paced, PacerParams};
 use gateway_core::outcome::AimdEffect::{self, Decrease, Increase, Nothing, RoundTrip};
 use gateway_core::ports::{PaceDecision, PaceLease, PacerGate};
 use gateway_core::time::Clock;
@@ -48,6 +48,9 @@ impl Mirror {
         let limit = b.pacer.release(&backend, effect, None, &PARAMS).await.unwrap();
         let expected = self.core.release(core, effect, None, &PARAMS, b.clock.now());
         assert_eq!(limit.to_bits(), expected.to_bits(), "{limit} against core's {expected} after {effect:?}");
+        // What a status page reads is the same account: its limit and its refused ceiling.
+        let read = b.pacer.read(&b.key("k1"), &PARAMS).await.unwrap();
+        assert_eq!((read.limit.to_bits(), read.learned), (limit.to_bits(), self.core.learned_ceiling()), "the reading after {effect:?}");
         limit
     }
 
@@ -71,8 +74,9 @@ pub async fn pacer_starts_at_eight_or_its_ceiling_and_grants_up_to_its_limit(b: 
         granted(&*b.pacer, &b, "k2", &narrow).await;
     }
     assert_eq!(paced(&*b.pacer, &b, "k2", &narrow).await, Paced { limit: 3.0, inflight: 3 }, "accounts are separate");
-    assert_eq!(b.pacer.read(&b.key("never-used"), &PARAMS).await.unwrap(), Paced { limit: 8.0, inflight: 0 });
-    assert_eq!(b.pacer.read(&b.key("k1"), &PARAMS).await.unwrap(), Paced { limit: 8.0, inflight: 8 });
+    let fresh = AccountReading { limit: 8.0, inflight: 0, learned: None };
+    assert_eq!(b.pacer.read(&b.key("never-used"), &PARAMS).await.unwrap(), fresh);
+    assert_eq!(b.pacer.read(&b.key("k1"), &PARAMS).await.unwrap(), AccountReading { inflight: 8, ..fresh });
 }
 
 pub async fn pacer_tells_noise_from_a_burst_and_holds_a_refused_ceiling(b: Backend) {

@@ -129,6 +129,7 @@ async fn pacer_sequence(b: &Backend, ceiling: f64, share: u8, steps: &[Step], re
         let read = b.pacer.read(&key, &params).await.map_err(|e| fail(&trace, i, e.to_string()))?;
         prop_assert_eq!(read.inflight, core.inflight(now), "in flight after\n{}", trace);
         prop_assert_eq!(read.limit.to_bits(), core.limit().to_bits(), "limit after\n{}", trace);
+        prop_assert_eq!(read.learned, core.learned_ceiling(), "refused ceiling after\n{}", trace);
         if core.limit() < 1.0 {
             reached.below_one.fetch_add(1, Ordering::Relaxed);
         }

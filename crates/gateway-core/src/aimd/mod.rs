@@ -122,6 +122,18 @@ pub struct Paced {
     pub inflight: u32,
 }
 
+/// An account as a status page reads it: its learned limit, the leases in flight, and the
+/// ceiling it refused while that is known.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AccountReading {
+    /// The learned limit.
+    pub limit: f64,
+    /// Leases in flight.
+    pub inflight: u32,
+    /// The refused ceiling `W`, while it is known.
+    pub learned: Option<LearnedCeiling>,
+}
+
 /// The learned ceiling `W` (SPEC §4): the in-flight count at which the account refused (a
 /// burst found it, or a probe of it was refused); not the scope's ceiling, `PacerParams::ceiling`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -204,6 +216,11 @@ impl AccountPacer {
     /// The ceiling the account refused, while it is known.
     pub fn learned_ceiling(&self) -> Option<LearnedCeiling> {
         self.learned
+    }
+
+    /// What a status page reads of the account at `now`.
+    pub fn reading(&self, now: Timestamp) -> AccountReading {
+        AccountReading { limit: self.limit, inflight: self.inflight(now), learned: self.learned }
     }
 
     /// Leases in flight at `now`.

@@ -5,7 +5,7 @@ use super::ask::{Fresh, Shared, ask, look, record};
 use super::{Backstop, LOCAL_LEASE, OnUnavailable};
 use crate::MemoryPacer;
 use async_trait::async_trait;
-use gateway_core::aimd::{Paced, PacerParams};
+use gateway_core::aimd::{AccountReading, PacerParams};
 use gateway_core::outcome::AimdEffect;
 use gateway_core::ports::{BackendError, PaceDecision, PaceLease, PacerGate, SourceKey};
 use gateway_core::request::RateSignal;
@@ -61,7 +61,7 @@ impl PacerGate for BackstopPacer {
         record(&self.backstop, &lease.key, || self.shared.release(lease, effect, rate, params)).await
     }
 
-    async fn read(&self, key: &SourceKey, params: &PacerParams) -> Result<Paced, BackendError> {
+    async fn read(&self, key: &SourceKey, params: &PacerParams) -> Result<AccountReading, BackendError> {
         look(&self.backstop, key, self.shared.read(key, params), self.local.read(key, params)).await
     }
 }

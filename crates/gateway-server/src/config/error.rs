@@ -41,6 +41,9 @@ pub enum ConfigError {
     /// `server.metrics_key` is shorter than a key may be.
     #[error("server.metrics_key: a metrics key has at least {MIN_KEY_CHARS} characters")]
     ShortMetricsKey,
+    /// `server.admin_key` is shorter than a key may be.
+    #[error("server.admin_key: an admin key has at least {MIN_KEY_CHARS} characters")]
+    ShortAdminKey,
     /// A gateway key is shorter than a key may be.
     #[error("server.api_keys.{name}.key: a gateway key has at least {MIN_KEY_CHARS} characters")]
     ShortApiKey {

@@ -78,6 +78,12 @@ pub struct ServerConfig {
     /// (or nothing, when no gateway keys are configured).
     #[serde(default)]
     pub metrics_key: Option<String>,
+    /// A key (16 characters or more) for the operator's routes: the status page (`/ui`, which
+    /// the metrics key also opens) and `POST /v1/gateway/reload`. Sent as `Authorization:
+    /// Bearer <key>`, or as a browser's Basic password. Without it they take what `/metrics`
+    /// takes.
+    #[serde(default)]
+    pub admin_key: Option<String>,
     /// A separate address serving `/metrics` only, unauthenticated (e.g. on a private
     /// interface); `/metrics` then answers 404 on `listen`.
     #[serde(default)]
@@ -230,6 +236,7 @@ impl Default for ServerConfig {
             shutdown_grace_s: default_grace(),
             keepalive_s: default_keepalive(),
             metrics_key: None,
+            admin_key: None,
             metrics_listen: None,
             metrics_max_tenants: default_metrics_tenants(),
             api_keys: BTreeMap::new(),
@@ -274,6 +281,9 @@ impl ServerConfig {
         if self.metrics_key.as_ref().is_some_and(|k| k.chars().count() < MIN_KEY_CHARS) {
             return Err(ConfigError::ShortMetricsKey);
         }
+        if self.admin_key.as_ref().is_some_and(|k| k.chars().count() < MIN_KEY_CHARS) {
+            return Err(ConfigError::ShortAdminKey);
+        }
         if let Some((name, _)) = self.api_keys.iter().find(|(_, k)| k.key.chars().count() < MIN_KEY_CHARS) {
             return Err(ConfigError::ShortApiKey { name: name.clone() });
         }
@@ -299,7 +309,7 @@ impl ServerConfig {
 
 /// Keys whose values are secrets: never printed in an error, whatever their type.
 fn is_secret(path: &str) -> bool {
-    path.split('.').any(|part| part == "api_keys" || part == "metrics_key" || part == "redis_url")
+    path.split('.').any(|part| part == "api_keys" || part == "metrics_key" || part == "admin_key" || part == "redis_url")
 }
 
 /// The tables of the file this module reads: `[server]` and `[backend]` (every other is a

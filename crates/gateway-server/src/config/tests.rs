@@ -84,6 +84,7 @@ fn each_check_of_the_server_table_names_its_key() {
         ("[server]\nmax_stream_bytes_per_s = 0", "server.max_stream_bytes_per_s: value 0 is out of range (expected at least 1)"),
         ("[server]\nidle_timeout_s = 90000.5", "server.idle_timeout_s: value 90000.5 is out of range (expected 0 < seconds <= 86400)"),
         ("[server]\nmetrics_key = \"short\"", "server.metrics_key: a metrics key has at least 16 characters"),
+        ("[server]\nadmin_key = \"short\"", "server.admin_key: an admin key has at least 16 characters"),
         (
             &format!("[server.api_keys.ops]\nkey = \"{key}\"\nmax_tenants = 0"),
             "server.api_keys.ops.max_tenants: value 0 is out of range (expected at least 1)",

@@ -16,6 +16,7 @@ pub(crate) mod media;
 pub(crate) mod messages;
 pub(crate) mod responses;
 mod sse;
+pub(crate) mod status;
 
 use crate::AppState;
 use crate::openai::{self, ApiError};
@@ -226,10 +227,13 @@ pub(crate) async fn sources(State(state): State<Arc<AppState>>, headers: HeaderM
     };
     match state.client.status(only.as_deref()).await {
         Ok(all) => json_response(&json!({"sources": all})),
-        Err(e) => {
-            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", "gate_backend_unavailable", e.to_string()).into_response()
-        }
+        Err(e) => backend_unavailable(&e),
     }
+}
+
+/// 503: the gate backend did not answer a status read.
+fn backend_unavailable(e: &gateway_core::ports::BackendError) -> Response {
+    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", "gate_backend_unavailable", e.to_string()).into_response()
 }
 
 /// The Prometheus exposition, on the main listener (authorized) unless `metrics_listen` serves it.

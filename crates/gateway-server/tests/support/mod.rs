@@ -111,6 +111,17 @@ pub async fn start_custom(
     start_serving(&custom_config(&root, server, &scopes.replace("{root}", &root)), provider, gate, shutdown).await
 }
 
+/// The proxy on a whole config `text` of the test's own (`{root}` in it names the mock
+/// provider), until `shutdown`.
+pub async fn start_text(
+    text: &str,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> (Running, tokio::task::JoinHandle<std::io::Result<gateway_server::Served>>) {
+    let (provider, gate) = start_provider().await;
+    let root = provider.root();
+    start_serving(&text.replace("{root}", &root), provider, gate, shutdown).await
+}
+
 /// The `Echo` provider on loopback, and the gate of its `GATED` streams.
 pub async fn start_provider() -> (MockServer, Gate) {
     let echo = Echo::new();
@@ -145,7 +156,7 @@ pub fn state_on(
     upstream: Arc<dyn gateway_core::ports::Upstream>,
     clock: Arc<dyn gateway_core::time::Clock>,
 ) -> Arc<AppState> {
-    let metrics = Arc::new(Metrics::new(server.metrics_max_tenants));
+    let telemetry = Arc::new(ServerTelemetry::new(Arc::new(Metrics::new(server.metrics_max_tenants))));
     let schemas = gateway_server::schemas_for(&server);
     let client = GatewayClient::builder()
         .scopes(scopes)
@@ -153,11 +164,11 @@ pub fn state_on(
         .gates(gates.clone())
         .quota(quota)
         .upstream(upstream)
-        .telemetry(Arc::new(ServerTelemetry { metrics: metrics.clone() }))
+        .telemetry(telemetry.clone())
         .clock(clock)
         .build()
         .unwrap();
-    Arc::new(AppState::new(Arc::new(client), gates, metrics, server, schemas))
+    Arc::new(AppState::new(Arc::new(client), gates, &telemetry, server, schemas))
 }
 
 /// The proxy's router state for the test config (plus `server` lines and `scopes`) on

@@ -1,0 +1,72 @@
+//! A scope's provider accounts, one for every tenant (SPEC §4: a provider limits per key):
+//! their keys, what this process knows of them (429 pushback, the learned limit last heard, the
+//! 429s as the pacer read them), and the scope's line of calls waiting for capacity.
+
+use gateway_core::policy::ScopePolicy;
+use gateway_core::ports::SourceKey;
+use gateway_core::time::Timestamp;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// What this process knows of a scope's accounts, shared by its partitions.
+pub(crate) struct AccountsLocal {
+    /// Per account, until when a 429's Retry-After asked everyone to stay away.
+    pub(crate) pushed_back: Vec<Timestamp>,
+    /// Per account, its learned AIMD limit as the last release this process saw answered.
+    pub(crate) aimd_limit: Vec<Option<f64>>,
+    /// Per account, the 429s of this process's attempts as the pacer read them: noise that left
+    /// the limit as it was (the provider's other traffic), and those that cut it or held it at a
+    /// refused ceiling (our own load).
+    pub(crate) rate_limited: Vec<RateLimited>,
+}
+
+/// An account's 429s, as its pacer read them (SPEC §4: a lone 429 is noise, a burst or a refused
+/// probe is our own load).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RateLimited {
+    /// Read as noise: the limit stayed where it was.
+    pub background: u64,
+    /// Read as our own load: the limit went down.
+    pub own: u64,
+}
+
+/// A scope's provider accounts, one for every tenant: their keys, what this process knows of
+/// them, and the line of the scope's calls waiting for capacity.
+pub(crate) struct Accounts {
+    /// The accounts (`SourceKey::source` is the account's name; no tenant).
+    pub(crate) keys: Vec<SourceKey>,
+    /// The account of each source, by index into `keys`.
+    pub(crate) of: Vec<usize>,
+    /// Calls waiting for capacity: first come, first served within a tenant, by tier weight
+    /// between tenants.
+    pub(crate) turns: Arc<crate::turns::Turns>,
+    local: Mutex<AccountsLocal>,
+}
+
+impl Accounts {
+    pub(crate) fn new(policy: &ScopePolicy) -> Self {
+        let mut keys: Vec<SourceKey> = Vec::new();
+        let of = policy
+            .sources
+            .iter()
+            .map(|source| match keys.iter().position(|a| a.source.as_ref() == source.account) {
+                Some(at) => at,
+                None => {
+                    keys.push(SourceKey::new(policy.name.as_str(), source.account.as_str()));
+                    keys.len() - 1
+                }
+            })
+            .collect();
+        let n = keys.len();
+        let local = AccountsLocal {
+            pushed_back: vec![Timestamp::default(); n],
+            aimd_limit: vec![None; n],
+            rate_limited: vec![RateLimited::default(); n],
+        };
+        Accounts { keys, of, turns: Arc::default(), local: Mutex::new(local) }
+    }
+
+    /// The shared local state. The lock is held for a few field updates, never across an await.
+    pub(crate) fn local(&self) -> MutexGuard<'_, AccountsLocal> {
+        self.local.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}

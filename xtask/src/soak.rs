@@ -152,6 +152,7 @@ pub(crate) fn run_one(
         api: o.api,
         on_unavailable: o.on_unavailable,
         fault: o.fault,
+        reload_at: o.reload_at,
     };
     let progress = Arc::new(move |done| tick.set_position(u64::from(done)));
     // A real-time run's figures are in scaled time: so is the capacity it is read against.
@@ -200,6 +201,12 @@ fn print_summary(label: &str, seed: u64, summary: &Summary) {
     }
     if let Some(backend) = &summary.backend {
         println!("{label:>8} seed {seed:<3} {}", backend.line());
+    }
+    for reload in &summary.reloads {
+        println!(
+            "{label:>8} seed {seed:<3} process {} reloaded at {:.1} s: {} sources kept, {} attempts in flight went on",
+            reload.process, reload.at_s, reload.kept, reload.inflight
+        );
     }
 }
 

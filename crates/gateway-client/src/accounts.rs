@@ -65,6 +65,25 @@ impl Accounts {
         Accounts { keys, of, turns: Arc::default(), local: Mutex::new(local) }
     }
 
+    /// The accounts of `policy`, carried over from `old` (a reload): the scope's line of waiting
+    /// calls, and what this process knows of each account `kept` names (pushback, the limit last
+    /// heard, its 429s).
+    pub(crate) fn carried(policy: &ScopePolicy, old: &Accounts, kept: &dyn Fn(&str) -> bool) -> Self {
+        let mut accounts = Accounts::new(policy);
+        accounts.turns = old.turns.clone();
+        let before = old.local();
+        let mut local = accounts.local();
+        for (i, key) in accounts.keys.iter().enumerate() {
+            let Some(j) = old.keys.iter().position(|k| k.source == key.source).filter(|_| kept(&key.source)) else { continue };
+            local.pushed_back[i] = before.pushed_back[j];
+            local.aimd_limit[i] = before.aimd_limit[j];
+            local.rate_limited[i] = before.rate_limited[j];
+        }
+        drop(local);
+        drop(before);
+        accounts
+    }
+
     /// The shared local state. The lock is held for a few field updates, never across an await.
     pub(crate) fn local(&self) -> MutexGuard<'_, AccountsLocal> {
         self.local.lock().unwrap_or_else(PoisonError::into_inner)

@@ -7,6 +7,7 @@ use crate::affinity::{AFFINITY_TTL, Affinities};
 use crate::clock::TokioClock;
 use crate::partition::{Partitions, tenant_name};
 use crate::preset::Preset;
+use crate::reload::{Serving, checked};
 use crate::slot::Holders;
 use crate::telemetry::TracingTelemetry;
 use gateway_core::policy::ScopePolicy;
@@ -171,9 +172,6 @@ impl GatewayClientBuilder {
     /// The client.
     pub fn build(self) -> Result<GatewayClient, BuildError> {
         let upstream = self.upstream.ok_or(BuildError::NoUpstream)?;
-        if self.scopes.is_empty() {
-            return Err(BuildError::NoScope);
-        }
         let clock: Arc<dyn Clock> = self.clock.unwrap_or_else(|| Arc::new(TokioClock::new()));
         let gates = self.gates.unwrap_or_else(|| Arc::new(MemoryGates::new(clock.clone())));
         let quota = self.quota.unwrap_or_else(|| Arc::new(MemoryQuota::new(clock.clone())));
@@ -185,15 +183,7 @@ impl GatewayClientBuilder {
             .into_iter()
             .map(|(policy, preset)| (policy.name.clone(), Partitions::new(policy, preset, &self.pinned_tenants)))
             .collect();
-        for (name, partitions) in &scopes {
-            if let Some(fallback) = partitions.policy().fallback.as_ref().filter(|f| !scopes.contains_key(*f)) {
-                return Err(BuildError::UnknownFallback {
-                    scope: name.clone(),
-                    fallback: fallback.clone(),
-                    known: scopes.keys().cloned().collect::<Vec<_>>().join(", "),
-                });
-            }
-        }
+        let scopes = checked(scopes)?;
         let telemetry = self.telemetry.unwrap_or_else(|| Arc::new(TracingTelemetry));
         let (at_once, record_timeout) = self.background_records.unwrap_or((BACKGROUND_RECORDS, RECORD_TIMEOUT));
         let holders = Holders {
@@ -212,14 +202,16 @@ impl GatewayClientBuilder {
             ttl: self.affinity_ttl.unwrap_or(AFFINITY_TTL),
         };
         Ok(GatewayClient {
-            scopes,
+            serving: arc_swap::ArcSwap::from_pointee(Serving { scopes, upstream }),
+            preset: self.preset,
+            pinned: self.pinned_tenants,
+            reloading: tokio::sync::Mutex::new(()),
             admission: Arc::new(SourceAdmission {
                 holders: Arc::new(holders),
                 telemetry,
                 clock,
                 rng: Arc::new(Mutex::new(ChaCha8Rng::seed_from_u64(seed))),
             }),
-            upstream,
             next_call: AtomicU64::new(1),
             affinity,
         })

@@ -19,6 +19,7 @@ mod error;
 mod overview;
 mod partition;
 mod preset;
+mod reload;
 mod slot;
 mod stream;
 mod telemetry;
@@ -31,18 +32,17 @@ pub use clock::TokioClock;
 pub use error::{AttemptRecord, CallError, CallReport, Exhausted, TenantRefusal, Unroutable};
 pub use overview::{AccountStatus, ScopeOverview, SourceStatus, TenantStatus};
 pub use preset::Preset;
+pub use reload::Reloaded;
 pub use stream::{ChatStream, StreamError};
 pub use telemetry::{Collector, TracingTelemetry};
 
 use admission::SourceAdmission;
 use call::{CallGuard, CallLoop, CallState};
 use delivery::{Chunks, Delivered, Delivery, Whole};
-use gateway_core::ports::Upstream;
 use gateway_core::request::{Request, Response};
 use gateway_core::telemetry::{CallEvent, CallResult};
 use partition::Partitions;
 pub use partition::tenant_name;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -66,11 +66,17 @@ fn into_stream(answer: Delivered<ChatStream>) -> ChatStream {
 
 /// The gateway: scopes of sources behind shared gates, one upstream transport, telemetry.
 pub struct GatewayClient {
-    scopes: BTreeMap<String, Partitions>,
+    /// The scopes and upstream a call starts on ([`reload`](Self::reload) swaps them).
+    serving: arc_swap::ArcSwap<reload::Serving>,
     admission: Arc<SourceAdmission>,
-    upstream: Arc<dyn Upstream>,
     next_call: AtomicU64,
     affinity: affinity::Affinities,
+    /// The preset of scopes a reload adds.
+    preset: Preset,
+    /// Tenants every `per_tenant` scope always admits.
+    pinned: Vec<String>,
+    /// One reload at a time.
+    reloading: tokio::sync::Mutex<()>,
 }
 
 impl GatewayClient {
@@ -100,7 +106,8 @@ impl GatewayClient {
 
     /// The scopes that serve `kind` (their `kinds`), by name.
     pub fn scopes_serving(&self, kind: gateway_core::request::Kind) -> Vec<String> {
-        self.scopes.iter().filter(|(_, p)| p.policy().kinds.contains(&kind)).map(|(name, _)| name.clone()).collect()
+        let serving = self.serving.load();
+        serving.scopes.iter().filter(|(_, p)| p.policy().kinds.contains(&kind)).map(|(name, _)| name.clone()).collect()
     }
 
     /// Where the state `id` names (a stored response, a conversation, a file, a batch) lives:
@@ -132,15 +139,17 @@ impl GatewayClient {
     /// `RateLimited` and the scope names a fallback, once in the fallback scope (which does not
     /// fall back again). Either way it is one call, with one call event.
     async fn deliver<D: Delivery>(&self, scope: &str, tenant: Option<&str>, request: &Request) -> Result<Delivered<D::Stream>, CallError> {
-        let fallback = self.scopes.get(scope).and_then(|p| p.policy().fallback.clone());
+        // The configuration the call runs on, whatever a reload swaps in meanwhile.
+        let serving = self.serving.load_full();
+        let fallback = serving.scopes.get(scope).and_then(|p| p.policy().fallback.clone());
         // The primary scope's part of the call, while a fallback is to follow.
         let mut prior = None;
-        let primary = match self.run_in::<D>(scope, tenant, request, &mut prior, fallback.is_some()).await {
+        let primary = match self.run_in::<D>(&serving, scope, tenant, request, &mut prior, fallback.is_some()).await {
             Err(e) if falls_back_on(&e) => e,
             done => return done,
         };
         let Some(fallback) = fallback else { return Err(primary) };
-        let second = self.run_in::<D>(&fallback, tenant, request, &mut prior, false).await;
+        let second = self.run_in::<D>(&serving, &fallback, tenant, request, &mut prior, false).await;
         if let Some(event) = prior {
             // The fallback refused the call before it started (a kind it does not serve, a
             // tenant it refuses): the primary's part is all of the call, its event and its error.
@@ -163,16 +172,17 @@ impl GatewayClient {
     /// error it falls back on, so this part is handed over into `prior` instead of ending.
     async fn run_in<D: Delivery>(
         &self,
+        serving: &reload::Serving,
         scope: &str,
         tenant: Option<&str>,
         request: &Request,
         prior: &mut Option<CallEvent>,
         falls_back: bool,
     ) -> Result<Delivered<D::Stream>, CallError> {
-        let Some(partitions) = self.scopes.get(scope) else {
+        let Some(partitions) = serving.scopes.get(scope) else {
             return Err(CallError::UnknownScope {
                 scope: scope.to_owned(),
-                known: self.scopes.keys().cloned().collect::<Vec<_>>().join(", "),
+                known: serving.scopes.keys().cloned().collect::<Vec<_>>().join(", "),
             });
         };
         let kind = request.kind();
@@ -218,7 +228,7 @@ impl GatewayClient {
         }
         state.tenant = tenant;
         let mut guard = CallGuard::new(state, partitions.name().clone(), self.admission.telemetry.clone(), prior.take());
-        let run = CallLoop { admission: &self.admission, upstream: &*self.upstream };
+        let run = CallLoop { admission: &self.admission, upstream: &*serving.upstream };
         match run.run::<D>(&scope, request, &mut guard.state).await {
             Ok(Delivered::Whole(response)) => {
                 self.affinity.remember(partitions.name(), response.source().unwrap_or_default(), request, &response).await;
@@ -246,17 +256,17 @@ impl GatewayClient {
     /// Attempts counted in flight by the AIMD pacers of `scope`, over every partition (0 when
     /// no call is running).
     pub fn inflight(&self, scope: &str) -> u32 {
-        self.scopes.get(scope).map_or(0, |p| p.all().iter().map(|s| s.inflight()).sum())
+        self.serving.load().scopes.get(scope).map_or(0, |p| p.all().iter().map(|s| s.inflight()).sum())
     }
 
     /// Tenants of `scope` with a partition of their own in this process.
     pub fn tenants(&self, scope: &str) -> usize {
-        self.scopes.get(scope).map_or(0, Partitions::tenants)
+        self.serving.load().scopes.get(scope).map_or(0, Partitions::tenants)
     }
 
     /// The health EWMA of each source of `scope` (its shared partition), by name.
     pub fn health(&self, scope: &str) -> Vec<(String, f64)> {
-        self.scopes.get(scope).map_or_else(Vec::new, |p| {
+        self.serving.load().scopes.get(scope).map_or_else(Vec::new, |p| {
             let local = p.shared().local();
             p.policy().sources.iter().zip(&local.health).map(|(src, h)| (src.name.clone(), h.value())).collect()
         })
@@ -285,18 +295,20 @@ impl GatewayClient {
     /// The longest `tenant_idle_s` of the scopes that isolate tenants (10 minutes without any):
     /// how long a tenant keeps counting as live after its last call.
     pub fn longest_tenant_idle(&self) -> Duration {
-        let per_tenant = self.scopes.values().map(Partitions::policy).filter(|p| p.isolation == gateway_core::policy::Isolation::PerTenant);
+        let serving = self.serving.load();
+        let per_tenant =
+            serving.scopes.values().map(Partitions::policy).filter(|p| p.isolation == gateway_core::policy::Isolation::PerTenant);
         per_tenant.map(|p| p.tenant_idle).max().unwrap_or(Duration::from_secs(600))
     }
 
     /// Whether the client has a scope of this name.
     pub fn has_scope(&self, scope: &str) -> bool {
-        self.scopes.contains_key(scope)
+        self.serving.load().scopes.contains_key(scope)
     }
 
     /// The scopes, by name.
     pub fn scope_names(&self) -> Vec<String> {
-        self.scopes.keys().cloned().collect()
+        self.serving.load().scopes.keys().cloned().collect()
     }
 }
 

@@ -89,7 +89,8 @@ impl GatewayClient {
         // The local views are read first, and the partitions let go before the backend is asked:
         // a partition held across those awaits would count as busy and could not be evicted.
         let mut views = Vec::new();
-        for partitions in self.scopes.values() {
+        let serving = self.serving.load_full();
+        for partitions in serving.scopes.values() {
             for partition in partitions.all() {
                 let tenant = partition.gates.first().and_then(|(key, _)| key.tenant.as_deref());
                 if only.is_some() && tenant.is_some() && tenant != only.as_deref() {
@@ -134,8 +135,9 @@ impl GatewayClient {
     pub async fn overview(&self, only_tenant: Option<&str>) -> Result<Vec<ScopeOverview>, BackendError> {
         let only = only_tenant.map(str::to_ascii_lowercase);
         let shown = |tenant: Option<&str>| only.is_none() || tenant.is_none() || tenant == only.as_deref();
-        let mut scopes = Vec::with_capacity(self.scopes.len());
-        for (name, partitions) in &self.scopes {
+        let serving = self.serving.load_full();
+        let mut scopes = Vec::with_capacity(serving.scopes.len());
+        for (name, partitions) in &serving.scopes {
             let shared: &Arc<Partition> = partitions.shared();
             let waiting: Vec<(Option<String>, usize)> = shared
                 .turns()

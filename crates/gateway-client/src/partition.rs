@@ -104,6 +104,23 @@ impl Partition {
         local.health.iter().zip(&local.inflight).map(|(h, i)| SourceView { health: h.value(), inflight: *i }).collect()
     }
 
+    /// Takes the health EWMA of each of `from`'s sources that `same` says is still the same
+    /// source here, by name (a reload).
+    pub(crate) fn take_health(
+        &self,
+        from: &Partition,
+        same: &dyn Fn(&gateway_core::policy::SourcePolicy, &gateway_core::policy::SourcePolicy) -> bool,
+    ) {
+        let old = from.local().health.clone();
+        let mut local = self.local();
+        for (i, source) in self.policy.sources.iter().enumerate() {
+            let before = from.policy.sources.iter().position(|s| s.name == source.name && same(s, source));
+            if let Some(j) = before {
+                local.health[i] = old[j];
+            }
+        }
+    }
+
     /// Attempts of this process in flight (zero once every call has ended).
     pub(crate) fn inflight(&self) -> u32 {
         self.local().inflight.iter().sum()
@@ -190,6 +207,8 @@ pub(crate) struct Partitions {
     /// Partitions of pinned tenants.
     pinned_live: AtomicUsize,
     hasher: std::collections::hash_map::RandomState,
+    /// The preset its partitions run on (a reload keeps it).
+    preset: Preset,
 }
 
 /// A tenant name as the gateway keys it: 1 to 64 characters of `[A-Za-z0-9_-]`, lower-cased
@@ -205,7 +224,18 @@ impl Partitions {
     /// The partitions of `policy` as configured, each (the shared one and every tier's)
     /// with `preset` applied on top; `pinned` tenants (names as [`tenant_name`] gives them) are
     /// always admitted, as are those the scope assigns a tier.
-    pub(crate) fn new(mut policy: ScopePolicy, preset: Preset, pinned: &[String]) -> Self {
+    pub(crate) fn new(policy: ScopePolicy, preset: Preset, pinned: &[String]) -> Self {
+        Self::with_accounts(policy, preset, pinned, Accounts::new)
+    }
+
+    /// [`new`](Self::new), its [`Accounts`] made by `accounts` from the policy (a reload carries
+    /// the old ones' line and local knowledge over).
+    pub(crate) fn with_accounts(
+        mut policy: ScopePolicy,
+        preset: Preset,
+        pinned: &[String],
+        accounts: impl FnOnce(&ScopePolicy) -> Accounts,
+    ) -> Self {
         let per_tenant = policy.isolation == Isolation::PerTenant;
         let tiers = policy
             .tiers
@@ -219,8 +249,9 @@ impl Partitions {
         let pinned = policy.tenant_tiers.keys().chain(pinned).cloned().collect();
         let outcomes = preset.apply(&mut policy);
         let pacer = preset.pacer(&policy);
-        let accounts = Arc::new(Accounts::new(&policy));
+        let accounts = Arc::new(accounts(&policy));
         Partitions {
+            preset,
             name: Arc::from(policy.name.as_str()),
             tiers,
             shared: Arc::new(Partition::new(Arc::new(policy), outcomes, accounts, pacer, None)),
@@ -235,6 +266,10 @@ impl Partitions {
 
     pub(crate) fn name(&self) -> &Arc<str> {
         &self.name
+    }
+
+    pub(crate) fn preset(&self) -> Preset {
+        self.preset
     }
 
     pub(crate) fn policy(&self) -> &ScopePolicy {

@@ -247,6 +247,9 @@ impl BreakerGate for DownGates {
     async fn retry_after(&self, _: &[(SourceKey, GateParams)]) -> Result<Duration, BackendError> {
         Err(BackendError::BackendUnavailable { backend: "test", key: "all".into(), detail: "down".into() })
     }
+    async fn forget(&self, key: &SourceKey) -> Result<(), BackendError> {
+        Err(BackendError::BackendUnavailable { backend: "test", key: key.to_string(), detail: "down".into() })
+    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -147,6 +147,7 @@ pub struct HttpUpstream {
 }
 
 /// What every attempt of an upstream reads besides its source.
+#[derive(Clone)]
 pub(crate) struct Shared {
     pub(crate) wall: Arc<dyn WallClock>,
     pub(crate) limits: HttpLimits,
@@ -214,6 +215,15 @@ impl HttpUpstream {
             ignored: Arc::default(),
         };
         Ok(HttpUpstream { sources, shared })
+    }
+
+    /// An upstream of the sources of `scopes` sharing everything else with this one (limits,
+    /// schemas, the bytes held, the headers it could not believe, the wall clock): what a
+    /// configuration reload swaps in, while the attempts begun here finish on this one.
+    pub fn reconfigured(&self, scopes: &[ScopePolicy]) -> Result<Self, HttpConfigError> {
+        let mut upstream = HttpUpstream::new(scopes)?;
+        upstream.shared = self.shared.clone();
+        Ok(upstream)
     }
 
     /// Replaces the attempt limits.

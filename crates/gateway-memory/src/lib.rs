@@ -108,6 +108,11 @@ impl BreakerGate for MemoryGates {
         Ok(self.snapshot(key).unwrap_or_default())
     }
 
+    async fn forget(&self, key: &SourceKey) -> Result<(), BackendError> {
+        self.gates.remove(key);
+        Ok(())
+    }
+
     async fn retry_after(&self, gates: &[(SourceKey, GateParams)]) -> Result<Duration, BackendError> {
         let now = self.clock.now();
         let each = gates.iter().map(|(key, params)| self.gates.get(key).map_or(Duration::ZERO, |gate| gate.retry_after(params, now)));
@@ -254,5 +259,10 @@ impl PacerGate for MemoryPacer {
         let now = self.clock.now();
         let pacer = self.accounts.get(key).flatten().unwrap_or_else(|| AccountPacer::new(params));
         Ok(pacer.reading(now))
+    }
+
+    async fn forget(&self, key: &SourceKey) -> Result<(), BackendError> {
+        self.accounts.remove(key);
+        Ok(())
     }
 }

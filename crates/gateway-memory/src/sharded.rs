@@ -101,6 +101,11 @@ impl<T: Default + Clone> Sharded<T> {
         }
     }
 
+    /// Drops the entry of `key`, if any.
+    pub(crate) fn remove(&self, key: &SourceKey) {
+        self.shard(key).map.remove(key);
+    }
+
     /// A copy of the state of `key`, if any.
     pub(crate) fn get(&self, key: &SourceKey) -> Option<T> {
         self.shard(key).map.get(key).map(|entry| entry.state.clone())

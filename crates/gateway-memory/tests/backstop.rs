@@ -52,6 +52,10 @@ impl BreakerGate for Flaky {
         self.check(&gates[0].0)?;
         self.gates.retry_after(gates).await
     }
+    async fn forget(&self, key: &SourceKey) -> Result<(), BackendError> {
+        self.check(key)?;
+        self.gates.forget(key).await
+    }
 }
 
 #[async_trait]
@@ -89,6 +93,10 @@ impl PacerGate for Flaky {
     async fn read(&self, key: &SourceKey, params: &PacerParams) -> Result<AccountReading, BackendError> {
         self.check(key)?;
         self.pacer.read(key, params).await
+    }
+    async fn forget(&self, key: &SourceKey) -> Result<(), BackendError> {
+        self.check(key)?;
+        self.pacer.forget(key).await
     }
 }
 

@@ -50,6 +50,12 @@ struct SourceLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReloadLabels {
+    /// `ok` (swapped in) or `refused` (the old configuration serves on).
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
     scope: String,
     tenant_id: String,
@@ -159,8 +165,16 @@ pub struct Metrics {
     health: Family<SourceLabels, FloatGauge>,
     backend: BackendMetrics,
     upstream: upstream::UpstreamMetrics,
+    config_reloads: Family<ReloadLabels, Counter>,
     tenants: RwLock<HashSet<String>>,
     max_tenants: usize,
+}
+
+impl Metrics {
+    /// A configuration reload was swapped in (`taken`) or refused.
+    pub fn config_reload(&self, taken: bool) {
+        self.config_reloads.get_or_create(&ReloadLabels { result: if taken { "ok" } else { "refused" } }).inc();
+    }
 }
 
 impl std::fmt::Debug for Metrics {
@@ -210,7 +224,17 @@ impl Metrics {
         backend.register(&mut registry);
         let upstream = upstream::UpstreamMetrics::default();
         upstream.register(&mut registry);
+        let config_reloads = Family::<ReloadLabels, Counter>::default();
+        registry.register(
+            "llm_config_reload",
+            "Configuration reloads, by result: ok, or refused (the old one serves on)",
+            config_reloads.clone(),
+        );
+        for result in ["ok", "refused"] {
+            drop(config_reloads.get_or_create(&ReloadLabels { result }));
+        }
         Metrics {
+            config_reloads,
             registry,
             circuit_state,
             circuit_failures,

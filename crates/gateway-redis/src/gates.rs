@@ -260,6 +260,10 @@ impl BreakerGate for RedisGates {
         self.snapshot(key).await
     }
 
+    async fn forget(&self, key: &SourceKey) -> Result<(), BackendError> {
+        self.conn.command("DEL", &keys::gate(key)?, Vec::new()).await.map(drop)
+    }
+
     async fn retry_after(&self, gates: &[(SourceKey, GateParams)]) -> Result<Duration, BackendError> {
         // One script per scope: keys of different scopes may live in different cluster slots.
         let mut best: Option<Duration> = None;

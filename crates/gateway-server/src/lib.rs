@@ -31,6 +31,7 @@ mod auth;
 pub mod config;
 pub mod memory;
 pub mod openai;
+pub mod reload;
 mod routes;
 mod serve;
 pub mod status;
@@ -75,7 +76,12 @@ pub struct AppState {
     pub held: memory::HeldBudget,
     /// The HTTP upstream, when the state is built around one ([`AppState::with_http`]): what
     /// its attempts hold, the provider headers it did not believe, the budgets answers passed.
-    pub http: Option<Arc<gateway_http::HttpUpstream>>,
+    /// A reload swaps in the new sources' ([`AppState::http`]).
+    http: arc_swap::ArcSwapOption<gateway_http::HttpUpstream>,
+    /// The file the configuration was loaded from: what a reload loads again.
+    pub config_path: Option<std::path::PathBuf>,
+    /// The `[backend]` it started with (a reload that changes it needs a restart).
+    pub backend: BackendConfig,
     keys: auth::Keys,
     /// Cancelled at the shutdown deadline: every call still running ends with 503.
     cut: CancellationToken,
@@ -106,7 +112,9 @@ impl AppState {
             backstop: None,
             schemas,
             held: memory::HeldBudget::new(Arc::default(), max_held),
-            http: None,
+            http: arc_swap::ArcSwapOption::empty(),
+            config_path: None,
+            backend: BackendConfig::default(),
             keys,
             config,
             cut: CancellationToken::new(),
@@ -118,8 +126,24 @@ impl AppState {
     /// hold.
     pub fn with_http(mut self, upstream: Arc<gateway_http::HttpUpstream>) -> Self {
         self.held = memory::HeldBudget::new(upstream.held_bytes(), self.held.max());
-        self.http = Some(upstream);
+        self.http = arc_swap::ArcSwapOption::from(Some(upstream));
         self
+    }
+
+    /// The state as loaded from `path`: what a reload loads again.
+    pub fn from_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.config_path = Some(path.into());
+        self
+    }
+
+    /// The HTTP upstream calls start on now, if the state has one.
+    pub fn http(&self) -> Option<Arc<gateway_http::HttpUpstream>> {
+        self.http.load_full()
+    }
+
+    /// A reload's upstream (it shares the old one's counters).
+    pub(crate) fn set_http(&self, upstream: Arc<gateway_http::HttpUpstream>) {
+        self.http.store(Some(upstream));
     }
 }
 
@@ -189,10 +213,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models", get(routes::models))
         .route("/v1/models/{id}", get(routes::model))
         .route("/v1/gateway/sources", get(routes::sources))
-        .route("/v1/gateway/status", get(routes::status::status))
-        .route("/ui", get(routes::status::page))
-        .route("/ui/status.css", get(routes::status::stylesheet))
-        .route("/ui/status.js", get(routes::status::script))
+        .route("/v1/gateway/status", get(routes::operator::status))
+        .route("/ui", get(routes::operator::page))
+        .route("/ui/status.css", get(routes::operator::stylesheet))
+        .route("/ui/status.js", get(routes::operator::script))
+        .route("/v1/gateway/reload", post(routes::operator::reload))
         .route("/metrics", get(routes::metrics))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(routes::readyz))
@@ -263,6 +288,16 @@ pub async fn build_with(
     backend: BackendConfig,
     scopes: Vec<gateway_core::policy::ScopePolicy>,
 ) -> Result<Arc<AppState>, BuildError> {
+    build_state(config, backend, scopes).await.map(Arc::new)
+}
+
+/// [`build_with`], before it is shared (e.g. to say which file it came from:
+/// [`AppState::from_file`]).
+pub async fn build_state(
+    config: ServerConfig,
+    backend: BackendConfig,
+    scopes: Vec<gateway_core::policy::ScopePolicy>,
+) -> Result<AppState, BuildError> {
     let schemas = schemas_for(&config);
     let limits = gateway_http::HttpLimits {
         max_response_bytes: config.max_response_bytes,
@@ -303,7 +338,8 @@ pub async fn build_with(
         .build()?;
     let mut state = AppState::new(Arc::new(client), gates, &telemetry, config, schemas).with_http(upstream);
     state.backstop = backstop;
-    Ok(Arc::new(state))
+    state.backend = backend;
+    Ok(state)
 }
 
 #[cfg(test)]

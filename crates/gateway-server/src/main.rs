@@ -3,12 +3,16 @@
 //! finish within `server.shutdown_grace_s`. Calls still running then end with 503 and hand back
 //! what they hold; the exit code is 3 when any were cut, 1 on a start-up error.
 //!
+//! `SIGHUP` loads the config file again (so does `POST /v1/gateway/reload` with the admin key,
+//! and a change to the file with `server.watch_config`): a refused one changes nothing.
+//!
 //! `gateway-server --healthcheck 127.0.0.1:8080` asks a running proxy's `/healthz` and exits 0
 //! when it answers 200 within 3 s, else 1: a container's `HEALTHCHECK` without curl in the image.
 
 use clap::Parser;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 /// An OpenAI-compatible proxy in front of the gateway's scopes.
 #[derive(Parser, Debug)]
@@ -75,6 +79,9 @@ enum RunError {
     /// Serving failed (its message names the key when it is one).
     #[error(transparent)]
     Serve(std::io::Error),
+    /// `server.watch_config` cannot watch the file.
+    #[error(transparent)]
+    Watch(#[from] gateway_server::reload::ReloadError),
 }
 
 async fn run(config: &std::path::Path, listen: Option<String>) -> Result<gateway_server::Served, RunError> {
@@ -86,7 +93,12 @@ async fn run(config: &std::path::Path, listen: Option<String>) -> Result<gateway
         tracing::warn!("no [server.api_keys]: every request is accepted without authentication");
     }
     let listen = server.listen.clone();
-    let state = gateway_server::build_with(server, backend, scopes).await?;
+    let watch_config = server.watch_config;
+    let state = Arc::new(gateway_server::build_state(server, backend, scopes).await?.from_file(config));
+    // SIGHUP and a change to the file (with `watch_config`) load it again.
+    #[cfg(unix)]
+    gateway_server::reload::on_hangup(state.clone()).map_err(RunError::Serve)?;
+    let _watcher = if watch_config { Some(gateway_server::reload::watch(state.clone())?) } else { None };
     let listener = match tokio::net::TcpListener::bind(&listen).await {
         Ok(listener) => listener,
         Err(source) => return Err(RunError::Listen { address: listen, source }),

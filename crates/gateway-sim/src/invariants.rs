@@ -186,6 +186,7 @@ mod tests {
             circuit_open: Vec::new(),
             backend: None,
             accounts: Default::default(),
+            reloads: Vec::new(),
         }
     }
 

@@ -82,6 +82,9 @@ pub struct Summary {
     /// The shared backend's part: a Redis run's only (absent from a memory run's report).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backend: Option<BackendFigures>,
+    /// The reloads made mid-run (`--reload-at`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reloads: Vec<crate::run::ReloadNote>,
 }
 
 /// What the shared backend went through in a run, and what the calls saw of it. Times are the
@@ -284,6 +287,7 @@ impl Summary {
             circuit_open_with_remaining_cooldown: run.circuit_open.iter().filter(|(_, given, left)| given == left).count() as u32,
             isolation: run.policy.isolation.as_str().to_owned(),
             tenants: TenantFigures::of(run),
+            reloads: run.reloads.clone(),
             invariants,
             backend: BackendFigures::of(run),
         }

@@ -177,6 +177,27 @@ fn p6_through_the_responses_api_over_loopback_http_holds_every_invariant_whole_a
 }
 
 #[test]
+fn a_reload_mid_run_loses_no_call_in_virtual_time_and_over_http() {
+    let scenario = Scenario::load("p6").unwrap();
+    for (config, label) in [
+        (RunConfig { reload_at: Some(60.0), ..virtual_time(1, 800) }, "virtual"),
+        (RunConfig { reload_at: Some(30.0), ..real_time(Backend::Memory, 300) }, "http"),
+    ] {
+        let result = run(&scenario, &config, Arc::new(|_| {})).unwrap();
+        let bounds = Bounds::of(&config.time_scale.map_or_else(|| scenario.clone(), |s| scenario.scaled(s)));
+        let summary = Summary::of(&result, "reload", 1, Some(bounds), invariants::check(&result));
+        assert!(summary.invariants_hold(), "{label}: {:?}", summary.invariants);
+        assert_eq!(result.reloads.len(), 1, "{label}: one reload, before the run ended");
+        let reload = &result.reloads[0];
+        assert_eq!(reload.kept, scenario.scope_named("soak").unwrap().sources.len(), "{label}: every source kept");
+        assert!(reload.inflight > 0, "{label}: attempts were in flight at the reload");
+        // Every call ended, none of them lost to the swap (the ledger's invariant holds above).
+        assert_eq!(result.call_events.len(), result.calls as usize, "{label}");
+        assert!(summary.success_rate >= 0.95, "{label}: {}", summary.success_rate);
+    }
+}
+
+#[test]
 fn several_processes_need_redis_and_http() {
     let scenario = Scenario::load("p6").unwrap();
     let memory = real_time(Backend::Memory, 10);

@@ -14,7 +14,7 @@ const SYNOPSIS: &str = "cargo xtask soak [--scenario p6|p6-rpm|single-relay|tena
                         [--calls N] [--callers N] [--circuit-open wait|fail_fast]
                         [--backend memory|redis] [--transport sim|http] [--workers N] [--time-scale S]
                         [--upstreams FILE] [--isolation shared|per_tenant|both] [--api chat|responses] [--stream] [--min-success PERCENT] [--report DIR]
-                        [--on-unavailable fail_closed|local] [--fault kill@T+D|flush@T|pause@T+D]";
+                        [--on-unavailable fail_closed|local] [--fault kill@T+D|flush@T|pause@T+D] [--reload-at T]";
 
 /// `cargo xtask soak`'s flags (the subcommand's description is `Command::Soak`'s).
 // A repeated flag takes its last value, and `--time-scale -1` reaches the check that names it,
@@ -104,6 +104,18 @@ pub struct SoakArgs {
     /// for itself (it needs --backend redis; REDIS_URL is not used)
     #[arg(long, verbatim_doc_comment, value_name = "kill@T+D|flush@T|pause@T+D", value_parser = fault)]
     fault: Option<Fault>,
+    /// reloads the scope's configuration T scenario seconds (scaled) into the run, in every
+    /// process, while its calls run (GatewayClient::reload; a new HTTP upstream over HTTP)
+    #[arg(long, verbatim_doc_comment, value_name = "T", value_parser = reload_at)]
+    reload_at: Option<f64>,
+}
+
+/// `--reload-at`: a finite number of seconds above zero.
+fn reload_at(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(t) if t.is_finite() && t > 0.0 => Ok(t),
+        _ => Err(format!("{text:?} is not a number of seconds above 0 (e.g. 600)")),
+    }
 }
 
 /// What a soak runs, as its flags asked.
@@ -131,6 +143,7 @@ pub struct Options {
     pub api: Api,
     pub on_unavailable: OnUnavailable,
     pub fault: Option<Fault>,
+    pub reload_at: Option<f64>,
 }
 
 impl From<SoakArgs> for Options {
@@ -178,6 +191,7 @@ impl From<SoakArgs> for Options {
                 OnUnavailableArg::Local => OnUnavailable::Local,
             },
             fault: a.fault,
+            reload_at: a.reload_at,
         }
     }
 }
@@ -338,6 +352,8 @@ mod tests {
         assert_eq!((o.upstreams.as_deref().and_then(|p| p.to_str()), o.on_unavailable), (Some("g.toml"), OnUnavailable::Local));
         assert_eq!(o.isolation, Some(vec![Some(Isolation::Shared), Some(Isolation::PerTenant)]));
         assert_eq!(o.fault, Some(Fault::Kill { at: 60.0, down: 5.0 }));
+        assert_eq!(parse(&["--reload-at", "600"]).unwrap().reload_at, Some(600.0));
+        assert_eq!(parse(&[]).unwrap().reload_at, None);
         assert_eq!(parse(&["--policy", "baseline", "--seed", "7"]).unwrap().policies, [("baseline", Preset::Baseline)]);
         assert_eq!(parse(&["--seed", "7"]).unwrap().seeds, [7]);
         assert_eq!(parse(&["--isolation", "per_tenant"]).unwrap().isolation, Some(vec![Some(Isolation::PerTenant)]));
@@ -371,6 +387,9 @@ mod tests {
             (&["--isolation", "per_user"], "--isolation <shared|per_tenant|both>", "[possible values: shared, per_tenant, both]"),
             (&["--on-unavailable", "open"], "--on-unavailable <fail_closed|local>", "[possible values: fail_closed, local]"),
             (&["--fault", "melt@3"], "--fault <kill@T+D|flush@T|pause@T+D>", "\"melt@3\" is not kill@T+D, flush@T or pause@T+D"),
+            (&["--reload-at", "0"], "--reload-at <T>", "\"0\" is not a number of seconds above 0 (e.g. 600)"),
+            (&["--reload-at", "soon"], "--reload-at <T>", "\"soon\" is not a number of seconds above 0 (e.g. 600)"),
+            (&["--reload-at", "inf"], "--reload-at <T>", "\"inf\" is not a number of seconds above 0 (e.g. 600)"),
         ];
         for (flags, flag, why) in cases {
             let e = error(flags);

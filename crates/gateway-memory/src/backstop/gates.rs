@@ -122,4 +122,10 @@ impl BreakerGate for BackstopGates {
         let Some((key, _)) = gates.first() else { return Ok(Duration::ZERO) };
         look(&self.backstop, key, self.shared.retry_after(gates), self.local.retry_after(gates)).await
     }
+
+    async fn forget(&self, key: &SourceKey) -> Result<(), BackendError> {
+        self.seeds.lock().unwrap_or_else(PoisonError::into_inner).remove(key);
+        self.local.forget(key).await?;
+        self.shared.forget(key).await
+    }
 }

@@ -41,6 +41,14 @@ pub enum ConfigError {
     /// `server.metrics_key` is shorter than a key may be.
     #[error("server.metrics_key: a metrics key has at least {MIN_KEY_CHARS} characters")]
     ShortMetricsKey,
+    /// `server.watch_config` is set and the file's directory cannot be watched.
+    #[error("server.watch_config: cannot watch {path}: {reason}")]
+    Watch {
+        /// The config file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
     /// `server.admin_key` is shorter than a key may be.
     #[error("server.admin_key: an admin key has at least {MIN_KEY_CHARS} characters")]
     ShortAdminKey,

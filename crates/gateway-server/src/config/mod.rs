@@ -84,6 +84,10 @@ pub struct ServerConfig {
     /// takes.
     #[serde(default)]
     pub admin_key: Option<String>,
+    /// Load the config file again whenever it changes (default false); `SIGHUP` and `POST
+    /// /v1/gateway/reload` do it on demand.
+    #[serde(default)]
+    pub watch_config: bool,
     /// A separate address serving `/metrics` only, unauthenticated (e.g. on a private
     /// interface); `/metrics` then answers 404 on `listen`.
     #[serde(default)]
@@ -237,6 +241,7 @@ impl Default for ServerConfig {
             keepalive_s: default_keepalive(),
             metrics_key: None,
             admin_key: None,
+            watch_config: false,
             metrics_listen: None,
             metrics_max_tenants: default_metrics_tenants(),
             api_keys: BTreeMap::new(),

@@ -40,7 +40,7 @@ pub(crate) async fn speech(State(state): State<Arc<AppState>>, request: HttpRequ
             })
             .await?;
             // The commit point is the first piece of audio: its content type heads the answer.
-            let first = stream.next().await.transpose().map_err(|broken| openai::stream_broken(&broken, state.http.as_deref()))?;
+            let first = stream.next().await.transpose().map_err(|broken| openai::stream_broken(&broken, state.http().as_deref()))?;
             let kind = first.as_ref().and_then(bytes::content_type).unwrap_or("application/octet-stream").to_owned();
             let mut headers = vec![
                 ("x-gateway-scope", scope.clone()),

@@ -14,9 +14,9 @@ pub(crate) mod files;
 mod form;
 pub(crate) mod media;
 pub(crate) mod messages;
+pub(crate) mod operator;
 pub(crate) mod responses;
 mod sse;
-pub(crate) mod status;
 
 use crate::AppState;
 use crate::openai::{self, ApiError};
@@ -132,7 +132,7 @@ async fn governed<T>(state: &AppState, call: impl Future<Output = Result<T, Call
         // After the deadline no call may start and take leases.
         biased;
         () = state.cut.cancelled() => Err(cut(state)),
-        result = call => result.map_err(|e| openai::naming_the_limit(openai::call_error(&e), e.report(), state.http.as_deref())),
+        result = call => result.map_err(|e| openai::naming_the_limit(openai::call_error(&e), e.report(), state.http().as_deref())),
     }
 }
 
@@ -267,15 +267,19 @@ fn exposition(state: &AppState) -> Response {
         held_bytes: state.held.held() as u64,
         max_held_bytes: state.held.max() as u64,
         refused_for_held_bytes: state.held.refused(),
-        unreadable_retry_after: state.http.as_ref().map_or(0, |http| http.ignored_headers().retry_after()),
-        unreadable_rate_limit: state.http.as_ref().map_or(0, |http| http.ignored_headers().rate_limit()),
+        unreadable_retry_after: state.http().as_ref().map_or(0, |http| http.ignored_headers().retry_after()),
+        unreadable_rate_limit: state.http().as_ref().map_or(0, |http| http.ignored_headers().rate_limit()),
     });
     ([("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")], state.metrics.render()).into_response()
 }
 
 pub(crate) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     match state.gates.read(&state.probe_key).await {
-        Ok(_) => "ready".into_response(),
+        // Still ready after a refused reload (the configuration serving goes on), saying why.
+        Ok(_) => match state.config_log.state().last_refused {
+            Some(refused) => format!("ready\nlast configuration reload refused: {}", refused.reason).into_response(),
+            None => "ready".into_response(),
+        },
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("gate backend unavailable: {e}")).into_response(),
     }
 }

@@ -111,7 +111,7 @@ async fn next_event(mut relay: Relay, mut framing: Framing, state: &AppState, ke
                         None => Relay::Streaming(stream),
                     },
                     Some(Err(broken)) => {
-                        let error = openai::stream_broken(&broken, state.http.as_deref());
+                        let error = openai::stream_broken(&broken, state.http().as_deref());
                         return Some((Ok(framing.error(&error)), (Relay::Done, framing)));
                     }
                     None => return framing.end().map(|end| (Ok(end.to_owned()), (Relay::Done, framing))),

@@ -49,6 +49,11 @@ impl Capped {
         capped
     }
 
+    /// The config file it was started with.
+    pub fn config_path(&self) -> &std::path::Path {
+        &self.config
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.id()

@@ -11,7 +11,7 @@ mod workers;
 mod workload;
 
 pub use clock::SharedClock;
-pub use process::WorkerResult;
+pub use process::{ReloadNote, WorkerResult};
 pub use workers::{Launcher, WorkerSpec, run_processes, run_worker, worker_main};
 pub use workload::{Load, loads};
 
@@ -96,6 +96,9 @@ pub struct RunConfig {
     pub on_unavailable: OnUnavailable,
     /// A Redis fault to inject, into a Redis of the run's own (the backend's URL is not used).
     pub fault: Option<Fault>,
+    /// Scenario seconds (scaled in real time) after which each process reloads its scope
+    /// (`GatewayClient::reload_with`, a new HTTP upstream over HTTP) while its calls run.
+    pub reload_at: Option<f64>,
 }
 
 /// What the shared backend went through in a run (a Redis run only).
@@ -142,6 +145,8 @@ pub struct RunResult {
     pub backend: Option<BackendRun>,
     /// What each simulated provider account saw (none against real endpoints).
     pub accounts: BTreeMap<String, AccountFigures>,
+    /// The reloads the processes made mid-run.
+    pub reloads: Vec<ReloadNote>,
 }
 
 /// Told the number of calls ended so far.

@@ -66,6 +66,7 @@ impl Part<'_> {
     ) -> Result<(WorkerResult, Timestamp), RunError> {
         let (config, scenario) = (self.config, self.scenario);
         let telemetry = Arc::new(Collector::new());
+        let upstream_for_reload = upstream.clone();
         let client = Arc::new(build_client(config, self.policy, gates, upstream, telemetry.clone(), clock.clone(), u64::from(self.index))?);
         let calls = config.calls.unwrap_or(scenario.calls);
         let workload = Workload {
@@ -78,8 +79,16 @@ impl Part<'_> {
             api: config.api,
             exact,
         };
+        let reload = config.reload_at.map(|at| self.reload_at(at, &client, &upstream_for_reload, &clock));
         let circuit_open = workload.drive(progress).await?;
         let ended = clock.now();
+        let reloads = match reload {
+            Some(task) => {
+                task.abort();
+                task.await.ok().flatten().into_iter().collect()
+            }
+            None => Vec::new(),
+        };
         // Released leases and permits settle, and the records still in the background end
         // (each within its bound), before the part reports.
         tokio::time::sleep(self.settle).await;
@@ -94,11 +103,66 @@ impl Part<'_> {
             backstop: gates.backstop.as_ref().map(|b| b.stats()).unwrap_or_default(),
             circuit_open,
             background_dropped: client.dropped_records(),
+            reloads,
         };
         result.call_events.iter_mut().for_each(|c| c.call_id = tag(c.call_id));
         result.attempt_events.iter_mut().for_each(|a| a.call_id = tag(a.call_id));
         Ok((result, ended))
     }
+}
+
+impl Part<'_> {
+    /// Reloads the scope `at` scenario seconds (scaled in real time) from now while the calls
+    /// run: over HTTP with an upstream of its own, as a proxy's reload builds one. The task
+    /// ends with what the reload did, or is aborted if the run ends first.
+    fn reload_at(
+        &self,
+        at: f64,
+        client: &Arc<GatewayClient>,
+        upstream: &Arc<dyn Upstream>,
+        clock: &Arc<dyn Clock>,
+    ) -> tokio::task::JoinHandle<Option<ReloadNote>> {
+        let delay = Duration::from_secs_f64(at * self.config.time_scale.unwrap_or(1.0));
+        let (client, upstream, clock, policy) = (client.clone(), upstream.clone(), clock.clone(), self.policy.clone());
+        let http = self.config.transport == super::Transport::Http;
+        let (scope, index) = (self.scope.to_owned(), self.index);
+        tokio::spawn(async move {
+            let began = clock.now();
+            tokio::time::sleep(delay).await;
+            let upstream: Arc<dyn Upstream> = match http {
+                true => match gateway_http::HttpUpstream::new(std::slice::from_ref(&policy)) {
+                    Ok(fresh) => Arc::new(fresh),
+                    Err(e) => {
+                        tracing::error!(%e, "the reload's upstream could not be built");
+                        return None;
+                    }
+                },
+                false => upstream,
+            };
+            let inflight = client.inflight(&scope);
+            let at_s = clock.now().saturating_since(began).as_secs_f64();
+            match client.reload_with(vec![policy], upstream).await {
+                Ok(done) => Some(ReloadNote { process: index, at_s, kept: done.kept.len(), inflight }),
+                Err(e) => {
+                    tracing::error!(%e, "the soak's reload was refused");
+                    None
+                }
+            }
+        })
+    }
+}
+
+/// A reload a process made mid-run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReloadNote {
+    /// The process.
+    pub process: u32,
+    /// When, seconds into the part (scaled time in real time).
+    pub at_s: f64,
+    /// Sources kept (all of them: the scope reloads as it was).
+    pub kept: usize,
+    /// Attempts in flight in the process then (they finish on the old configuration).
+    pub inflight: u32,
 }
 
 /// What a run's end found, besides the parts' results.
@@ -157,6 +221,7 @@ pub(super) fn assemble(preset: Preset, calls: u32, ending: Ending, parts: Vec<Wo
         circuit_open: Vec::new(),
         backend,
         accounts: std::collections::BTreeMap::new(),
+        reloads: Vec::new(),
     };
     for part in parts {
         merged.call_events.extend(part.call_events);
@@ -164,6 +229,7 @@ pub(super) fn assemble(preset: Preset, calls: u32, ending: Ending, parts: Vec<Wo
         merged.gate_events.extend(part.gate_events);
         merged.circuit_open.extend(part.circuit_open);
         merged.leftover_inflight += part.leftover_inflight;
+        merged.reloads.extend(part.reloads);
         if let Some(backend) = &mut merged.backend {
             backend.processes.push(part.backstop);
             backend.background_dropped += part.background_dropped;
@@ -201,6 +267,9 @@ pub struct WorkerResult {
     /// Records its client dropped in the background.
     #[serde(default)]
     pub background_dropped: u64,
+    /// The reloads it made mid-run.
+    #[serde(default)]
+    pub reloads: Vec<ReloadNote>,
 }
 
 fn state_rank(state: CircuitState) -> u8 {

@@ -48,6 +48,9 @@ pub struct WorkerSpec {
     pub providers: String,
     /// The run's time scale.
     pub time_scale: f64,
+    /// When each process reloads its scope (scenario seconds), if asked.
+    #[serde(default)]
+    pub reload_at: Option<f64>,
     /// The `circuit_open` override.
     pub circuit_open: Option<WaitMode>,
     /// The isolation override.
@@ -83,6 +86,7 @@ pub fn run_worker(spec: &WorkerSpec, progress: Progress) -> Result<WorkerResult,
         api: spec.api,
         on_unavailable: spec.on_unavailable,
         fault: None,
+        reload_at: spec.reload_at,
     };
     let mut policy = scope_policy(&scenario, &spec.scope, &config)?;
     point_at(&mut policy, &spec.providers);
@@ -220,6 +224,7 @@ impl Workers<'_> {
                 scope: policy.name.clone(),
                 providers: providers.to_owned(),
                 time_scale: scale,
+                reload_at: config.reload_at,
                 circuit_open: config.circuit_open,
                 isolation: config.isolation,
                 stream: config.stream,

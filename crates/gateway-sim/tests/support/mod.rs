@@ -20,6 +20,7 @@ pub fn virtual_time(seed: u64, calls: u32) -> RunConfig {
         api: gateway_sim::run::Api::Chat,
         on_unavailable: Default::default(),
         fault: None,
+        reload_at: None,
     }
 }
 

@@ -5,6 +5,7 @@
 //! a Basic password: a 401 asks for one).
 
 use crate::AppState;
+use crate::openai::ApiError;
 use crate::status::recent::SECONDS;
 use crate::status::unix_ms;
 use axum::extract::State;
@@ -87,4 +88,26 @@ fn asset(content_type: &'static str, text: &'static str) -> Response {
         text,
     )
         .into_response()
+}
+
+/// `POST /v1/gateway/reload` (the admin key): loads the config file again; 200 with what
+/// changed, or 422 naming why it was refused (nothing changed).
+pub(crate) async fn reload(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if let Err(error) = state.keys.authorize_operator(&headers, "/v1/gateway/reload", false) {
+        return error.into_response();
+    }
+    match crate::reload::reload(&state).await {
+        Ok(done) => {
+            let mut body = serde_json::to_value(&done).unwrap_or_default();
+            body["reloaded"] = json!(true);
+            ([("content-type", "application/json")], body.to_string()).into_response()
+        }
+        Err(error) => {
+            let status = match error {
+                crate::reload::ReloadError::NoFile => StatusCode::CONFLICT,
+                _ => StatusCode::UNPROCESSABLE_ENTITY,
+            };
+            ApiError::new(status, "invalid_request_error", "config_refused", error.to_string()).into_response()
+        }
+    }
 }

@@ -1,6 +1,9 @@
 //! The pipeline's own cost: one call through `GatewayClient` (memory gates, health-aware
 //! selection over 3 sources, quota limits on, telemetry to a no-op sink) against an upstream
-//! that answers at once, beside calling that upstream directly.
+//! that answers at once, beside calling that upstream directly; and the same call with traces
+//! on (its call and attempt spans made, turned into OpenTelemetry spans by
+//! `tracing-opentelemetry` and batched to an exporter that drops them: the cost of tracing
+//! itself, not of a collector's network).
 
 #![allow(missing_docs, clippy::unwrap_used)]
 
@@ -57,7 +60,41 @@ fn pipeline(c: &mut Criterion) {
     group.bench_function("gateway_client_call", |b| {
         b.iter(|| rt.block_on(async { black_box(client.call("chat", &request).await.unwrap()) }))
     });
+    // Traces on: the spans go through the OpenTelemetry SDK's batch processor to a sink.
+    let traced = rt.block_on(async {
+        GatewayClient::builder()
+            .scope(scope.resolve("chat").unwrap())
+            .upstream(upstream.clone())
+            .telemetry(Arc::new(Silent))
+            .traces(gateway_client::Traces::default())
+            .seed(1)
+            .build()
+            .unwrap()
+    });
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().with_batch_exporter(Discard).build();
+    let subscriber = {
+        use opentelemetry::trace::TracerProvider as _;
+        use tracing_subscriber::layer::SubscriberExt;
+        tracing_subscriber::registry().with(tracing_opentelemetry::layer().with_tracer(provider.tracer("bench")))
+    };
+    tracing::subscriber::with_default(subscriber, || {
+        group.bench_function("gateway_client_call_traced", |b| {
+            b.iter(|| rt.block_on(async { black_box(traced.call("chat", &request).await.unwrap()) }))
+        });
+    });
     group.finish();
+    let _ = provider.shutdown();
+}
+
+/// An exporter that drops every batch.
+#[derive(Debug)]
+struct Discard;
+
+impl opentelemetry_sdk::trace::SpanExporter for Discard {
+    async fn export(&self, batch: Vec<opentelemetry_sdk::trace::SpanData>) -> opentelemetry_sdk::error::OTelSdkResult {
+        black_box(batch);
+        Ok(())
+    }
 }
 
 criterion_group!(benches, pipeline);

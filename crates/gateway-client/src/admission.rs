@@ -67,6 +67,8 @@ pub(crate) struct SourceAdmission {
     pub(crate) telemetry: Arc<dyn Telemetry>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) rng: Arc<Mutex<ChaCha8Rng>>,
+    /// The calls' spans, when asked for.
+    pub(crate) traces: Option<crate::trace::Traces>,
 }
 
 impl SourceAdmission {

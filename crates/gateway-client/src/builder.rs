@@ -61,6 +61,7 @@ pub struct GatewayClientBuilder {
     background_records: Option<(usize, Duration)>,
     affinity: Option<Arc<dyn AffinityMap>>,
     affinity_ttl: Option<Duration>,
+    traces: Option<crate::trace::Traces>,
 }
 
 /// Records in the background at once, by default (see [`GatewayClientBuilder::background_records`]).
@@ -169,6 +170,14 @@ impl GatewayClientBuilder {
         self
     }
 
+    /// Makes a span of every call, attempt and wait (`trace.rs`: the OpenTelemetry GenAI
+    /// conventions), for a `tracing-opentelemetry` layer to export. Off by default: no span is
+    /// made then.
+    pub fn traces(mut self, traces: crate::trace::Traces) -> Self {
+        self.traces = Some(traces);
+        self
+    }
+
     /// The client.
     pub fn build(self) -> Result<GatewayClient, BuildError> {
         let upstream = self.upstream.ok_or(BuildError::NoUpstream)?;
@@ -211,6 +220,7 @@ impl GatewayClientBuilder {
                 telemetry,
                 clock,
                 rng: Arc::new(Mutex::new(ChaCha8Rng::seed_from_u64(seed))),
+                traces: self.traces,
             }),
             next_call: AtomicU64::new(1),
             affinity,

@@ -19,6 +19,7 @@ use gateway_core::telemetry::{AttemptEvent, CallEvent, CallResult, SourceReason}
 use gateway_core::time::{Clock, Timestamp};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use tracing::Instrument;
 
 /// Everything one call keeps: never shared with other calls.
 pub(crate) struct CallState {
@@ -33,6 +34,8 @@ pub(crate) struct CallState {
     attempts: Vec<AttemptRecord>,
     /// Why the call may use one source only, if it is pinned (for its errors).
     pub(crate) pinned: Option<String>,
+    /// The call's span (none unless traces are on).
+    pub(crate) span: tracing::Span,
 }
 
 impl CallState {
@@ -47,6 +50,7 @@ impl CallState {
             reasons: BTreeMap::new(),
             attempts: Vec::new(),
             pinned: None,
+            span: tracing::Span::none(),
         }
     }
 
@@ -138,6 +142,10 @@ impl CallGuard {
     /// Ends the call with `result`: its one event.
     pub(crate) fn end(&mut self, result: CallResult) {
         let event = self.event(result);
+        if !self.state.span.is_none() {
+            let last = self.state.attempts.last().map(|a| a.class);
+            crate::trace::call_ended(&self.state.span, result.as_str(), event.attempts, last);
+        }
         self.telemetry.call(&event);
         self.ended = true;
     }
@@ -189,6 +197,8 @@ pub(crate) struct Facts {
     pub(crate) committed: Option<Timestamp>,
     /// What the provider's rate-limit headers said, for a stream (known at its head).
     pub(crate) rate: Option<RateSignal>,
+    /// The attempt's span (none unless traces are on).
+    pub(crate) span: tracing::Span,
 }
 
 /// How an attempt ended: its outcome, the tokens it used (the provider's usage), and when.
@@ -217,7 +227,7 @@ pub(crate) async fn settle(
     let responsiveness = facts.committed.unwrap_or(ended).saturating_since(facts.started);
     let rate = outcome.rate.as_deref().or(facts.rate.as_ref());
     let finished = slot.finish(class, responsiveness, usage.map(|u| u.total()), rate, ended).await;
-    admission.telemetry.attempt(&AttemptEvent {
+    let event = AttemptEvent {
         key: scope.gates[facts.source].0.clone(),
         call_id: call.id,
         started: facts.started,
@@ -232,7 +242,11 @@ pub(crate) async fn settle(
         health: finished.health,
         aimd_limit: finished.aimd_limit,
         usage,
-    });
+    };
+    if !facts.span.is_none() {
+        crate::trace::attempt_ended(&facts.span, &call.span, &event, scope.policy.sources[facts.source].protocol.as_str());
+    }
+    admission.telemetry.attempt(&event);
     call.reasons.insert(facts.name.clone(), SourceReason::Attempted { class, detail: outcome.detail.clone() });
     call.attempts.push(AttemptRecord { source: facts.name.clone(), class, detail: outcome.detail.clone(), latency, probe: facts.probe });
 }
@@ -254,22 +268,34 @@ impl CallLoop<'_> {
         // A call's lane in the line is its partition's: a tenant's own with `per_tenant`, else the
         // shared one (in a shared scope a tenant's name changes nothing).
         let (clock, mut turn) = (&self.admission.clock, Turn::new(scope.tenant.clone(), scope.weight));
+        // What a wait is for, as the last pick found (traces only).
+        let mut waiting_for = "backoff";
+        let traced = self.admission.traces.is_some();
+        let wait = |what: &'static str| if traced { crate::trace::wait_span(what) } else { tracing::Span::none() };
         loop {
             let progress = scope.local().progress;
             match call.machine.poll(clock.now(), progress) {
                 Next::Pick { patience } => {
-                    if !turn.may_pick(scope.turns(), call.order(), patience).await {
+                    if !turn.may_pick(scope.turns(), call.order(), patience, || wait("turn")).await {
                         continue;
                     }
                     match self.admission.pick(scope, call, request.estimated_tokens).await? {
                         Pick::Slot(slot) => {
                             turn.leave(scope.turns());
+                            waiting_for = "backoff";
                             if let Some(stream) = self.attempt::<D>(scope, request, call, slot).await {
                                 return Ok(Delivered::Stream(stream));
                             }
                         }
                         Pick::Blocked { gate_rejections, pushed_back, paced } => {
                             turn.blocked(paced);
+                            waiting_for = if paced || !pushed_back.is_empty() {
+                                "account"
+                            } else if gate_rejections > 0 {
+                                "gate"
+                            } else {
+                                "quota"
+                            };
                             let (blocked, progress) = (Picked::Blocked { gate_rejections, pushed_back }, scope.local().progress);
                             call.machine.on_pick(blocked, clock.now(), progress, &mut *self.admission.rng());
                         }
@@ -279,7 +305,9 @@ impl CallLoop<'_> {
                     let retry_after = self.admission.retry_after(scope, &except).await.map_err(|e| call.backend(e))?;
                     call.machine.on_retry_after(retry_after, clock.now(), &mut *self.admission.rng());
                 }
-                Next::Sleep { duration, in_line } => turn.sleep(scope.turns(), call.order(), duration, in_line).await,
+                Next::Sleep { duration, in_line } => {
+                    turn.sleep(scope.turns(), call.order(), duration, in_line).instrument(wait(waiting_for)).await;
+                }
                 Next::Return(response) => return Ok(Delivered::Whole(call.served(response))),
                 Next::Fail(failure) => return Err(call.failed(scope, failure)),
             }
@@ -306,11 +334,27 @@ impl CallLoop<'_> {
             incarnation: slot.incarnation(),
             committed: None,
             rate: None,
+            span: match self.admission.traces {
+                Some(_) => {
+                    let policy = &scope.policy.sources[source];
+                    let state = slot.admitted_in().as_str();
+                    crate::trace::attempt_span(
+                        &policy.name,
+                        policy.protocol.as_str(),
+                        policy.model.as_deref(),
+                        state,
+                        slot.incarnation(),
+                        slot.is_probe(),
+                    )
+                }
+                None => tracing::Span::none(),
+            },
         };
         call.machine.on_attempt_started(facts.started);
         let mode = request.structured_stream.unwrap_or(scope.policy.structured_stream);
         let asked = Asked { upstream: self.upstream, request, machine: &mut call.machine, clock: &**clock, mode };
-        let (attempt, slot, facts) = match D::attempt(asked, slot, facts).await {
+        let span = facts.span.clone();
+        let (attempt, slot, facts) = match D::attempt(asked, slot, facts).instrument(span).await {
             Reached::Ended(attempt, slot, facts) => (attempt, slot, facts),
             Reached::Committed(committed) => return Some(committed),
         };

@@ -23,6 +23,7 @@ mod reload;
 mod slot;
 mod stream;
 mod telemetry;
+mod trace;
 mod turns;
 
 pub use accounts::RateLimited;
@@ -35,6 +36,7 @@ pub use preset::Preset;
 pub use reload::Reloaded;
 pub use stream::{ChatStream, StreamError};
 pub use telemetry::{Collector, TracingTelemetry};
+pub use trace::{SpanKind, Traces};
 
 use admission::SourceAdmission;
 use call::{CallGuard, CallLoop, CallState};
@@ -46,6 +48,7 @@ pub use partition::tenant_name;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use tracing::Instrument;
 
 /// A caller-chosen value as an error message repeats it: at most 64 characters, then `…`.
 pub fn echoed(value: &str) -> String {
@@ -142,14 +145,20 @@ impl GatewayClient {
         // The configuration the call runs on, whatever a reload swaps in meanwhile.
         let serving = self.serving.load_full();
         let fallback = serving.scopes.get(scope).and_then(|p| p.policy().fallback.clone());
+        // One span for the call, over its fallback too (none unless traces are on).
+        let span = match &self.admission.traces {
+            Some(traces) => trace::call_span(traces, scope, request, D::STREAMS),
+            None => tracing::Span::none(),
+        };
         // The primary scope's part of the call, while a fallback is to follow.
         let mut prior = None;
-        let primary = match self.run_in::<D>(&serving, scope, tenant, request, &mut prior, fallback.is_some()).await {
-            Err(e) if falls_back_on(&e) => e,
-            done => return done,
-        };
+        let primary =
+            match self.run_in::<D>(&serving, scope, tenant, request, &mut prior, fallback.is_some()).instrument(span.clone()).await {
+                Err(e) if falls_back_on(&e) => e,
+                done => return done,
+            };
         let Some(fallback) = fallback else { return Err(primary) };
-        let second = self.run_in::<D>(&serving, &fallback, tenant, request, &mut prior, false).await;
+        let second = self.run_in::<D>(&serving, &fallback, tenant, request, &mut prior, false).instrument(span).await;
         if let Some(event) = prior {
             // The fallback refused the call before it started (a kind it does not serve, a
             // tenant it refuses): the primary's part is all of the call, its event and its error.
@@ -227,10 +236,17 @@ impl GatewayClient {
             state.machine.leave_out(i);
         }
         state.tenant = tenant;
+        if self.admission.traces.is_some() {
+            // The call's span (`deliver`'s), which this part runs in.
+            state.span = tracing::Span::current();
+        }
         let mut guard = CallGuard::new(state, partitions.name().clone(), self.admission.telemetry.clone(), prior.take());
         let run = CallLoop { admission: &self.admission, upstream: &*serving.upstream };
         match run.run::<D>(&scope, request, &mut guard.state).await {
             Ok(Delivered::Whole(response)) => {
+                if let Some(traces) = &self.admission.traces {
+                    trace::answered(&guard.state.span, traces, &response);
+                }
                 self.affinity.remember(partitions.name(), response.source().unwrap_or_default(), request, &response).await;
                 guard.end(CallResult::Ok);
                 Ok(Delivered::Whole(response))

@@ -277,16 +277,26 @@ impl Turn {
     /// Whether the call of `order` may pick now. A call that would not head the line queues;
     /// a waiter that is not the head waits until woken, at most `patience`, and is told no (the
     /// machine is asked again: its stall bound may have passed).
-    pub(crate) async fn may_pick(&mut self, turns: &Arc<Turns>, order: Order, patience: Duration) -> bool {
+    pub(crate) async fn may_pick(
+        &mut self,
+        turns: &Arc<Turns>,
+        order: Order,
+        patience: Duration,
+        span: impl FnOnce() -> tracing::Span,
+    ) -> bool {
+        use tracing::Instrument;
         if self.place.is_none() && !turns.may_pick(&self.tenant, order) {
             self.place = Some(turns.join(&self.tenant, self.weight, order, None, self.own_block));
         }
         let Some(waiting) = self.place.as_ref().filter(|place| !place.is_first()) else { return true };
-        tokio::select! {
-            biased;
-            () = waiting.woken() => {}
-            () = tokio::time::sleep(patience) => {}
-        }
+        let wait = async {
+            tokio::select! {
+                biased;
+                () = waiting.woken() => {}
+                () = tokio::time::sleep(patience) => {}
+            }
+        };
+        wait.instrument(span()).await;
         false
     }
 

@@ -89,6 +89,25 @@ pub enum CallResult {
     StreamBroken,
 }
 
+impl CallResult {
+    /// The telemetry name: `ok`, `retry_exhausted`, `circuit_open`, …
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            CallResult::Ok => "ok",
+            CallResult::RetryExhausted => "retry_exhausted",
+            CallResult::CircuitOpen => "circuit_open",
+            CallResult::QuotaExhausted => "quota_exhausted",
+            CallResult::RateLimited => "rate_limited",
+            CallResult::Stalled => "stalled",
+            CallResult::RequestRejected => "request_rejected",
+            CallResult::StructuredExhausted => "structured_exhausted",
+            CallResult::BackendUnavailable => "backend_unavailable",
+            CallResult::Cancelled => "cancelled",
+            CallResult::StreamBroken => "stream_broken",
+        }
+    }
+}
+
 /// One call ended.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CallEvent {

@@ -146,9 +146,14 @@ pub struct HttpUpstream {
     shared: Shared,
 }
 
+/// Adds the trace context of the attempt being sent (W3C `traceparent`, `tracestate`) to its
+/// headers; called as each attempt is sent, inside the attempt's span.
+pub type Propagate = Arc<dyn Fn(&mut HeaderMap) + Send + Sync>;
+
 /// What every attempt of an upstream reads besides its source.
 #[derive(Clone)]
 pub(crate) struct Shared {
+    pub(crate) propagate: Option<Propagate>,
     pub(crate) wall: Arc<dyn WallClock>,
     pub(crate) limits: HttpLimits,
     pub(crate) schemas: Arc<structured::Schemas>,
@@ -208,6 +213,7 @@ impl HttpUpstream {
         }
         let sources = sources.into_iter().map(|(name, (_, source, _))| (name, source)).collect();
         let shared = Shared {
+            propagate: None,
             wall: Arc::new(SystemWallClock),
             limits: HttpLimits::default(),
             schemas: Arc::default(),
@@ -224,6 +230,13 @@ impl HttpUpstream {
         let mut upstream = HttpUpstream::new(scopes)?;
         upstream.shared = self.shared.clone();
         Ok(upstream)
+    }
+
+    /// Sends each attempt with the trace context `propagate` adds (a proxy's traces, or its
+    /// caller's `traceparent` passed on).
+    pub fn with_propagation(mut self, propagate: Propagate) -> Self {
+        self.shared.propagate = Some(propagate);
+        self
     }
 
     /// Replaces the attempt limits.

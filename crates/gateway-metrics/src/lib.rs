@@ -25,7 +25,7 @@
 use gateway_core::breaker::CircuitState;
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::ports::{SourceKey, Telemetry};
-use gateway_core::telemetry::{AttemptEvent, CallEvent, CallResult, GateEvent};
+use gateway_core::telemetry::{AttemptEvent, CallEvent, GateEvent};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -185,22 +185,6 @@ impl std::fmt::Debug for Metrics {
 
 const STATES: [CircuitState; 3] = [CircuitState::Closed, CircuitState::Open, CircuitState::HalfOpen];
 
-fn result_name(result: CallResult) -> &'static str {
-    match result {
-        CallResult::Ok => "ok",
-        CallResult::RetryExhausted => "retry_exhausted",
-        CallResult::CircuitOpen => "circuit_open",
-        CallResult::QuotaExhausted => "quota_exhausted",
-        CallResult::RateLimited => "rate_limited",
-        CallResult::Stalled => "stalled",
-        CallResult::RequestRejected => "request_rejected",
-        CallResult::StructuredExhausted => "structured_exhausted",
-        CallResult::BackendUnavailable => "backend_unavailable",
-        CallResult::Cancelled => "cancelled",
-        CallResult::StreamBroken => "stream_broken",
-    }
-}
-
 impl Metrics {
     /// Metrics with tenant labels for at most `max_tenants` distinct tenants (use the scopes'
     /// `max_tenants`).
@@ -349,7 +333,7 @@ impl Telemetry for Metrics {
 
     fn call(&self, event: &CallEvent) {
         let labels =
-            CallLabels { scope: event.scope.clone(), tenant_id: self.tenant(event.tenant.as_deref()), result: result_name(event.result) };
+            CallLabels { scope: event.scope.clone(), tenant_id: self.tenant(event.tenant.as_deref()), result: event.result.as_str() };
         self.call_duration.get_or_create(&labels).observe(event.elapsed.as_secs_f64());
     }
 

@@ -35,6 +35,7 @@ pub mod reload;
 mod routes;
 mod serve;
 pub mod status;
+pub mod traces;
 
 pub use serve::{ConnectionCapError, Served, connection_cap, fd_limit, serve};
 
@@ -82,6 +83,8 @@ pub struct AppState {
     pub config_path: Option<std::path::PathBuf>,
     /// The `[backend]` it started with (a reload that changes it needs a restart).
     pub backend: BackendConfig,
+    /// Whether the calls' spans are made (`[telemetry]`): they then continue a caller's trace.
+    pub traces: bool,
     keys: auth::Keys,
     /// Cancelled at the shutdown deadline: every call still running ends with 503.
     cut: CancellationToken,
@@ -115,6 +118,7 @@ impl AppState {
             http: arc_swap::ArcSwapOption::empty(),
             config_path: None,
             backend: BackendConfig::default(),
+            traces: false,
             keys,
             config,
             cut: CancellationToken::new(),
@@ -222,6 +226,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(routes::readyz))
         .fallback(routes::not_found)
+        .layer(axum::middleware::from_fn_with_state(state.traces, traces::continue_trace))
         .with_state(state)
 }
 
@@ -305,7 +310,11 @@ pub async fn build_state(
         max_stream_bytes_per_s: config.max_stream_bytes_per_s,
         ..gateway_http::HttpLimits::default()
     };
-    let upstream = gateway_http::HttpUpstream::new(&scopes)?.with_schemas(schemas.clone()).with_limits(limits);
+    let traces = config.telemetry.traces_on(|name| std::env::var(name).ok());
+    let upstream = gateway_http::HttpUpstream::new(&scopes)?
+        .with_schemas(schemas.clone())
+        .with_limits(limits)
+        .with_propagation(traces::propagation(traces));
     let upstream = Arc::new(upstream);
     let telemetry = Arc::new(ServerTelemetry::new(Arc::new(Metrics::new(config.metrics_max_tenants))));
     let clock: Arc<dyn gateway_core::time::Clock> = Arc::new(gateway_client::TokioClock::new());
@@ -324,7 +333,12 @@ pub async fn build_state(
             Arc::new(gateway_memory::MemoryAffinity::new(clock.clone(), config.affinity_max_ids)),
         ),
     };
-    let client = GatewayClient::builder()
+    let mut client = GatewayClient::builder();
+    if traces {
+        let contents = config.telemetry.record_contents;
+        client = client.traces(gateway_client::Traces { kind: gateway_client::SpanKind::Server, contents });
+    }
+    let client = client
         .scopes(scopes)
         .pinned_tenants(config.bound_tenants())
         .gates(gates.clone())
@@ -339,6 +353,7 @@ pub async fn build_state(
     let mut state = AppState::new(Arc::new(client), gates, &telemetry, config, schemas).with_http(upstream);
     state.backstop = backstop;
     state.backend = backend;
+    state.traces = traces;
     Ok(state)
 }
 

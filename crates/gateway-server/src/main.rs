@@ -107,11 +107,32 @@ async fn run(config: &std::path::Path, listen: Option<String>) -> Result<gateway
     gateway_server::serve(listener, state, shutdown_signal()).await.map_err(RunError::Serve)
 }
 
+/// Logs to stderr (`RUST_LOG`), and with traces on (`[telemetry]`, or the OTLP endpoint
+/// variables) the calls' spans to the collector: the provider to shut down at the end.
+fn logging(
+    telemetry: &gateway_server::config::TelemetryConfig,
+    runtime: &tokio::runtime::Handle,
+) -> Result<Option<opentelemetry_sdk::trace::SdkTracerProvider>, gateway_server::traces::TracesError> {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let log = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(filter);
+    let var = |name: &str| std::env::var(name).ok();
+    if !telemetry.traces_on(var) {
+        tracing_subscriber::registry().with(log).init();
+        return Ok(None);
+    }
+    let http = gateway_server::traces::OtlpHttp::new(runtime.clone(), std::time::Duration::from_secs(10))?;
+    let provider = gateway_server::traces::provider(telemetry, http, var)?;
+    // Only the calls' spans are exported (their `tracing` target is the client's).
+    let spans = gateway_server::traces::layer(&provider)
+        .with_filter(tracing_subscriber::filter::filter_fn(|meta| meta.is_span() && meta.target().starts_with("gateway_client")));
+    tracing_subscriber::registry().with(log).with(spans).init();
+    Ok(Some(provider))
+}
+
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .init();
     let args = Args::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
@@ -125,7 +146,27 @@ fn main() -> ExitCode {
     }
     // Clap requires `--config` without `--healthcheck`.
     let Some(config) = args.config else { return ExitCode::FAILURE };
-    match runtime.block_on(run(&config, args.listen)) {
+    // The traces' settings come before logging starts; a file that does not load is reported
+    // by `run`, with logging on.
+    let telemetry = gateway_server::config::load_all(&config).map(|(server, _, _)| server.telemetry).unwrap_or_default();
+    let provider = match logging(&telemetry, runtime.handle()) {
+        Ok(provider) => provider,
+        Err(e) => {
+            #[allow(clippy::print_stderr)]
+            {
+                eprintln!("gateway-server: {e}");
+            }
+            return ExitCode::FAILURE;
+        }
+    };
+    let served = runtime.block_on(run(&config, args.listen));
+    // The last spans go out before the runtime their exports run on ends.
+    if let Some(provider) = provider
+        && let Err(e) = provider.shutdown()
+    {
+        tracing::warn!("traces: the last batch was not exported: {e}");
+    }
+    match served {
         Ok(gateway_server::Served { cut: 0 }) => ExitCode::SUCCESS,
         Ok(gateway_server::Served { cut }) => {
             tracing::warn!(cut, "shut down; calls still running at the deadline were ended with 503");

@@ -231,10 +231,6 @@ impl TenantFigures {
     }
 }
 
-fn result_name(result: CallResult) -> String {
-    serde_json::to_value(result).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
-}
-
 impl Summary {
     /// The figures of `run`; `bounds` are the scenario's ceiling and capacity (none against real
     /// endpoints).
@@ -255,7 +251,7 @@ impl Summary {
         let duration_s = run.duration.as_secs_f64();
         let mut results = BTreeMap::new();
         for c in &run.call_events {
-            *results.entry(result_name(c.result)).or_insert(0) += 1;
+            *results.entry(c.result.as_str().to_owned()).or_insert(0) += 1;
         }
         Summary {
             policy: policy.to_owned(),

@@ -17,7 +17,7 @@ mod request;
 use crate::classify::{NotFound, classify_code, classify_status, classify_transport, retry_after};
 use crate::held::Held;
 use crate::structured::Schemas;
-use crate::{HttpLimits, Shared, Source, header_wait};
+use crate::{Shared, Source, header_wait};
 use chunks::{Checked, Holding, Replayed, Sse, Translated};
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::ports::Streamed;
@@ -31,8 +31,16 @@ fn transient(detail: &str) -> Outcome {
 }
 
 /// Sends the attempt's request; the response once its headers are in, or how it failed.
-async fn post(src: &Source, request: &Request, stream: bool, limits: &HttpLimits) -> Result<reqwest::Response, Outcome> {
-    let builder = request::build(src, request, stream);
+async fn post(src: &Source, request: &Request, stream: bool, shared: &Shared) -> Result<reqwest::Response, Outcome> {
+    let limits = &shared.limits;
+    let mut builder = request::build(src, request, stream);
+    if let Some(propagate) = &shared.propagate {
+        let mut headers = reqwest::header::HeaderMap::new();
+        propagate(&mut headers);
+        if !headers.is_empty() {
+            builder = builder.headers(headers);
+        }
+    }
     let (wait, cause) = header_wait(src.timeout, src.watchdog.filter(|_| stream), limits.header_timeout);
     match tokio::time::timeout(wait, builder.send()).await {
         Err(_) => Err(transient(cause)),
@@ -150,7 +158,7 @@ fn is_bytes(request: &Request) -> bool {
 }
 
 async fn whole(src: &Source, request: &Request, shared: &Shared) -> Result<Answered, Outcome> {
-    let mut response = post(src, request, false, &shared.limits).await?;
+    let mut response = post(src, request, false, shared).await?;
     if !response.status().is_success() {
         return Err(refusal(src, request, response, shared).await);
     }
@@ -210,7 +218,7 @@ pub(crate) async fn open_checked(src: &Source, request: &Request, shared: &Share
 async fn open(src: &Source, request: &Request, shared: &Shared, held: &Held, holding: Holding) -> Streamed {
     let started = Instant::now();
     let deadline = started + src.timeout;
-    let mut response = match post(src, request, true, &shared.limits).await {
+    let mut response = match post(src, request, true, shared).await {
         Ok(response) => response,
         Err(outcome) => return Streamed::Ended(Attempt::ended(outcome)),
     };

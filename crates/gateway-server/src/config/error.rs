@@ -49,6 +49,18 @@ pub enum ConfigError {
         /// Why.
         reason: String,
     },
+    /// `telemetry.endpoint` is not an http(s) URL.
+    #[error("telemetry.endpoint: {value:?} is not an http:// or https:// URL (e.g. http://collector:4318/v1/traces)")]
+    TelemetryEndpoint {
+        /// The value, cut short.
+        value: String,
+    },
+    /// A text key that may not be empty is.
+    #[error("{key}: may not be empty")]
+    Empty {
+        /// The key.
+        key: &'static str,
+    },
     /// `server.admin_key` is shorter than a key may be.
     #[error("server.admin_key: an admin key has at least {MIN_KEY_CHARS} characters")]
     ShortAdminKey,

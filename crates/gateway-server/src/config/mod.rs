@@ -12,6 +12,9 @@ use std::path::Path;
 
 mod error;
 pub use error::ConfigError;
+pub use telemetry::TelemetryConfig;
+
+mod telemetry;
 
 /// The `[server]` table.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -88,6 +91,9 @@ pub struct ServerConfig {
     /// /v1/gateway/reload` do it on demand.
     #[serde(default)]
     pub watch_config: bool,
+    /// The `[telemetry]` table (traces), read beside `[server]`.
+    #[serde(skip)]
+    pub telemetry: TelemetryConfig,
     /// A separate address serving `/metrics` only, unauthenticated (e.g. on a private
     /// interface); `/metrics` then answers 404 on `listen`.
     #[serde(default)]
@@ -242,6 +248,7 @@ impl Default for ServerConfig {
             metrics_key: None,
             admin_key: None,
             watch_config: false,
+            telemetry: TelemetryConfig::default(),
             metrics_listen: None,
             metrics_max_tenants: default_metrics_tenants(),
             api_keys: BTreeMap::new(),
@@ -325,6 +332,8 @@ struct Tables {
     server: Option<ServerConfig>,
     #[serde(default)]
     backend: Option<BackendConfig>,
+    #[serde(default)]
+    telemetry: Option<TelemetryConfig>,
 }
 
 /// Reads `path`: the `[server]` and `[backend]` tables (and `SERVER__*`, `BACKEND__*`
@@ -347,15 +356,24 @@ pub fn load_with(path: &Path, vars: Vec<(String, String)>) -> Result<(ServerConf
 
 /// As [`load_all`], with these environment variables instead of the process's.
 pub fn load_all_with(path: &Path, vars: Vec<(String, String)>) -> Result<(ServerConfig, BackendConfig, Vec<ScopePolicy>), ConfigError> {
-    let scopes =
-        Loader::new().file(path).reserve("server").reserve("backend").env_vars(vars.clone()).load().map_err(ConfigError::Scopes)?;
-    let env = EnvLayer::new(vars, &["server".to_owned(), "backend".to_owned()]).map_err(ConfigError::Environment)?;
+    let scopes = Loader::new()
+        .file(path)
+        .reserve("server")
+        .reserve("backend")
+        .reserve("telemetry")
+        .env_vars(vars.clone())
+        .load()
+        .map_err(ConfigError::Scopes)?;
+    let tables = ["server".to_owned(), "backend".to_owned(), "telemetry".to_owned()];
+    let env = EnvLayer::new(vars, &tables).map_err(ConfigError::Environment)?;
     // Named as the scopes' errors are; a secret's value is never printed, whatever is wrong.
     let (_, tables) = env
         .extract::<Tables>(&Figment::new().merge(Toml::file(path)))
         .map_err(|e| ConfigError::Table(config::describe(*e, Some(path), |key| is_secret(&key.join(".")))))?;
-    let server = tables.server.unwrap_or_default();
+    let mut server = tables.server.unwrap_or_default();
     server.validate()?;
+    server.telemetry = tables.telemetry.unwrap_or_default();
+    server.telemetry.validate()?;
     let backend = tables.backend.unwrap_or_default().merged(&server)?;
     Ok((server, backend, scopes))
 }

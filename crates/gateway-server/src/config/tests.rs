@@ -129,3 +129,35 @@ fn a_bad_server_variable_is_named_and_a_secret_never_shown() {
     let e = load_text("", &[("SERVER____LISTEN", "x")]).unwrap_err().to_string();
     assert!(e.starts_with("SERVER____LISTEN (environment): empty key part"), "{e}");
 }
+
+#[test]
+fn the_telemetry_table_is_read_checked_and_off_by_default() {
+    // The file's own scope comes after (load_file adds it).
+    let scope = "";
+    let (server, _, scopes) = load_file(scope, &[]).unwrap();
+    assert_eq!((server.telemetry.clone(), scopes.len()), (TelemetryConfig::default(), 1), "[telemetry] is not a scope");
+    assert!(!server.telemetry.traces_on(|_| None), "off by default");
+    assert!(
+        server.telemetry.traces_on(|v| (v == "OTEL_EXPORTER_OTLP_ENDPOINT").then(|| "http://c:4318".to_owned())),
+        "on with the standard variable"
+    );
+    let text = format!(
+        "[telemetry]\ntraces = false\nendpoint = \"https://collector:4318/v1/traces\"\nservice_name = \"gw\"\nrecord_contents = true\n{scope}"
+    );
+    let server = load_text(&text, &[]).unwrap();
+    assert!(!server.telemetry.traces_on(|_| Some("http://c:4318".to_owned())), "traces = false wins over the variables");
+    assert_eq!((server.telemetry.endpoint.as_deref(), server.telemetry.record_contents), (Some("https://collector:4318/v1/traces"), true));
+    let server = load_text(scope, &[("TELEMETRY__TRACES", "true")]).unwrap();
+    assert_eq!(server.telemetry.traces, Some(true), "TELEMETRY__* variables");
+    for (table, message) in [
+        (
+            "[telemetry]\nendpoint = \"collector:4318\"",
+            "telemetry.endpoint: \"collector:4318\" is not an http:// or https:// URL (e.g. http://collector:4318/v1/traces)",
+        ),
+        ("[telemetry]\nservice_name = \" \"", "telemetry.service_name: may not be empty"),
+    ] {
+        assert_eq!(load_text(&format!("{table}\n{scope}"), &[]).unwrap_err().to_string(), message, "{table}");
+    }
+    let e = load_text(&format!("[telemetry]\nsampler = \"always\"\n{scope}"), &[]).unwrap_err();
+    assert!(matches!(e, ConfigError::Table(_)) && e.to_string().contains("telemetry.sampler"), "{e}");
+}

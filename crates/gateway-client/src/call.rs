@@ -338,14 +338,8 @@ impl CallLoop<'_> {
                 Some(_) => {
                     let policy = &scope.policy.sources[source];
                     let state = slot.admitted_in().as_str();
-                    crate::trace::attempt_span(
-                        &policy.name,
-                        policy.protocol.as_str(),
-                        policy.model.as_deref(),
-                        state,
-                        slot.incarnation(),
-                        slot.is_probe(),
-                    )
+                    let gate = (state, slot.epoch(), slot.incarnation());
+                    crate::trace::attempt_span(&policy.name, policy.protocol.as_str(), policy.model.as_deref(), gate, slot.is_probe())
                 }
                 None => tracing::Span::none(),
             },

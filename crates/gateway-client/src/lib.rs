@@ -155,14 +155,20 @@ impl GatewayClient {
         let primary =
             match self.run_in::<D>(&serving, scope, tenant, request, &mut prior, fallback.is_some()).instrument(span.clone()).await {
                 Err(e) if falls_back_on(&e) => e,
+                Err(refused) if refused.result().is_none() => {
+                    // Refused before it started: no guard ended it.
+                    trace::refused(&span, &refused);
+                    return Err(refused);
+                }
                 done => return done,
             };
         let Some(fallback) = fallback else { return Err(primary) };
-        let second = self.run_in::<D>(&serving, &fallback, tenant, request, &mut prior, false).instrument(span).await;
+        let second = self.run_in::<D>(&serving, &fallback, tenant, request, &mut prior, false).instrument(span.clone()).await;
         if let Some(event) = prior {
             // The fallback refused the call before it started (a kind it does not serve, a
             // tenant it refuses): the primary's part is all of the call, its event and its error.
             self.admission.telemetry.call(&event);
+            trace::call_ended(&span, event.result.as_str(), event.attempts, None);
             if let Err(refusal) = &second {
                 tracing::warn!(scope, fallback, %refusal, "the fallback scope refused the call before it started");
             }

@@ -104,23 +104,6 @@ impl Partition {
         local.health.iter().zip(&local.inflight).map(|(h, i)| SourceView { health: h.value(), inflight: *i }).collect()
     }
 
-    /// Takes the health EWMA of each of `from`'s sources that `same` says is still the same
-    /// source here, by name (a reload).
-    pub(crate) fn take_health(
-        &self,
-        from: &Partition,
-        same: &dyn Fn(&gateway_core::policy::SourcePolicy, &gateway_core::policy::SourcePolicy) -> bool,
-    ) {
-        let old = from.local().health.clone();
-        let mut local = self.local();
-        for (i, source) in self.policy.sources.iter().enumerate() {
-            let before = from.policy.sources.iter().position(|s| s.name == source.name && same(s, source));
-            if let Some(j) = before {
-                local.health[i] = old[j];
-            }
-        }
-    }
-
     /// Attempts of this process in flight (zero once every call has ended).
     pub(crate) fn inflight(&self) -> u32 {
         self.local().inflight.iter().sum()

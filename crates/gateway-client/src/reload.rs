@@ -5,15 +5,21 @@
 //!
 //! What carries over is keyed by a source's identity — its scope and name, base URL, account
 //! and provider key: for a source whose identity is unchanged, its gate and quota (the
-//! backend's, keyed by scope and name), its health in every partition, and its account (the
-//! backend's learned limit, this process's pushback and 429 counts) stay; live tenant
+//! backend's, keyed by scope and name) and its health in every partition stay; live tenant
 //! partitions are made again with their health, and a scope's line of waiting calls is kept. A
 //! source removed, or changed past its identity, has its gates forgotten (the shared one and
-//! each live tenant's), and an account no longer used, or given another provider key, is
-//! forgotten too, so a changed key starts a new account.
+//! each live tenant's). An account is its name — the key's digest unless the config names it —
+//! so a changed key is a new account, and an account a reload keeps keeps its learned limit (the
+//! backend's) and this process's pushback and 429 counts. An account no longer used is not
+//! forgotten: calls still in flight on it release their leases, and its state expires an hour
+//! past its longest lease.
+//!
+//! Calls in flight go on with their configuration, retries included: a retry at a source the
+//! reload changed uses its gate, which the reload forgot, so for a moment an old call's failure
+//! at the old address counts on the new gate.
 
 use crate::accounts::Accounts;
-use crate::partition::Partitions;
+use crate::partition::{Partition, Partitions};
 use crate::{BuildError, GatewayClient};
 use gateway_core::policy::{ScopePolicy, SourcePolicy};
 use gateway_core::ports::{SourceKey, Upstream};
@@ -46,13 +52,16 @@ fn same(a: &SourcePolicy, b: &SourcePolicy) -> bool {
     a.base_url == b.base_url && a.account == b.account && a.api_key == b.api_key
 }
 
-/// Each account of `policy` with the provider keys its sources use.
-fn account_keys(policy: &ScopePolicy) -> BTreeMap<String, BTreeSet<Option<String>>> {
-    let mut keys: BTreeMap<String, BTreeSet<Option<String>>> = BTreeMap::new();
-    for source in &policy.sources {
-        keys.entry(source.account.clone()).or_default().insert(source.api_key.as_ref().map(|k| k.expose().to_owned()));
+/// `to` takes the health EWMA of each of `from`'s sources that is still the same source (by
+/// name and [`same`] identity).
+fn take_health(to: &Partition, from: &Partition) {
+    let old = from.local().health.clone();
+    let mut local = to.local();
+    for (i, source) in to.policy.sources.iter().enumerate() {
+        if let Some(j) = from.policy.sources.iter().position(|s| s.name == source.name && same(s, source)) {
+            local.health[i] = old[j];
+        }
     }
-    keys
 }
 
 /// The scopes of `policies` checked whole: at least one, every fallback naming one of them.
@@ -79,19 +88,23 @@ impl GatewayClient {
     /// new to the client runs on the builder's last preset, one it had keeps its own. One
     /// reload at a time.
     pub async fn reload(&self, scopes: Vec<ScopePolicy>) -> Result<Reloaded, BuildError> {
-        let upstream = self.serving.load().upstream.clone();
-        self.reload_with(scopes, upstream).await
+        self.swap(scopes, None).await
     }
 
     /// [`reload`](Self::reload) with a new upstream (e.g. an `HttpUpstream` of the new sources):
     /// calls that started before go on with the old one.
     pub async fn reload_with(&self, scopes: Vec<ScopePolicy>, upstream: Arc<dyn Upstream>) -> Result<Reloaded, BuildError> {
+        self.swap(scopes, Some(upstream)).await
+    }
+
+    /// The reload, one at a time: `upstream`, or the one serving when the turn comes.
+    async fn swap(&self, scopes: Vec<ScopePolicy>, upstream: Option<Arc<dyn Upstream>>) -> Result<Reloaded, BuildError> {
         let _one = self.reloading.lock().await;
         let old = self.serving.load_full();
+        let upstream = upstream.unwrap_or_else(|| old.upstream.clone());
         let now = self.admission.clock.now();
         let mut reloaded = Reloaded::default();
         let mut forget_gates: Vec<SourceKey> = Vec::new();
-        let mut forget_accounts: Vec<SourceKey> = Vec::new();
         let mut built = BTreeMap::new();
         for policy in scopes {
             let name = policy.name.clone();
@@ -100,11 +113,10 @@ impl GatewayClient {
                 built.insert(name, Partitions::new(policy, self.preset, &self.pinned));
                 continue;
             };
-            let (old_keys, new_keys) = (account_keys(before.policy()), account_keys(&policy));
-            let kept_account = |account: &str| old_keys.get(account).is_some_and(|keys| new_keys.get(account) == Some(keys));
-            for (account, _) in old_keys.iter().filter(|(account, _)| !kept_account(account)) {
-                forget_accounts.push(SourceKey::new(name.as_str(), account.as_str()));
-            }
+            // An account is its name: a key's digest, unless named (then every key named so
+            // draws on it), so a changed key is another account unless the config says not.
+            let old_accounts: BTreeSet<String> = before.policy().sources.iter().map(|s| s.account.clone()).collect();
+            let kept_account = |account: &str| old_accounts.contains(account);
             for source in &policy.sources {
                 let label = format!("{name}.{}", source.name);
                 match before.policy().sources.iter().find(|s| s.name == source.name) {
@@ -125,12 +137,15 @@ impl GatewayClient {
             let partitions = Partitions::with_accounts(policy, before.preset(), &self.pinned, |policy| {
                 Accounts::carried(policy, &before.shared().accounts, &kept_account)
             });
-            partitions.shared().take_health(before.shared(), &same);
+            take_health(partitions.shared(), before.shared());
             for tenant_partition in before.all().iter().skip(1) {
+                // A scope no longer isolating tenants hands every tenant its shared partition:
+                // tenants' health is not the scope's.
                 if let Some(tenant) = tenant_partition.tenant.as_deref()
                     && let Ok(partition) = partitions.partition(Some(tenant), now)
+                    && partition.tenant.is_some()
                 {
-                    partition.take_health(tenant_partition, &same);
+                    take_health(&partition, tenant_partition);
                 }
             }
             built.insert(name, partitions);
@@ -138,7 +153,6 @@ impl GatewayClient {
         for (name, before) in old.scopes.iter().filter(|(name, _)| !built.contains_key(*name)) {
             reloaded.removed.extend(before.policy().sources.iter().map(|s| format!("{name}.{}", s.name)));
             forget_gates.extend(before.all().iter().flat_map(|p| p.gates.iter().map(|(key, _)| key.clone())).collect::<Vec<_>>());
-            forget_accounts.extend(before.shared().accounts.keys.iter().cloned());
         }
         let scopes = checked(built)?;
         self.serving.store(Arc::new(Serving { scopes, upstream }));
@@ -146,11 +160,6 @@ impl GatewayClient {
         for key in forget_gates {
             if let Err(e) = holders.gates.forget(&key).await {
                 reloaded.not_forgotten.push(format!("gate {key}: {e}"));
-            }
-        }
-        for key in forget_accounts {
-            if let Err(e) = holders.pacer.forget(&key).await {
-                reloaded.not_forgotten.push(format!("account {key}: {e}"));
             }
         }
         for list in [&mut reloaded.kept, &mut reloaded.added, &mut reloaded.changed, &mut reloaded.removed] {

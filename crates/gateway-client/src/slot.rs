@@ -134,6 +134,11 @@ impl Slot {
         self.entry.map_or(Fence { incarnation: 0, epoch: 0 }, |e| e.fence())
     }
 
+    /// The gate's epoch the attempt was admitted in (0 before the gate was asked).
+    pub(crate) fn epoch(&self) -> u64 {
+        self.fence().epoch
+    }
+
     /// The incarnation of the gate that admitted the attempt (0 before the gate was asked).
     pub(crate) fn incarnation(&self) -> u64 {
         self.entry.map_or(0, |e| e.incarnation)

@@ -9,9 +9,11 @@
 //!   `gen_ai.response.finish_reasons` (comma-separated: an exporter may make it an array),
 //!   `gen_ai.usage.input_tokens` (cached tokens included, as the provider counts them) and
 //!   `output_tokens`, and `error.type`: the outcome class of the last attempt of a call that
-//!   failed (its result when it made none);
+//!   failed (its result when it made none, or why it was refused before it started). A
+//!   streamed call's span has the usage of its stream's end but not the answer's id, model or
+//!   finish reasons, which come in its chunks;
 //! - one per attempt, `attempt {source}`, CLIENT: the source, its outcome class and detail, the
-//!   gate's state and incarnation it was admitted in, whether it held the probe, the account's
+//!   gate's state, epoch and incarnation it was admitted in, whether it held the probe, the account's
 //!   learned limit after it, the provider's `retry_after`;
 //! - one per wait, `wait {for}`: for its turn in line (`turn`), for a gate (`gate`), for an
 //!   account's limit or pushback (`account`), for a quota (`quota`), or backing off (`backoff`).
@@ -107,7 +109,8 @@ pub(crate) fn call_span(traces: &Traces, scope: &str, request: &Request, streame
 }
 
 /// The span of one attempt at `source` (`protocol` its dialect, `model` the model it is sent).
-pub(crate) fn attempt_span(source: &str, protocol: &str, model: Option<&str>, admitted_in: &str, incarnation: u64, probe: bool) -> Span {
+pub(crate) fn attempt_span(source: &str, protocol: &str, model: Option<&str>, gate: (&str, u64, u64), probe: bool) -> Span {
+    let (admitted_in, epoch, incarnation) = gate;
     let name = format!("attempt {source}");
     tracing::info_span!(
         target: "gateway_client::attempt",
@@ -119,6 +122,7 @@ pub(crate) fn attempt_span(source: &str, protocol: &str, model: Option<&str>, ad
         gen_ai.request.model = model,
         gateway.source = source,
         gateway.gate.state = admitted_in,
+        gateway.gate.epoch = i64::try_from(epoch).unwrap_or(i64::MAX),
         gateway.gate.incarnation = i64::try_from(incarnation).unwrap_or(i64::MAX),
         gateway.probe = probe,
         gateway.outcome = Empty,
@@ -188,6 +192,22 @@ pub(crate) fn answered(span: &Span, traces: &Traces, response: &Response) {
             span.record("gen_ai.output.messages", cut(&text.join("\n")));
         }
     }
+}
+
+/// A call refused before it started (no scope of that name, a kind it does not serve, a tenant
+/// it refuses, no source that can carry the request), on its span.
+pub(crate) fn refused(span: &Span, error: &crate::CallError) {
+    use crate::CallError;
+    let why = match error {
+        CallError::UnknownScope { .. } => "unknown_scope",
+        CallError::KindNotServed { .. } => "kind_not_served",
+        CallError::NoSourceCarries { .. } => "no_source_carries",
+        CallError::NotStreamable { .. } => "not_streamable",
+        CallError::Unroutable { .. } => "unroutable",
+        CallError::TenantRefused { .. } => "tenant_refused",
+        _ => "refused",
+    };
+    call_ended(span, why, 0, None);
 }
 
 /// How the call ended, on its span: its result, attempts, and for a failure the `error.type`.

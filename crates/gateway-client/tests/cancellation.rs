@@ -122,10 +122,6 @@ impl gateway_core::ports::PacerGate for SlowRelease {
     ) -> Result<gateway_core::aimd::AccountReading, gateway_core::ports::BackendError> {
         self.0.read(key, params).await
     }
-
-    async fn forget(&self, key: &gateway_core::ports::SourceKey) -> Result<(), gateway_core::ports::BackendError> {
-        self.0.forget(key).await
-    }
 }
 
 /// A client of one source whose attempts take 100 ms and succeed, on a pacer whose release takes

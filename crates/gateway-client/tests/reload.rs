@@ -1,6 +1,6 @@
 //! `GatewayClient::reload` in virtual time: a reload under load loses no call and a call in
 //! flight finishes on the configuration it started with; a refused reload changes nothing; a
-//! removed source stops being picked and its state is released; an unchanged source keeps its
+//! removed source stops being picked and its gate is released; an unchanged source keeps its
 //! gate, health and account; a source whose key changed starts a new account.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -142,8 +142,10 @@ async fn a_changed_key_starts_a_new_account_and_a_changed_source_a_new_gate() {
     let before_s2 = learned(&accounts[1]).await;
     let reloaded = client.reload(vec![second.clone()]).await.unwrap();
     assert_eq!((reloaded.changed, reloaded.kept), (vec!["chat.s1".to_owned()], vec!["chat.s2".to_owned()]));
-    assert_eq!(learned(&accounts[0]).await, fresh, "the old key's account is forgotten");
     assert_ne!(second.sources[0].account, accounts[0], "the new key is another account");
+    assert_eq!(learned(&second.sources[0].account).await, fresh, "which starts afresh");
+    client.call("chat", &chat()).await.unwrap();
+    assert_eq!(learned(&accounts[0]).await.inflight, 0, "the old key's account is left to expire, not forgotten");
     assert_eq!(learned(&accounts[1]).await, before_s2, "s2's account stays");
     assert_eq!(gates.read(&SourceKey::new("chat", "s1")).await.unwrap().state, CircuitState::Closed, "a changed source starts closed");
 }

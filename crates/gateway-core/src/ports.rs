@@ -101,7 +101,8 @@ pub trait BreakerGate: Send + Sync {
     async fn retry_after(&self, gates: &[(SourceKey, GateParams)]) -> Result<Duration, BackendError>;
     /// Forgets the gate of `key` (a reload removed its source, or changed its base URL or
     /// account): the next operation finds a new, CLOSED gate of a new incarnation, so records
-    /// of admissions the old one granted change nothing.
+    /// of admissions the old one granted change nothing. (An account is never forgotten: calls
+    /// still in flight on it release their leases, and an unused one expires.)
     async fn forget(&self, key: &SourceKey) -> Result<(), BackendError>;
 }
 
@@ -185,9 +186,6 @@ pub trait PacerGate: Send + Sync {
     /// The account's limit, the leases in flight now and its refused ceiling, for status pages
     /// (a fresh account's when it was never used).
     async fn read(&self, key: &SourceKey, params: &crate::aimd::PacerParams) -> Result<crate::aimd::AccountReading, BackendError>;
-    /// Forgets the account of `key` (a reload removed it, or gave it another provider key): the
-    /// next lease finds a fresh account, and releases of earlier leases change nothing.
-    async fn forget(&self, key: &SourceKey) -> Result<(), BackendError>;
 }
 
 /// One upstream transport (HTTP, the simulator, a scripted fake).

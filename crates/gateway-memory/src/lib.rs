@@ -260,9 +260,4 @@ impl PacerGate for MemoryPacer {
         let pacer = self.accounts.get(key).flatten().unwrap_or_else(|| AccountPacer::new(params));
         Ok(pacer.reading(now))
     }
-
-    async fn forget(&self, key: &SourceKey) -> Result<(), BackendError> {
-        self.accounts.remove(key);
-        Ok(())
-    }
 }

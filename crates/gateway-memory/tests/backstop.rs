@@ -94,10 +94,6 @@ impl PacerGate for Flaky {
         self.check(key)?;
         self.pacer.read(key, params).await
     }
-    async fn forget(&self, key: &SourceKey) -> Result<(), BackendError> {
-        self.check(key)?;
-        self.pacer.forget(key).await
-    }
 }
 
 struct Setup {

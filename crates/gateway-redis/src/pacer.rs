@@ -129,12 +129,6 @@ impl PacerGate for RedisPacer {
         limit_of(key, Some(&reply))
     }
 
-    async fn forget(&self, key: &SourceKey) -> Result<(), BackendError> {
-        // The state and its leases share the scope's slot: one DEL.
-        let [state, leases] = keys::pacer(key)?;
-        self.conn.command("DEL", &state, vec![Value::String(leases.into())]).await.map(drop)
-    }
-
     async fn read(&self, key: &SourceKey, params: &PacerParams) -> Result<AccountReading, BackendError> {
         let reply = self.conn.run(&self.conn.scripts().pacer_read, &pacer_keys(key)?, &[&self.base_args(params)], key).await?;
         let items = items(key, "read", reply)?;

@@ -203,12 +203,22 @@ impl Keys {
     }
 
     /// Whether a request may use an operator's route (`route`, for the messages): the admin key,
-    /// or the metrics key too when `metrics_too` (a read-only page); with neither configured,
-    /// what `/metrics` takes without a metrics key. The key comes as `Authorization: Bearer`, or
-    /// as the password of `Basic` (a browser's prompt).
+    /// or the metrics key too when `metrics_too` (a read-only page, which with neither
+    /// configured takes what `/metrics` takes without a metrics key). A route that changes
+    /// something (`metrics_too` false) takes the admin key only, and without one it is closed.
+    /// The key comes as `Authorization: Bearer`, or as the password of `Basic` (a browser's
+    /// prompt).
     pub(crate) fn authorize_operator(&self, headers: &HeaderMap, route: &str, metrics_too: bool) -> Result<(), ApiError> {
         let given = bearer(headers).map(str::to_owned).or_else(|| basic_password(headers));
         let accepted: Vec<&[u8; 32]> = self.admin.iter().chain(self.metrics.iter().filter(|_| metrics_too)).collect();
+        if accepted.is_empty() && !metrics_too {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "permission_error",
+                "admin_key_not_set",
+                format!("{route} needs server.admin_key, which is not set (SIGHUP reloads without it)"),
+            ));
+        }
         if accepted.is_empty() {
             return self.unbound_key(given.as_deref(), route);
         }

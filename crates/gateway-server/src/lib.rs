@@ -85,6 +85,8 @@ pub struct AppState {
     pub backend: BackendConfig,
     /// Whether the calls' spans are made (`[telemetry]`): they then continue a caller's trace.
     pub traces: bool,
+    /// One reload at a time.
+    reloading: tokio::sync::Mutex<()>,
     keys: auth::Keys,
     /// Cancelled at the shutdown deadline: every call still running ends with 503.
     cut: CancellationToken,
@@ -119,6 +121,7 @@ impl AppState {
             config_path: None,
             backend: BackendConfig::default(),
             traces: false,
+            reloading: tokio::sync::Mutex::new(()),
             keys,
             config,
             cut: CancellationToken::new(),

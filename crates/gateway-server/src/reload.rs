@@ -13,6 +13,7 @@
 use crate::AppState;
 use crate::config::{ConfigError, load_all};
 use gateway_client::Reloaded;
+use sha2::Digest;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,6 +46,8 @@ pub enum ReloadError {
 
 /// Loads the config file again and swaps it in, or refuses it whole (see the module).
 pub async fn reload(state: &AppState) -> Result<Reload, ReloadError> {
+    // One at a time, file to swap: a later file is never overtaken by an earlier one.
+    let _one = state.reloading.lock().await;
     let result = load_and_swap(state).await;
     match &result {
         Ok(reload) => {
@@ -69,6 +72,10 @@ async fn load_and_swap(state: &AppState) -> Result<Reload, ReloadError> {
     // `--listen` overrides the file's address; it is not a change.
     server.listen.clone_from(&state.config.listen);
     let mut restart_needed = Vec::new();
+    if server.telemetry != state.config.telemetry {
+        restart_needed.push("telemetry");
+    }
+    server.telemetry.clone_from(&state.config.telemetry);
     if server != state.config {
         restart_needed.push("server");
     }
@@ -90,7 +97,8 @@ async fn load_and_swap(state: &AppState) -> Result<Reload, ReloadError> {
 /// Reloads on every `SIGHUP` until the process ends.
 #[cfg(unix)]
 pub fn on_hangup(state: Arc<AppState>) -> std::io::Result<tokio::task::JoinHandle<()>> {
-    let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen for SIGHUP (the reload signal): {e}")))?;
     Ok(tokio::spawn(async move {
         while hangups.recv().await.is_some() {
             tracing::info!("SIGHUP: loading the configuration again");
@@ -103,29 +111,34 @@ pub fn on_hangup(state: Arc<AppState>) -> std::io::Result<tokio::task::JoinHandl
 /// steps).
 pub const SETTLE: Duration = Duration::from_millis(300);
 
-/// Reloads when the config file changes (`server.watch_config`): its directory is watched, so a
-/// file replaced by a rename (as editors and Kubernetes' ConfigMaps do) is seen. Keep the
-/// watcher: dropping it stops the watch.
+/// Reloads when the config file's content changes (`server.watch_config`). Its directory is
+/// watched and any change there checks the file, so a file replaced by a rename (editors) or
+/// behind a swapped symlink (Kubernetes' ConfigMaps, whose events name `..data`, never the file)
+/// is seen; a change that leaves the content as it was (a touch, a chmod) reloads nothing. Keep
+/// the watcher: dropping it stops the watch.
 pub fn watch(state: Arc<AppState>) -> Result<notify::RecommendedWatcher, ReloadError> {
     use notify::Watcher;
     let path = state.config_path.clone().ok_or(ReloadError::NoFile)?;
-    let name = path.file_name().map(ToOwned::to_owned);
     let directory = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new(".")).to_owned();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        if let Ok(event) = event
-            && event.paths.iter().any(|p| p.file_name() == name.as_deref())
-            && !matches!(event.kind, notify::EventKind::Access(_))
-        {
+        if event.is_ok_and(|event| !matches!(event.kind, notify::EventKind::Access(_))) {
             let _ = tx.send(());
         }
     })
     .map_err(|e| watch_error(&path, &e))?;
     watcher.watch(&directory, notify::RecursiveMode::NonRecursive).map_err(|e| watch_error(&path, &e))?;
+    let content = |path: &std::path::Path| std::fs::read(path).ok().map(sha2::Sha256::digest);
+    let mut loaded = content(&path);
     tokio::spawn(async move {
         while rx.recv().await.is_some() {
-            // Quiet for SETTLE first: one reload for an editor's several writes.
+            // Quiet for SETTLE first: one look for an editor's several writes.
             while let Ok(Some(())) = tokio::time::timeout(SETTLE, rx.recv()).await {}
+            let now = content(&path);
+            if now.is_none() || now == loaded {
+                continue;
+            }
+            loaded = now;
             tracing::info!("the config file changed: loading it again");
             let _ = reload(&state).await;
         }

@@ -50,12 +50,14 @@ struct Proxy {
     root: String,
     path: PathBuf,
     state: Arc<gateway_server::AppState>,
+    /// The gate the provider's `GATED` streams wait at.
+    gate: gateway_mock::Gate,
     _provider: MockServer,
 }
 
 /// The proxy built from a file, as the binary builds it, in front of the `Echo` mock.
 async fn start(sources: &[&str], extra_server: &str) -> Proxy {
-    let (provider, _) = support::start_provider().await;
+    let (provider, gate) = support::start_provider().await;
     let root = provider.root();
     let path = temp_file(&config(&root, sources, extra_server));
     let (server, backend, scopes) = gateway_server::config::load_all(&path).unwrap();
@@ -63,7 +65,7 @@ async fn start(sources: &[&str], extra_server: &str) -> Proxy {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(gateway_server::serve(listener, state.clone(), std::future::pending()));
-    Proxy { url, root, path, state, _provider: provider }
+    Proxy { url, root, path, state, gate, _provider: provider }
 }
 
 fn http() -> reqwest::Client {
@@ -108,10 +110,13 @@ async fn a_reload_swaps_the_sources_and_a_removed_one_stops_being_picked() {
     assert!(metrics.contains("llm_config_reload_total{result=\"ok\"} 1"), "{metrics}");
     let status: Value = http().get(format!("{}/v1/gateway/status", p.url)).bearer_auth(ADMIN).send().await.unwrap().json().await.unwrap();
     assert_eq!((status["config"]["reloads"].clone(), status["config"]["last_refused"].clone()), (json!(1), Value::Null));
-    // A [server] change is reported, not applied: it needs a restart.
+    // A [server] or [telemetry] change is reported, not applied: it needs a restart.
     std::fs::write(&p.path, config(&p.root, &["fresh"], "max_body_bytes = 2048")).unwrap();
     let (status, body) = reload(&p, ADMIN).await;
     assert_eq!((status, body["restart_needed"].clone(), body["kept"].clone()), (200, json!(["server"]), json!(["chat.fresh"])));
+    std::fs::write(&p.path, config(&p.root, &["fresh"], "") + "\n[telemetry]\nrecord_contents = true\n").unwrap();
+    let (status, body) = reload(&p, ADMIN).await;
+    assert_eq!((status, body["restart_needed"].clone()), (200, json!(["telemetry"])));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -134,7 +139,11 @@ async fn a_refused_reload_changes_nothing_and_says_why() {
         assert!(!message.contains("sk-old-upstream"), "secrets hidden: {message}");
         assert_eq!(served_by(&p.url).await, "old", "the old configuration serves on");
         let ready = text(&format!("{}/readyz", p.url), None).await;
-        assert!(ready.starts_with("ready\nlast configuration reload refused: ") && ready.contains(why), "{ready}");
+        assert!(ready.starts_with("ready\nlast configuration reload refused at "), "{ready}");
+        assert!(
+            !ready.contains("ftp://nowhere") && !ready.contains("sk-old-upstream"),
+            "the open /readyz names the key, never a value: {ready}"
+        );
         let status: Value =
             http().get(format!("{}/v1/gateway/status", p.url)).bearer_auth(ADMIN).send().await.unwrap().json().await.unwrap();
         assert!(status["config"]["last_refused"]["reason"].as_str().unwrap().contains(why), "{status}");
@@ -163,6 +172,12 @@ async fn only_the_admin_key_reloads_and_only_a_server_from_a_file() {
     assert_eq!(response.status(), 409);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["message"], "this server was not started from a config file: there is nothing to load again");
+    // Without an admin key the route is closed, whatever key is given.
+    let (r, _) = support::start_custom("", "", std::future::pending()).await;
+    let response = http().post(format!("{}/v1/gateway/reload", r.url)).bearer_auth(KEY).send().await.unwrap();
+    assert_eq!(response.status(), 403);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["message"], "/v1/gateway/reload needs server.admin_key, which is not set (SIGHUP reloads without it)");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -184,6 +199,30 @@ async fn a_reload_under_load_loses_no_call() {
     let served = load.await.unwrap();
     assert_eq!(served.len(), 300, "every call answered 200");
     assert!(served.iter().any(|s| s == "c"), "calls moved to the new sources");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_in_flight_is_not_cut_by_a_reload_that_removes_its_source() {
+    let p = start(&["old"], "").await;
+    let body = json!({"model": "chat", "stream": true, "messages": [{"role": "user", "content": "GATED"}]});
+    let mut stream = http().post(format!("{}/v1/chat/completions", p.url)).bearer_auth(KEY).json(&body).send().await.unwrap();
+    assert_eq!(stream.headers()["x-gateway-source"], "old");
+    let mut seen = String::new();
+    // Its first chunk is out; the provider holds the rest at the gate.
+    while !seen.contains("echo: ") {
+        let chunk = tokio::time::timeout(Duration::from_secs(10), stream.chunk()).await.unwrap().unwrap().unwrap();
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    std::fs::write(&p.path, config(&p.root, &["new"], "")).unwrap();
+    let (status, body) = reload(&p, ADMIN).await;
+    assert_eq!((status, body["removed"].clone()), (200, json!(["chat.old"])));
+    assert_eq!(served_by(&p.url).await, "new", "new calls go to the new source");
+    p.gate.release_one();
+    while let Some(chunk) = tokio::time::timeout(Duration::from_secs(10), stream.chunk()).await.unwrap().unwrap() {
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(seen.ends_with("data: [DONE]\n\n"), "the stream ended whole on the old configuration: {seen}");
+    assert!(seen.contains("GATED"), "{seen}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -193,6 +193,7 @@ async fn a_failover_call_is_one_server_span_with_two_attempts_continuing_the_cal
         assert_eq!(attempt.kind, SpanKind::Client as i32);
         assert_eq!(hex(&attempt.trace_id), TRACE);
         assert_eq!(text(attempt, "gateway.gate.state"), "CLOSED");
+        assert_eq!(attr(attempt, "gateway.gate.epoch"), Some(&Any::IntValue(0)), "the gate's epoch it was admitted in");
         assert!(attr(attempt, "gateway.account.limit").is_some(), "the account's limit");
     }
     assert_eq!(

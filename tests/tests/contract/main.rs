@@ -58,7 +58,7 @@ const CASES: &[(&str, Case)] = &[
     }),
     ("pacer_leases_of_a_crashed_worker_expire", |b| Box::pin(pacer::pacer_leases_of_a_crashed_worker_expire(b))),
     ("pacer_two_processes_respect_one_limit", |b| Box::pin(pacer::pacer_two_processes_respect_one_limit(b))),
-    ("forgetting_a_gate_and_an_account_starts_them_afresh", |b| Box::pin(pacer::forgetting_a_gate_and_an_account_starts_them_afresh(b))),
+    ("forgetting_a_gate_starts_it_afresh", |b| Box::pin(pacer::forgetting_a_gate_starts_it_afresh(b))),
     ("affinity_is_one_map_for_every_process", |b| Box::pin(affinity::affinity_is_one_map_for_every_process(b))),
 ];
 

@@ -61,11 +61,6 @@ impl PacerGate for BackstopPacer {
         record(&self.backstop, &lease.key, || self.shared.release(lease, effect, rate, params)).await
     }
 
-    async fn forget(&self, key: &SourceKey) -> Result<(), BackendError> {
-        self.local.forget(key).await?;
-        self.shared.forget(key).await
-    }
-
     async fn read(&self, key: &SourceKey, params: &PacerParams) -> Result<AccountReading, BackendError> {
         look(&self.backstop, key, self.shared.read(key, params), self.local.read(key, params)).await
     }

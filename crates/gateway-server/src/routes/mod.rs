@@ -275,9 +275,14 @@ fn exposition(state: &AppState) -> Response {
 
 pub(crate) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     match state.gates.read(&state.probe_key).await {
-        // Still ready after a refused reload (the configuration serving goes on), saying why.
+        // Still ready after a refused reload (the configuration serving goes on), naming the key
+        // at fault: the whole reason (which may quote a value) is in the log and on the status
+        // page, behind a key.
         Ok(_) => match state.config_log.state().last_refused {
-            Some(refused) => format!("ready\nlast configuration reload refused: {}", refused.reason).into_response(),
+            Some(refused) => {
+                let key = refused.reason.split(": ").next().unwrap_or_default();
+                format!("ready\nlast configuration reload refused at {key} (the reason: the log, /v1/gateway/status)").into_response()
+            }
             None => "ready".into_response(),
         },
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("gate backend unavailable: {e}")).into_response(),

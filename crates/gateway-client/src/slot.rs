@@ -249,7 +249,8 @@ impl Slot {
         if let (Some(pace), Some(pacer)) = (&self.pace, &self.scope.pacer)
             && let Ok(limit) = self.holders.pacer.release(pace, class.effects().aimd, rate.as_ref(), pacer).await
         {
-            self.scope.heard_aimd_limit(self.source, limit, class == OutcomeClass::RateLimited);
+            // A 429 is what the pacer reads as noise or as our own load.
+            self.scope.heard_aimd_limit(self.source, limit, class.effects().aimd == AimdEffect::Decrease);
         }
         self.pace = None;
         let (key, params) = &self.scope.gates[self.source];

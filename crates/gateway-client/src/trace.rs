@@ -23,7 +23,7 @@
 //!
 //! [`GatewayClientBuilder::traces`]: crate::GatewayClientBuilder::traces
 
-use gateway_core::outcome::OutcomeClass;
+use gateway_core::outcome::{NextStep, OutcomeClass};
 use gateway_core::request::{Kind, Request, Response, Usage};
 use gateway_core::telemetry::AttemptEvent;
 use tracing::Span;
@@ -157,7 +157,8 @@ pub(crate) fn attempt_ended(attempt: &Span, call: &Span, event: &AttemptEvent, p
     if let Some(wait) = event.retry_after {
         attempt.record("gateway.retry_after_s", wait.as_secs_f64());
     }
-    if class == OutcomeClass::Success {
+    // An answer the call returns (the outcome table's `Return`) is the attempt's success.
+    if class.effects().next == NextStep::Return {
         attempt.record("otel.status_code", "ok");
         call.record("gen_ai.provider.name", protocol);
         if let Some(usage) = event.usage {
@@ -217,7 +218,7 @@ pub(crate) fn call_ended(span: &Span, result: &'static str, attempts: u32, last_
     if result == "ok" {
         span.record("otel.status_code", "ok");
     } else {
-        span.record("error.type", last_class.filter(|c| *c != OutcomeClass::Success).map_or(result, OutcomeClass::as_str));
+        span.record("error.type", last_class.filter(|c| c.effects().next != NextStep::Return).map_or(result, |class| class.as_str()));
         span.record("otel.status_code", "error");
     }
 }

@@ -5,7 +5,8 @@
 use crate::GatewayClient;
 use crate::accounts::RateLimited;
 use crate::partition::Partition;
-use gateway_core::ports::BackendError;
+use gateway_core::ports::{BackendError, SourceKey};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// One source of one scope partition, as [`GatewayClient::status`] sees it.
@@ -105,11 +106,18 @@ impl GatewayClient {
         }
         let holders = &self.admission.holders;
         let mut all = Vec::with_capacity(views.len());
+        // Every partition of a scope shares its accounts: each is read once.
+        let mut limits: HashMap<SourceKey, f64> = HashMap::new();
         for (key, params, health, account, inflight) in views {
             let gate = holders.gates.read(&key).await?;
             let retry_after = holders.gates.retry_after(std::slice::from_ref(&(key.clone(), params))).await?;
             let aimd_limit = match &account {
-                Some((account, pacer)) => Some(holders.pacer.read(account, pacer).await?.limit),
+                Some((account, _)) if limits.contains_key(account) => limits.get(account).copied(),
+                Some((account, pacer)) => {
+                    let limit = holders.pacer.read(account, pacer).await?.limit;
+                    limits.insert(account.clone(), limit);
+                    Some(limit)
+                }
                 None => None,
             };
             all.push(SourceStatus {
@@ -139,29 +147,26 @@ impl GatewayClient {
         let mut scopes = Vec::with_capacity(serving.scopes.len());
         for (name, partitions) in &serving.scopes {
             let shared: &Arc<Partition> = partitions.shared();
-            let waiting: Vec<(Option<String>, usize)> = shared
+            let mut waiting: HashMap<Option<String>, usize> = shared
                 .turns()
                 .waiting()
                 .into_iter()
                 .filter(|(tenant, _)| shown(tenant.as_deref()))
                 .map(|(tenant, n)| (tenant.as_deref().map(str::to_owned), n))
                 .collect();
+            let total = waiting.values().sum();
             let mut tenants: Vec<TenantStatus> = partitions
                 .all()
                 .iter()
-                .filter_map(|p| p.tenant.as_deref().filter(|t| shown(Some(t))).map(|t| (t.to_owned(), p.weight)))
+                .filter_map(|p| p.tenant.as_deref().filter(|t| shown(Some(t))).map(|t| (Some(t.to_owned()), p.weight)))
                 .map(|(tenant, weight)| {
-                    let waiting = waiting.iter().find(|(t, _)| t.as_deref() == Some(tenant.as_str())).map_or(0, |(_, n)| *n);
-                    TenantStatus { tenant: Some(tenant), weight, waiting }
+                    let waiting = waiting.remove(&tenant).unwrap_or(0);
+                    TenantStatus { tenant, weight, waiting }
                 })
                 .collect();
             // Lanes waiting without a partition of their own (calls for no tenant, or for a tenant
             // of a shared scope).
-            for (tenant, n) in &waiting {
-                if !tenants.iter().any(|t| &t.tenant == tenant) {
-                    tenants.push(TenantStatus { tenant: tenant.clone(), weight: 1, waiting: *n });
-                }
-            }
+            tenants.extend(waiting.into_iter().map(|(tenant, waiting)| TenantStatus { tenant, weight: 1, waiting }));
             tenants.sort_by(|a, b| a.tenant.cmp(&b.tenant));
             let mut accounts = Vec::new();
             if let Some(pacer) = shared.pacer {
@@ -180,7 +185,7 @@ impl GatewayClient {
                     });
                 }
             }
-            scopes.push(ScopeOverview { scope: name.clone(), waiting: waiting.iter().map(|(_, n)| n).sum(), accounts, tenants });
+            scopes.push(ScopeOverview { scope: name.clone(), waiting: total, accounts, tenants });
         }
         Ok(scopes)
     }

@@ -125,8 +125,8 @@ async fn a_failed_call_names_its_error_type_and_waits_for_a_gate() {
     let upstream = ScriptedUpstream::new();
     upstream.always("s1", Step::Fail(gateway_core::outcome::OutcomeClass::SourceDead));
     let policy = sources(1, json!({"breaker": {"fail_threshold": 5, "cooldown_s": 1}, "stall_window_s": 3}));
-    let client = client(true, policy, upstream);
-    assert!(client.call("chat", &chat()).await.is_err());
+    let dead = client(true, policy, upstream);
+    assert!(dead.call("chat", &chat()).await.is_err());
     let all = spans.0.lock().unwrap().clone();
     let call = all.iter().find(|s| s.name() == "chat chat").unwrap();
     assert_eq!((call.fields["error.type"].as_str(), call.fields["otel.status_code"].as_str()), ("source_dead", "error"), "{call:?}");
@@ -134,16 +134,12 @@ async fn a_failed_call_names_its_error_type_and_waits_for_a_gate() {
     let upstream = ScriptedUpstream::new();
     upstream.script("s1", vec![Step::Fail(gateway_core::outcome::OutcomeClass::SourceDead)]);
     let policy = sources(1, json!({"breaker": {"fail_threshold": 5, "cooldown_s": 1}, "stall_window_s": 30, "circuit_open": "wait"}));
-    client_with(policy, upstream).call("chat", &chat()).await.unwrap();
+    client(true, policy, upstream).call("chat", &chat()).await.unwrap();
     let all = spans.0.lock().unwrap().clone();
     assert!(
         all.iter().any(|s| s.fields.get("gateway.wait.for").map(String::as_str) == Some("gate")),
         "it waited for the open gate: {all:#?}"
     );
-}
-
-fn client_with(policy: gateway_core::policy::ScopePolicy, upstream: Arc<ScriptedUpstream>) -> GatewayClient {
-    client(true, policy, upstream)
 }
 
 #[tokio::test(start_paused = true)]

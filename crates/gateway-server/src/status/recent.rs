@@ -30,10 +30,6 @@ pub struct Recent {
     scopes: Mutex<HashMap<String, Ring>>,
 }
 
-fn index(class: OutcomeClass) -> usize {
-    OutcomeClass::ALL.iter().position(|c| *c == class).unwrap_or(0)
-}
-
 impl Recent {
     /// An attempt of `scope` ended `class` in second `now_s` (seconds since the epoch).
     pub fn record(&self, scope: &str, class: OutcomeClass, now_s: u64) {
@@ -47,7 +43,8 @@ impl Recent {
             ring.second[at] = now_s;
             ring.counts[at] = [0; OutcomeClass::ALL.len()];
         }
-        ring.counts[at][index(class)] += 1;
+        // `ALL` is in the classes' order (the outcome table's).
+        ring.counts[at][class as usize] += 1;
     }
 
     /// `scope`'s counts for each of the [`SECONDS`] seconds up to `now_s`, oldest first (zeros
@@ -55,12 +52,15 @@ impl Recent {
     pub fn last_minute(&self, scope: &str, now_s: u64) -> Vec<Counts> {
         let scopes = self.scopes.lock().unwrap_or_else(PoisonError::into_inner);
         let ring = scopes.get(scope);
+        let empty = [0; OutcomeClass::ALL.len()];
         (0..SECONDS as u64)
             .rev()
-            .map(|back| {
-                let second = now_s.saturating_sub(back);
-                let at = (second % SECONDS as u64) as usize;
-                ring.filter(|r| r.second[at] == second && back <= now_s).map_or([0; OutcomeClass::ALL.len()], |r| r.counts[at])
+            .map(|back| match now_s.checked_sub(back) {
+                Some(second) => {
+                    let at = (second % SECONDS as u64) as usize;
+                    ring.filter(|r| r.second[at] == second).map_or(empty, |r| r.counts[at])
+                }
+                None => empty,
             })
             .collect()
     }

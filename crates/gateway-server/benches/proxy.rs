@@ -3,7 +3,11 @@
 //! clients, all on loopback in this process. Two loads: closed loop (each client sends its next
 //! request when the last returns: the saturation throughput, where latency is queueing, by
 //! Little's law 64 / throughput) and paced (each of the 64 clients sends 40 requests a second:
-//! the latency a request sees below saturation). `cargo bench -p gateway-server --bench proxy`;
+//! the latency a request sees below saturation). The paced load runs twice: spread (the 2 560
+//! requests a second arrive evenly, one every 0.39 ms, as 64 clients offset over the period
+//! send them: the row the target is read on) and on tokio's 1 ms timer tick (the same offsets,
+//! which the tick gathers into bursts of two or three requests at once: what the bench measured
+//! until 2026-12-04, kept to show the bursts' cost). `cargo bench -p gateway-server --bench proxy`;
 //! the figures go to docs/PERFORMANCE.md. (Not criterion: the question is latency percentiles
 //! under concurrency, which criterion's sampling does not measure.) The latency rows (one
 //! client, and 64 paced) run on one thread, the saturation row on two workers (see `main`).
@@ -31,9 +35,43 @@ struct Figures {
     p99: Duration,
 }
 
-/// `total` requests from `clients` concurrent loops against `url`; each loop sends one request
-/// per `pace` (none: back to back).
-async fn measure(url: &str, clients: usize, total: usize, pace: Option<Duration>) -> Figures {
+/// How the clients send.
+#[derive(Clone, Copy)]
+enum Load {
+    /// Each sends its next request when the last returns.
+    ClosedLoop,
+    /// Each sends one request per period on tokio's timer: the clients are offset over the
+    /// period, but the timer fires on its 1 ms tick, so their requests arrive in bursts of
+    /// about clients / period-in-ms at once.
+    Ticked(Duration),
+    /// Each sends one request per period, the clients' requests spaced evenly over it (every
+    /// period / clients), as their offsets say: a thread of the bench's own sleeps to each
+    /// start (the system's sleep, precise to tens of microseconds) and hands it to the client.
+    Spread(Duration),
+}
+
+/// The starts of a spread load: a thread that, every `pace / clients`, tells the next client
+/// (round robin) to send, `rounds` times each; a client behind its schedule finds its starts
+/// queued.
+fn spread_starts(clients: usize, rounds: usize, pace: Duration) -> Vec<tokio::sync::mpsc::UnboundedReceiver<()>> {
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..clients).map(|_| tokio::sync::mpsc::unbounded_channel()).unzip();
+    let step = pace.div_f64(clients as f64);
+    std::thread::spawn(move || {
+        let began = Instant::now();
+        for k in 0..rounds * clients {
+            let at = began + step.mul_f64(k as f64);
+            if let Some(wait) = at.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            // A client gone (its task ended early) no longer listens.
+            let _ = senders[k % clients].send(());
+        }
+    });
+    receivers
+}
+
+/// `total` requests from `clients` concurrent loops against `url`, sent as `load` says.
+async fn measure(url: &str, clients: usize, total: usize, load: Load) -> Figures {
     let http = reqwest::Client::builder().pool_max_idle_per_host(clients).build().unwrap();
     let body = Arc::new(json!({"model": "chat", "messages": [{"role": "user", "content": "hi"}]}));
     let url = Arc::new(format!("{url}/v1/chat/completions"));
@@ -42,23 +80,33 @@ async fn measure(url: &str, clients: usize, total: usize, pace: Option<Duration>
         http.post(url.as_str()).json(&*body).send().await.unwrap().bytes().await.unwrap();
     }
     let began = Instant::now();
+    let mut starts = match load {
+        Load::Spread(pace) => spread_starts(clients, total / clients, pace).into_iter().map(Some).collect(),
+        _ => Vec::new(),
+    };
+    starts.resize_with(clients, || None);
     let tasks: Vec<_> = (0..clients)
-        .map(|i| {
+        .zip(starts)
+        .map(|(i, mut start)| {
             let (http, body, url) = (http.clone(), body.clone(), url.clone());
             tokio::spawn(async move {
                 let mut latencies = Vec::with_capacity(total / clients);
-                // paced clients are spread over the period, not synchronised on its ticks
-                if let Some(p) = pace {
-                    tokio::time::sleep(p.mul_f64(i as f64 / clients as f64)).await;
-                }
-                let mut ticker = pace.map(|p| {
-                    let mut t = tokio::time::interval(p);
-                    t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                    t
-                });
+                let mut ticker = match load {
+                    Load::Ticked(pace) => {
+                        // offset over the period, as the spread load is (the tick undoes it)
+                        tokio::time::sleep(pace.mul_f64(i as f64 / clients as f64)).await;
+                        let mut t = tokio::time::interval(pace);
+                        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                        Some(t)
+                    }
+                    _ => None,
+                };
                 for _ in 0..total / clients {
                     if let Some(t) = ticker.as_mut() {
                         t.tick().await;
+                    }
+                    if let Some(start) = start.as_mut() {
+                        start.recv().await.expect("the starts thread sends every round");
                     }
                     let start = Instant::now();
                     let response = http.post(url.as_str()).json(&*body).send().await.unwrap();
@@ -85,18 +133,18 @@ fn ms(d: Duration) -> f64 {
 
 /// One row of the table: `clients` on `runtime` (a fresh mock and proxy served there), direct
 /// and through the proxy, in the same run.
-fn row(runtime: &tokio::runtime::Runtime, clients: usize, load: &str, pace: Option<Duration>, total: usize) {
+fn row(runtime: &tokio::runtime::Runtime, clients: usize, name: &str, load: Load, total: usize) {
     runtime.block_on(async {
         let mock = mock_provider().await;
         let provider = mock.root();
         let gateway = support::proxy(&provider, "").await;
-        let direct = measure(&provider, clients, total, pace).await;
-        let through = measure(&gateway, clients, total, pace).await;
-        for (name, f) in [("direct", &direct), ("proxy", &through)] {
-            println!("| {clients} | {load} | {name} | {:.0} | {:.3} | {:.3} |", f.per_s, ms(f.median), ms(f.p99));
+        let direct = measure(&provider, clients, total, load).await;
+        let through = measure(&gateway, clients, total, load).await;
+        for (path, f) in [("direct", &direct), ("proxy", &through)] {
+            println!("| {clients} | {name} | {path} | {:.0} | {:.3} | {:.3} |", f.per_s, ms(f.median), ms(f.p99));
         }
         println!(
-            "| {clients} | {load} | **added** | | **{:+.3}** | **{:+.3}** |",
+            "| {clients} | {name} | **added** | | **{:+.3}** | **{:+.3}** |",
             ms(through.median) - ms(direct.median),
             ms(through.p99) - ms(direct.p99)
         );
@@ -116,7 +164,8 @@ fn main() {
     println!("|---|---|---|---|---|---|");
     let paced = Duration::from_millis(25);
     let n = |full: usize, clients: usize| if quick { clients * 2 } else { full };
-    row(&one_thread, 1, "closed loop", None, n(5_000, 1));
-    row(&two_workers, 64, "closed loop", None, n(40_000, 64));
-    row(&one_thread, 64, "paced 40/s each", Some(paced), n(64 * 200, 64));
+    row(&one_thread, 1, "closed loop", Load::ClosedLoop, n(5_000, 1));
+    row(&two_workers, 64, "closed loop", Load::ClosedLoop, n(40_000, 64));
+    row(&one_thread, 64, "paced 40/s each, spread", Load::Spread(paced), n(64 * 200, 64));
+    row(&one_thread, 64, "paced 40/s each, on the 1 ms tick", Load::Ticked(paced), n(64 * 200, 64));
 }

@@ -50,6 +50,28 @@ enum Load {
     Spread(Duration),
 }
 
+/// What a client waits for before each request.
+enum Pacer {
+    /// Nothing: the next request goes when the last returns.
+    Free,
+    /// Its tokio interval's next tick.
+    Tick(tokio::time::Interval),
+    /// Its next start from the spread load's thread (see [`spread_starts`]).
+    Told(tokio::sync::mpsc::UnboundedReceiver<()>),
+}
+
+impl Pacer {
+    async fn wait(&mut self) {
+        match self {
+            Pacer::Free => {}
+            Pacer::Tick(interval) => {
+                interval.tick().await;
+            }
+            Pacer::Told(starts) => starts.recv().await.expect("the starts thread sends every round"),
+        }
+    }
+}
+
 /// The starts of a spread load: a thread that, every `pace / clients`, tells the next client
 /// (round robin) to send, `rounds` times each; a client behind its schedule finds its starts
 /// queued.
@@ -80,34 +102,29 @@ async fn measure(url: &str, clients: usize, total: usize, load: Load) -> Figures
         http.post(url.as_str()).json(&*body).send().await.unwrap().bytes().await.unwrap();
     }
     let began = Instant::now();
-    let mut starts = match load {
-        Load::Spread(pace) => spread_starts(clients, total / clients, pace).into_iter().map(Some).collect(),
-        _ => Vec::new(),
+    let mut told = match load {
+        Load::Spread(pace) => spread_starts(clients, total / clients, pace).into_iter(),
+        _ => Vec::new().into_iter(),
     };
-    starts.resize_with(clients, || None);
     let tasks: Vec<_> = (0..clients)
-        .zip(starts)
-        .map(|(i, mut start)| {
+        .map(|i| {
             let (http, body, url) = (http.clone(), body.clone(), url.clone());
+            let starts = told.next();
             tokio::spawn(async move {
                 let mut latencies = Vec::with_capacity(total / clients);
-                let mut ticker = match load {
-                    Load::Ticked(pace) => {
+                let mut pacer = match (load, starts) {
+                    (Load::Ticked(pace), _) => {
                         // offset over the period, as the spread load is (the tick undoes it)
                         tokio::time::sleep(pace.mul_f64(i as f64 / clients as f64)).await;
-                        let mut t = tokio::time::interval(pace);
-                        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                        Some(t)
+                        let mut interval = tokio::time::interval(pace);
+                        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                        Pacer::Tick(interval)
                     }
-                    _ => None,
+                    (_, Some(starts)) => Pacer::Told(starts),
+                    _ => Pacer::Free,
                 };
                 for _ in 0..total / clients {
-                    if let Some(t) = ticker.as_mut() {
-                        t.tick().await;
-                    }
-                    if let Some(start) = start.as_mut() {
-                        start.recv().await.expect("the starts thread sends every round");
-                    }
+                    pacer.wait().await;
                     let start = Instant::now();
                     let response = http.post(url.as_str()).json(&*body).send().await.unwrap();
                     assert!(response.status().is_success(), "{}", response.status());

@@ -6,6 +6,7 @@ use crate::openai::ApiError;
 use axum::http::{HeaderMap, StatusCode};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 use subtle::ConstantTimeEq;
@@ -27,8 +28,9 @@ pub(crate) struct Keys {
     bound: std::collections::HashSet<String>,
     metrics: Option<[u8; 32]>,
     admin: Option<[u8; 32]>,
-    /// How long a tenant a key named keeps counting against its cap without being named again.
-    tenant_idle: Duration,
+    /// How long a tenant a key named keeps counting against its cap without being named again,
+    /// in milliseconds: the longest `tenant_idle_s` of the scopes, followed on every reload.
+    tenant_idle_ms: AtomicU64,
 }
 
 /// Who is calling, after authentication.
@@ -84,7 +86,7 @@ impl Keys {
             bound,
             metrics: config.metrics_key.as_deref().map(digest),
             admin: config.admin_key.as_deref().map(digest),
-            tenant_idle,
+            tenant_idle_ms: AtomicU64::new(millis(tenant_idle)),
         }
     }
 
@@ -145,6 +147,11 @@ impl Keys {
         }
     }
 
+    /// Follows the scopes' longest `tenant_idle_s` after a reload.
+    pub(crate) fn set_tenant_idle(&self, tenant_idle: Duration) {
+        self.tenant_idle_ms.store(millis(tenant_idle), Ordering::Relaxed);
+    }
+
     /// Holds an unbound key to its `max_tenants`: a tenant (a valid, normalised name) it has
     /// named within the idle time counts, a new one past the cap is refused.
     fn count_named(&self, key: &Key, tenant: &str) -> Result<(), ApiError> {
@@ -156,7 +163,8 @@ impl Keys {
             return Ok(());
         }
         if named.len() >= *max {
-            named.retain(|_, seen| now.duration_since(*seen) < self.tenant_idle);
+            let idle = Duration::from_millis(self.tenant_idle_ms.load(Ordering::Relaxed));
+            named.retain(|_, seen| now.duration_since(*seen) < idle);
         }
         if named.len() >= *max {
             return Err(ApiError::new(
@@ -206,10 +214,11 @@ impl Keys {
     /// or the metrics key too when `metrics_too` (a read-only page, which with neither
     /// configured takes what `/metrics` takes without a metrics key). A route that changes
     /// something (`metrics_too` false) takes the admin key only, and without one it is closed.
-    /// The key comes as `Authorization: Bearer`, or as the password of `Basic` (a browser's
-    /// prompt).
+    /// The key comes as `Authorization: Bearer`, or, for a read-only page only, as the password
+    /// of `Basic` (a browser's prompt): a browser sends a stored Basic login with any request to
+    /// the origin, a cross-site form's POST too, so a route that changes something never takes it.
     pub(crate) fn authorize_operator(&self, headers: &HeaderMap, route: &str, metrics_too: bool) -> Result<(), ApiError> {
-        let given = bearer(headers).map(str::to_owned).or_else(|| basic_password(headers));
+        let given = bearer(headers).map(str::to_owned).or_else(|| metrics_too.then(|| basic_password(headers)).flatten());
         let accepted: Vec<&[u8; 32]> = self.admin.iter().chain(self.metrics.iter().filter(|_| metrics_too)).collect();
         if accepted.is_empty() && !metrics_too {
             return Err(ApiError::new(
@@ -229,4 +238,8 @@ impl Keys {
         let matched = accepted.iter().fold(false, |any, key| any | bool::from(key.ct_eq(&given)));
         if matched { Ok(()) } else { Err(unauthorized(&format!("invalid key: {route} needs {which}"))) }
     }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

@@ -91,6 +91,7 @@ async fn load_and_swap(state: &AppState) -> Result<Reload, ReloadError> {
         }
         None => state.client.reload(scopes).await?,
     };
+    state.keys.set_tenant_idle(state.client.longest_tenant_idle());
     Ok(Reload { sources, restart_needed })
 }
 

@@ -12,6 +12,7 @@
 mod capped;
 mod support;
 
+use base64::Engine as _;
 use capped::{Capped, Caps};
 use gateway_mock::MockServer;
 use serde_json::{Value, json};
@@ -57,9 +58,14 @@ struct Proxy {
 
 /// The proxy built from a file, as the binary builds it, in front of the `Echo` mock.
 async fn start(sources: &[&str], extra_server: &str) -> Proxy {
+    start_from(|root| config(root, sources, extra_server)).await
+}
+
+/// The proxy built from the file `text` writes for the mock's root.
+async fn start_from(text: impl FnOnce(&str) -> String) -> Proxy {
     let (provider, gate) = support::start_provider().await;
     let root = provider.root();
-    let path = temp_file(&config(&root, sources, extra_server));
+    let path = temp_file(&text(&root));
     let (server, backend, scopes) = gateway_server::config::load_all(&path).unwrap();
     let state = Arc::new(gateway_server::build_state(server, backend, scopes).await.unwrap().from_file(&path));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -130,6 +136,12 @@ async fn a_refused_reload_changes_nothing_and_says_why() {
             config(&p.root, &["old"], "").replace(&format!("base_url = \"{}/mock/v1\"", p.root), "base_url = \"ftp://nowhere\""),
             "chat.sources.old.base_url",
         ),
+        // The key's own line broken: the refusal may not quote it.
+        (config(&p.root, &["old"], "").replace("api_key = \"sk-old-upstream\"", "api_key = \"sk-old-upstream"), "gateway.toml"),
+        (
+            config(&p.root, &["old"], "").replace("api_key = \"sk-old-upstream\"", "api_key = [\"sk-old-upstream\"]"),
+            "chat.sources.old.api_key",
+        ),
     ] {
         std::fs::write(&p.path, &bad).unwrap();
         let (status, body) = reload(&p, ADMIN).await;
@@ -149,7 +161,7 @@ async fn a_refused_reload_changes_nothing_and_says_why() {
         assert!(status["config"]["last_refused"]["reason"].as_str().unwrap().contains(why), "{status}");
     }
     let metrics = text(&format!("{}/metrics", p.url), Some(KEY)).await;
-    assert!(metrics.contains("llm_config_reload_total{result=\"refused\"} 4"), "{metrics}");
+    assert!(metrics.contains("llm_config_reload_total{result=\"refused\"} 6"), "{metrics}");
     assert!(metrics.contains("llm_config_reload_total{result=\"ok\"} 0"), "{metrics}");
     // Fixed, it takes, and the refusal is gone from /readyz.
     std::fs::write(&p.path, config(&p.root, &["old"], "")).unwrap();
@@ -165,6 +177,11 @@ async fn only_the_admin_key_reloads_and_only_a_server_from_a_file() {
         assert_eq!(status, 401, "{key}: {body}");
         assert_eq!(body["error"]["message"], "invalid key: /v1/gateway/reload needs the admin key");
     }
+    // A browser's stored Basic login rides along with any request to the origin, a cross-site
+    // form's POST too: the reload takes the admin key as a Bearer token only.
+    let basic = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("operator:{ADMIN}")));
+    let response = http().post(format!("{}/v1/gateway/reload", p.url)).header("authorization", basic).send().await.unwrap();
+    assert_eq!(response.status(), 401);
     assert_eq!(p.state.config_log.state().reloads, 0);
     // A state built without a file has nothing to load again.
     let (r, _) = support::start_custom(&format!("admin_key = \"{ADMIN}\""), "", std::future::pending()).await;
@@ -180,24 +197,58 @@ async fn only_the_admin_key_reloads_and_only_a_server_from_a_file() {
     assert_eq!(body["error"]["message"], "/v1/gateway/reload needs server.admin_key, which is not set (SIGHUP reloads without it)");
 }
 
+/// The config of `start`'s `a` source, its key capped at one named tenant, per-tenant
+/// isolation with `tenant_idle_s` = `idle`.
+fn capped_tenants(root: &str, idle: &str) -> String {
+    config(root, &["a"], "")
+        .replace(&format!("key = \"{KEY}\"\n"), &format!("key = \"{KEY}\"\nmax_tenants = 1\n"))
+        .replace("[chat]\n", &format!("[chat]\nisolation = \"per_tenant\"\ntenant_idle_s = {idle}\n"))
+}
+
+async fn named(url: &str, tenant: &str) -> u16 {
+    let body = json!({"model": "chat", "messages": [{"role": "user", "content": "hi"}]});
+    let request = http().post(format!("{url}/v1/chat/completions")).bearer_auth(KEY).header("x-tenant-id", tenant);
+    request.json(&body).send().await.unwrap().status().as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_changes_how_long_a_named_tenant_counts_against_its_key() {
+    let p = start_from(|root| capped_tenants(root, "600")).await;
+    assert_eq!(named(&p.url, "acme").await, 200);
+    assert_eq!(named(&p.url, "globex").await, 429, "one tenant a key, acme still counts");
+    std::fs::write(&p.path, capped_tenants(&p.root, "0.05")).unwrap();
+    assert_eq!(reload(&p, ADMIN).await.0, 200);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(named(&p.url, "globex").await, 200, "acme went unnamed past the reloaded tenant_idle_s");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_under_load_loses_no_call() {
     let p = start(&["a", "b"], "").await;
     let url = p.url.clone();
-    let load = tokio::spawn(async move {
-        let mut served = Vec::new();
-        for _ in 0..300 {
-            served.push(served_by(&url).await);
-        }
-        served
-    });
+    // Four callers, so that calls are in flight on the old sources at each swap; every one of
+    // their 300 calls must be answered 200 (`served_by` asserts it).
+    let callers: Vec<_> = (0..4)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let mut served = Vec::new();
+                for _ in 0..75 {
+                    served.push(served_by(&url).await);
+                }
+                served
+            })
+        })
+        .collect();
     for sources in [&["a", "c"][..], &["c"], &["c", "d"], &["a", "b"]] {
         tokio::time::sleep(Duration::from_millis(20)).await;
         std::fs::write(&p.path, config(&p.root, sources, "")).unwrap();
         assert_eq!(reload(&p, ADMIN).await.0, 200);
     }
-    let served = load.await.unwrap();
-    assert_eq!(served.len(), 300, "every call answered 200");
+    let mut served = Vec::new();
+    for caller in callers {
+        served.extend(caller.await.expect("a caller's call was not answered 200"));
+    }
     assert!(served.iter().any(|s| s == "c"), "calls moved to the new sources");
 }
 

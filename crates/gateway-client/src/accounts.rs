@@ -7,16 +7,19 @@ use gateway_core::ports::SourceKey;
 use gateway_core::time::Timestamp;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-/// What this process knows of a scope's accounts, shared by its partitions.
-pub(crate) struct AccountsLocal {
-    /// Per account, until when a 429's Retry-After asked everyone to stay away.
-    pub(crate) pushed_back: Vec<Timestamp>,
-    /// Per account, its learned AIMD limit as the last release this process saw answered.
-    pub(crate) aimd_limit: Vec<Option<f64>>,
-    /// Per account, the 429s of this process's attempts as the pacer read them: noise that left
-    /// the limit as it was (the provider's other traffic), and those that cut it or held it at a
-    /// refused ceiling (our own load).
-    pub(crate) rate_limited: Vec<RateLimited>,
+/// What this process knows of one account, shared by the scope's partitions and carried over
+/// by a reload while the account stays, so that calls still running on the old configuration
+/// keep writing where the new one reads.
+#[derive(Default)]
+pub(crate) struct AccountLocal {
+    /// Until when a 429's Retry-After asked everyone to stay away.
+    pub(crate) pushed_back: Timestamp,
+    /// Its learned AIMD limit as the last release this process saw answered.
+    pub(crate) aimd_limit: Option<f64>,
+    /// The 429s of this process's attempts as the pacer read them: noise that left the limit as
+    /// it was (the provider's other traffic), and those that cut it or held it at a refused
+    /// ceiling (our own load).
+    pub(crate) rate_limited: RateLimited,
 }
 
 /// An account's 429s, as its pacer read them (SPEC §4: a lone 429 is noise, a burst or a refused
@@ -39,7 +42,8 @@ pub(crate) struct Accounts {
     /// Calls waiting for capacity: first come, first served within a tenant, by tier weight
     /// between tenants.
     pub(crate) turns: Arc<crate::turns::Turns>,
-    local: Mutex<AccountsLocal>,
+    /// What this process knows of each account, by index into `keys`.
+    local: Vec<Arc<Mutex<AccountLocal>>>,
 }
 
 impl Accounts {
@@ -56,36 +60,27 @@ impl Accounts {
                 }
             })
             .collect();
-        let n = keys.len();
-        let local = AccountsLocal {
-            pushed_back: vec![Timestamp::default(); n],
-            aimd_limit: vec![None; n],
-            rate_limited: vec![RateLimited::default(); n],
-        };
-        Accounts { keys, of, turns: Arc::default(), local: Mutex::new(local) }
+        let local = keys.iter().map(|_| Arc::default()).collect();
+        Accounts { keys, of, turns: Arc::default(), local }
     }
 
     /// The accounts of `policy`, carried over from `old` (a reload): the scope's line of waiting
-    /// calls, and what this process knows of each account `kept` names (pushback, the limit last
-    /// heard, its 429s).
-    pub(crate) fn carried(policy: &ScopePolicy, old: &Accounts, kept: &dyn Fn(&str) -> bool) -> Self {
+    /// calls, and what this process knows of each account `old` had too (the same cell, which
+    /// calls on the old configuration go on writing).
+    pub(crate) fn carried(policy: &ScopePolicy, old: &Accounts) -> Self {
         let mut accounts = Accounts::new(policy);
         accounts.turns = old.turns.clone();
-        let before = old.local();
-        let mut local = accounts.local();
-        for (i, key) in accounts.keys.iter().enumerate() {
-            let Some(j) = old.keys.iter().position(|k| k.source == key.source).filter(|_| kept(&key.source)) else { continue };
-            local.pushed_back[i] = before.pushed_back[j];
-            local.aimd_limit[i] = before.aimd_limit[j];
-            local.rate_limited[i] = before.rate_limited[j];
+        for (key, local) in accounts.keys.iter().zip(&mut accounts.local) {
+            if let Some(j) = old.keys.iter().position(|k| k.source == key.source) {
+                *local = old.local[j].clone();
+            }
         }
-        drop(local);
-        drop(before);
         accounts
     }
 
-    /// The shared local state. The lock is held for a few field updates, never across an await.
-    pub(crate) fn local(&self) -> MutexGuard<'_, AccountsLocal> {
-        self.local.lock().unwrap_or_else(PoisonError::into_inner)
+    /// What this process knows of the account at `index` into `keys`. The lock is held for a
+    /// few field updates, never across an await.
+    pub(crate) fn local(&self, index: usize) -> MutexGuard<'_, AccountLocal> {
+        self.local[index].lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

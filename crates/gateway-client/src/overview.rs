@@ -170,9 +170,8 @@ impl GatewayClient {
             tenants.sort_by(|a, b| a.tenant.cmp(&b.tenant));
             let mut accounts = Vec::new();
             if let Some(pacer) = shared.pacer {
-                let keys = shared.accounts.keys.clone();
-                let counted = shared.accounts.local().rate_limited.clone();
-                for (key, rate_limited) in keys.iter().zip(counted) {
+                for (index, key) in shared.accounts.keys.iter().enumerate() {
+                    let rate_limited = shared.accounts.local(index).rate_limited;
                     let reading = self.admission.holders.pacer.read(key, &pacer).await?;
                     accounts.push(AccountStatus {
                         account: key.source.to_string(),

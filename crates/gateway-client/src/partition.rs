@@ -116,37 +116,34 @@ impl Partition {
 
     /// Until when a 429 asked everyone to keep away from `source`'s account.
     pub(crate) fn pushed_back(&self, source: usize) -> Timestamp {
-        self.accounts.local().pushed_back[self.accounts.of[source]]
+        self.accounts.local(self.accounts.of[source]).pushed_back
     }
 
     /// A 429 asked everyone, every tenant, to keep away from `source`'s account until `until`.
     pub(crate) fn note_pushback(&self, source: usize, until: Timestamp) {
-        let mut local = self.accounts.local();
-        let at = &mut local.pushed_back[self.accounts.of[source]];
-        *at = (*at).max(until);
+        let mut local = self.accounts.local(self.accounts.of[source]);
+        local.pushed_back = local.pushed_back.max(until);
     }
 
     /// The learned limit of `source`'s account as this process last heard it.
     pub(crate) fn aimd_limit(&self, source: usize) -> Option<f64> {
-        self.accounts.local().aimd_limit[self.accounts.of[source]]
+        self.accounts.local(self.accounts.of[source]).aimd_limit
     }
 
     /// A release of an attempt that ended `rate_limited` (a 429) or not answered `limit` for
     /// `source`'s account. A 429 that left the limit where this process last heard it (or at a
     /// fresh account's) was read as noise; one that lowered it, as our own load.
     pub(crate) fn heard_aimd_limit(&self, source: usize, limit: f64, rate_limited: bool) {
-        let account = self.accounts.of[source];
-        let mut local = self.accounts.local();
+        let mut local = self.accounts.local(self.accounts.of[source]);
         if rate_limited {
-            let before = local.aimd_limit[account].or_else(|| self.pacer.map(|p| p.initial_limit())).unwrap_or(limit);
-            let count = &mut local.rate_limited[account];
+            let before = local.aimd_limit.or_else(|| self.pacer.map(|p| p.initial_limit())).unwrap_or(limit);
             if limit < before {
-                count.own += 1;
+                local.rate_limited.own += 1;
             } else {
-                count.background += 1;
+                local.rate_limited.background += 1;
             }
         }
-        local.aimd_limit[account] = Some(limit);
+        local.aimd_limit = Some(limit);
     }
 
     /// The scope's line of calls waiting for capacity.

@@ -23,7 +23,7 @@ use crate::partition::{Partition, Partitions};
 use crate::{BuildError, GatewayClient};
 use gateway_core::policy::{ScopePolicy, SourcePolicy};
 use gateway_core::ports::{SourceKey, Upstream};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The scopes and upstream calls start on.
@@ -113,10 +113,6 @@ impl GatewayClient {
                 built.insert(name, Partitions::new(policy, self.preset, &self.pinned));
                 continue;
             };
-            // An account is its name: a key's digest, unless named (then every key named so
-            // draws on it), so a changed key is another account unless the config says not.
-            let old_accounts: BTreeSet<String> = before.policy().sources.iter().map(|s| s.account.clone()).collect();
-            let kept_account = |account: &str| old_accounts.contains(account);
             for source in &policy.sources {
                 let label = format!("{name}.{}", source.name);
                 match before.policy().sources.iter().find(|s| s.name == source.name) {
@@ -135,7 +131,9 @@ impl GatewayClient {
                 }
             }
             let partitions = Partitions::with_accounts(policy, before.preset(), &self.pinned, |policy| {
-                Accounts::carried(policy, &before.shared().accounts, &kept_account)
+                // An account is its name: a key's digest, unless named (then every key named
+                // so draws on it), so a changed key is another account unless the config says not.
+                Accounts::carried(policy, &before.shared().accounts)
             });
             take_health(partitions.shared(), before.shared());
             for tenant_partition in before.all().iter().skip(1) {

@@ -144,8 +144,43 @@ async fn a_changed_key_starts_a_new_account_and_a_changed_source_a_new_gate() {
     assert_eq!((reloaded.changed, reloaded.kept), (vec!["chat.s1".to_owned()], vec!["chat.s2".to_owned()]));
     assert_ne!(second.sources[0].account, accounts[0], "the new key is another account");
     assert_eq!(learned(&second.sources[0].account).await, fresh, "which starts afresh");
+    let before_s1 = learned(&accounts[0]).await;
     client.call("chat", &chat()).await.unwrap();
-    assert_eq!(learned(&accounts[0]).await.inflight, 0, "the old key's account is left to expire, not forgotten");
+    assert_eq!(learned(&accounts[0]).await, before_s1, "the old key's account is left to expire as it was, not forgotten");
     assert_eq!(learned(&accounts[1]).await, before_s2, "s2's account stays");
     assert_eq!(gates.read(&SourceKey::new("chat", "s1")).await.unwrap().state, CircuitState::Closed, "a changed source starts closed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn what_an_account_heard_carries_over_a_reload_even_from_calls_on_the_old_configuration() {
+    let pacer = Arc::new(MemoryPacer::new(Arc::new(gateway_client::TokioClock::new())));
+    let upstream = gateway_mock::ScriptedUpstream::new();
+    // Each call's first attempt meets a lone 429 (read as noise), the second call's after 500 ms;
+    // the retry is answered.
+    upstream.plan("s1", |n| match n {
+        0 => (Step::RateLimited(None), Duration::ZERO),
+        2 => (Step::RateLimited(None), Duration::from_millis(500)),
+        _ => (Step::Ok, Duration::ZERO),
+    });
+    let policy = keyed(&[("s1", "sk-one-0000")]);
+    let client = Arc::new(GatewayClient::builder().scope(policy.clone()).pacer(pacer).upstream(upstream.clone()).seed(3).build().unwrap());
+    let heard = |client: Arc<GatewayClient>| async move {
+        let overview = client.overview(None).await.unwrap();
+        let account = &overview[0].accounts[0];
+        (account.rate_limited.background, account.rate_limited.own)
+    };
+    client.call("chat", &chat()).await.unwrap();
+    assert_eq!(heard(client.clone()).await, (1, 0));
+    // A call on the configuration before the reload meets its 429 after it.
+    let running = tokio::spawn({
+        let client = client.clone();
+        async move { client.call("chat", &chat()).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut again = policy.clone();
+    again.sources[0].timeout = Duration::from_secs(20);
+    let reloaded = client.reload(vec![again]).await.unwrap();
+    assert_eq!(reloaded.kept, ["chat.s1"], "a new timeout keeps the source: {reloaded:?}");
+    running.await.unwrap().unwrap();
+    assert_eq!(heard(client.clone()).await, (2, 0), "the old configuration's 429 reached the account the new one reads");
 }

@@ -1,0 +1,268 @@
+//! What a governed call costs while it waits (issue "The cost of a governed call"): 100
+//! closed-loop callers send chat calls through the proxy binary (its own process or processes,
+//! as deployed) to one provider account of 16 slots whose answers take 100 ms, so that most
+//! calls wait in line for the account's learned limit. Twice: one proxy on the in-process
+//! backend, then two proxies sharing Redis (the callers split between them). For each it reports
+//! the proxies' CPU time per call (from `/proc`), the Redis commands per attempt (Redis's own
+//! `INFO commandstats`, every client's: the commands sent, scripts counted once, and all the
+//! commands run, a script's own included), and the wake-up lag: how long after an answer left the
+//! provider (its slot freed) the next attempt arrived there, the time a waiter takes to notice,
+//! be admitted and send. `cargo bench -p gateway-server --bench wait`; the figures go to
+//! docs/PERFORMANCE.md. Redis is `GATEWAY_REDIS_URL` (default `redis://127.0.0.1:6379`); without
+//! it the Redis half says it was skipped and why.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+// A benchmark measures wall-clock time.
+#![allow(clippy::disallowed_methods)]
+
+use gateway_mock::{Answer, MockServer, openai};
+use serde_json::json;
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const CALLERS: usize = 100;
+const SLOTS: usize = 16;
+const ANSWER: Duration = Duration::from_millis(100);
+
+/// The provider account: 16 slots (a 17th attempt in flight is refused with 429), answers after
+/// 100 ms, and the record of when slots were freed and attempts arrived.
+#[derive(Default)]
+struct Account {
+    in_flight: AtomicUsize,
+    arrivals: AtomicU64,
+    refused: AtomicU64,
+    /// When answers left and freed a slot, oldest first, not yet taken by an arrival.
+    freed: Mutex<VecDeque<Instant>>,
+    /// Each arrival's time since the oldest freed slot it took.
+    lags: Mutex<Vec<Duration>>,
+}
+
+impl Account {
+    /// Forgets what was recorded (the warm-up's ramp, where arrivals took slots nobody freed).
+    fn reset(&self) {
+        self.arrivals.store(0, Ordering::Relaxed);
+        self.refused.store(0, Ordering::Relaxed);
+        self.freed.lock().unwrap().clear();
+        self.lags.lock().unwrap().clear();
+    }
+}
+
+/// A slot taken: freed (and its time recorded) when the answer has left.
+struct Taken(Arc<Account>);
+
+impl Drop for Taken {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.0.freed.lock().unwrap().push_back(Instant::now());
+    }
+}
+
+async fn provider(account: Arc<Account>) -> MockServer {
+    let answer = openai::completion("ok");
+    let refusal = openai::error("rate_limit_exceeded", "16 in flight", "requests");
+    MockServer::builder()
+        .unrecorded()
+        .answering(move |_| {
+            let now = Instant::now();
+            account.arrivals.fetch_add(1, Ordering::Relaxed);
+            if let Some(freed) = account.freed.lock().unwrap().pop_front() {
+                account.lags.lock().unwrap().push(now.saturating_duration_since(freed));
+            }
+            if account.in_flight.fetch_add(1, Ordering::Relaxed) >= SLOTS {
+                account.in_flight.fetch_sub(1, Ordering::Relaxed);
+                account.refused.fetch_add(1, Ordering::Relaxed);
+                return Answer::json(429, &refusal);
+            }
+            Answer::json(200, &answer).after(ANSWER).holding(Taken(account.clone()))
+        })
+        .await
+        .unwrap()
+}
+
+/// One proxy binary on a free port in front of `provider`, with scope `scope` (concurrency 16:
+/// the account's limit learns up to its 16 slots) and Redis at `redis` if given; killed when
+/// dropped.
+struct Proxy {
+    child: Child,
+    base: String,
+    config: std::path::PathBuf,
+}
+
+impl Proxy {
+    async fn start(provider: &MockServer, scope: &str, redis: Option<&str>, n: usize) -> Proxy {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let config = std::env::temp_dir().join(format!("gateway-bench-wait-{}-{n}.toml", std::process::id()));
+        let backend = redis.map(|url| format!("[backend]\nredis_url = \"{url}\"\n")).unwrap_or_default();
+        let text = format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\n{backend}\
+             [{scope}]\nconcurrency = {SLOTS}\n[{scope}.breaker]\nfail_threshold = 5\ncooldown_s = 60\n\
+             [{scope}.sources.account]\nbase_url = \"{}\"\nmodel = \"m\"\ntimeout_s = 30\n",
+            provider.base_url()
+        );
+        std::fs::write(&config, text).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_gateway-server"))
+            .arg("--config")
+            .arg(&config)
+            .env("RUST_LOG", "error")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let proxy = Proxy { child, base: format!("http://127.0.0.1:{port}"), config };
+        while reqwest::get(format!("{}/healthz", proxy.base)).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        proxy
+    }
+
+    /// The proxy's CPU time so far, user and system.
+    fn cpu(&self) -> Duration {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
+        let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split_whitespace().collect();
+        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        Duration::from_millis(ticks * 10)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.config);
+    }
+}
+
+/// The commands Redis at `addr` has run so far (every client's), by name, from `INFO
+/// commandstats`; its own INFO not counted.
+fn redis_commands(addr: &str) -> BTreeMap<String, u64> {
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream.write_all(b"*2\r\n$4\r\nINFO\r\n$12\r\ncommandstats\r\n").unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut head = String::new();
+    reader.read_line(&mut head).unwrap();
+    let length: usize = head.trim().strip_prefix('$').expect("a bulk string").parse().unwrap();
+    let mut text = vec![0; length];
+    reader.read_exact(&mut text).unwrap();
+    // cmdstat_evalsha:calls=123,usec=…
+    String::from_utf8(text)
+        .unwrap()
+        .lines()
+        .filter_map(|line| {
+            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(":calls=")?;
+            Some((name.to_owned(), stats.split(',').next()?.parse::<u64>().ok()?))
+        })
+        .filter(|(name, _)| name != "info")
+        .collect()
+}
+
+/// Closed-loop callers through `bases` (split evenly) until `stop`; calls answered go to `calls`.
+fn callers(bases: &[String], model: &str, stop: &Arc<AtomicBool>, calls: &Arc<AtomicU64>) -> Vec<tokio::task::JoinHandle<()>> {
+    let body = Arc::new(json!({"model": model, "messages": [{"role": "user", "content": "hi"}]}));
+    (0..CALLERS)
+        .map(|i| {
+            let url = format!("{}/v1/chat/completions", bases[i % bases.len()]);
+            let (body, stop, calls) = (body.clone(), stop.clone(), calls.clone());
+            tokio::spawn(async move {
+                let http = reqwest::Client::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let answer = http.post(url.as_str()).json(&*body).send().await.unwrap();
+                    assert_eq!(answer.status(), 200, "{}", answer.text().await.unwrap_or_default());
+                    answer.bytes().await.unwrap();
+                    calls.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect()
+}
+
+/// One run: `processes` proxies (on Redis at `redis` if given), warmed up, then measured for
+/// `span`; its row of the table.
+async fn run(name: &str, processes: usize, redis: Option<&str>, warm: Duration, span: Duration) {
+    let account = Arc::new(Account::default());
+    let provider = provider(account.clone()).await;
+    // A scope of this run's own: Redis keys of earlier runs do not meet it.
+    let scope = format!("wait{}{}", std::process::id(), processes);
+    let mut proxies = Vec::new();
+    for n in 0..processes {
+        proxies.push(Proxy::start(&provider, &scope, redis, n).await);
+    }
+    let bases: Vec<String> = proxies.iter().map(|p| p.base.clone()).collect();
+    let (stop, calls) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+    let tasks = callers(&bases, &scope, &stop, &calls);
+    tokio::time::sleep(warm).await;
+    let redis_addr = redis.map(|url| url.trim_start_matches("redis://").trim_end_matches('/').to_owned());
+    let (cpu_before, calls_before) = (proxies.iter().map(Proxy::cpu).sum::<Duration>(), calls.load(Ordering::Relaxed));
+    let commands_before = redis_addr.as_deref().map(redis_commands);
+    account.reset();
+    tokio::time::sleep(span).await;
+    let cpu = proxies.iter().map(Proxy::cpu).sum::<Duration>() - cpu_before;
+    let commands = redis_addr.as_deref().map(redis_commands).zip(commands_before).map(|(after, before)| {
+        after
+            .into_iter()
+            .map(|(name, calls)| (name.clone(), calls - before.get(&name).copied().unwrap_or(0)))
+            .filter(|(_, n)| *n > 0)
+            .collect::<BTreeMap<_, _>>()
+    });
+    let answered = calls.load(Ordering::Relaxed) - calls_before;
+    let (attempts, refused) = (account.arrivals.load(Ordering::Relaxed), account.refused.load(Ordering::Relaxed));
+    let mut lags = account.lags.lock().unwrap().clone();
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await.unwrap();
+    }
+    lags.sort();
+    let at = |q: f64| lags.get(((lags.len() as f64 * q) as usize).min(lags.len().saturating_sub(1))).map_or(0.0, |d| d.as_secs_f64() * 1e3);
+    let per_call = cpu.as_secs_f64() * 1e3 / answered.max(1) as f64;
+    // What a client sends (INFO commandstats counts the commands a script runs too).
+    let sent = |name: &str| name.starts_with("eval") || name.starts_with("script") || name.contains("publish") || name == "ping";
+    let by_name = |c: &BTreeMap<String, u64>| {
+        let each: Vec<String> =
+            c.iter().filter(|(name, _)| sent(name)).map(|(name, n)| format!("{name} {:.2}", *n as f64 / attempts.max(1) as f64)).collect();
+        let total: u64 = c.iter().filter(|(name, _)| sent(name)).map(|(_, n)| n).sum();
+        let all: u64 = c.values().sum();
+        format!(
+            "{:.2} ({}; {:.1} with the scripts' own)",
+            total as f64 / attempts.max(1) as f64,
+            each.join(", "),
+            all as f64 / attempts.max(1) as f64
+        )
+    };
+    let commands = commands.as_ref().map_or("–".to_owned(), by_name);
+    println!(
+        "| {name} | {:.1} | {:.0} | {refused} | {:.3} | {commands} | {:.2} / {:.2} / {:.2} |",
+        answered as f64 / span.as_secs_f64(),
+        attempts as f64 / span.as_secs_f64(),
+        per_call,
+        at(0.5),
+        at(0.99),
+        at(1.0),
+    );
+}
+
+fn main() {
+    // `cargo test --benches` runs benches once with --test-free arguments; keep that quick.
+    let quick = std::env::args().any(|a| a == "--test");
+    let (warm, span) =
+        if quick { (Duration::from_millis(500), Duration::from_secs(1)) } else { (Duration::from_secs(5), Duration::from_secs(20)) };
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let redis = std::env::var("GATEWAY_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    println!("{CALLERS} closed-loop callers, one account of {SLOTS} slots, answers after {} ms", ANSWER.as_millis());
+    println!();
+    println!(
+        "| backend | calls/s | attempts/s | 429s | proxy CPU ms a call | Redis commands an attempt | wake-up lag ms p50 / p99 / max |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    runtime.block_on(async {
+        run("memory, one process", 1, None, warm, span).await;
+        let addr = redis.trim_start_matches("redis://").trim_end_matches('/').to_owned();
+        if std::net::TcpStream::connect(&addr).is_ok() {
+            run("Redis, two processes", 2, Some(&redis), warm, span).await;
+        } else {
+            println!("| Redis, two processes | skipped: nothing answers at {redis} (set GATEWAY_REDIS_URL) | | | | | |");
+        }
+    });
+}

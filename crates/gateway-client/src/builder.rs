@@ -12,6 +12,7 @@ use crate::slot::Holders;
 use crate::telemetry::TracingTelemetry;
 use gateway_core::policy::ScopePolicy;
 use gateway_core::ports::{AffinityMap, BreakerGate, PacerGate, QuotaGate, Telemetry, Upstream};
+use gateway_core::records::{InOrder, RecordGate};
 use gateway_core::time::Clock;
 use gateway_memory::{MemoryAffinity, MemoryGates, MemoryPacer, MemoryQuota};
 use rand_chacha::ChaCha8Rng;
@@ -53,6 +54,7 @@ pub struct GatewayClientBuilder {
     gates: Option<Arc<dyn BreakerGate>>,
     quota: Option<Arc<dyn QuotaGate>>,
     pacer: Option<Arc<dyn PacerGate>>,
+    recorder: Option<Arc<dyn RecordGate>>,
     upstream: Option<Arc<dyn Upstream>>,
     telemetry: Option<Arc<dyn Telemetry>>,
     clock: Option<Arc<dyn Clock>>,
@@ -108,6 +110,14 @@ impl GatewayClientBuilder {
     /// and respects one limit per account).
     pub fn pacer(mut self, pacer: Arc<dyn PacerGate>) -> Self {
         self.pacer = Some(pacer);
+        self
+    }
+
+    /// Where an attempt's records go as one operation (e.g. `RedisRecords`: one script a
+    /// settle). Default: the gates', quota's and pacers' own operations one after another
+    /// ([`InOrder`]).
+    pub fn recorder(mut self, recorder: Arc<dyn RecordGate>) -> Self {
+        self.recorder = Some(recorder);
         self
     }
 
@@ -195,10 +205,13 @@ impl GatewayClientBuilder {
         let scopes = checked(scopes)?;
         let telemetry = self.telemetry.unwrap_or_else(|| Arc::new(TracingTelemetry));
         let (at_once, record_timeout) = self.background_records.unwrap_or((BACKGROUND_RECORDS, RECORD_TIMEOUT));
+        let recorder =
+            self.recorder.unwrap_or_else(|| Arc::new(InOrder { gates: gates.clone(), quota: quota.clone(), pacer: pacer.clone() }));
         let holders = Holders {
             gates,
             quota,
             pacer,
+            recorder,
             releases: TaskTracker::new(),
             records: Arc::new(tokio::sync::Semaphore::new(at_once)),
             record_timeout,

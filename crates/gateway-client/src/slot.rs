@@ -17,6 +17,7 @@ use gateway_core::breaker::{Fence, GateOp, Reply};
 use gateway_core::outcome::{AimdEffect, NextStep, OutcomeClass};
 use gateway_core::ports::Telemetry;
 use gateway_core::ports::{BreakerGate, PaceLease, PacerGate, Permit, QuotaGate};
+use gateway_core::records::{GateRecord, PaceRecord, PermitRecord, RecordGate, Records};
 use gateway_core::request::RateSignal;
 use gateway_core::telemetry::GateEvent;
 use gateway_core::time::Clock;
@@ -35,6 +36,8 @@ pub(crate) struct Holders {
     pub(crate) gates: Arc<dyn BreakerGate>,
     pub(crate) quota: Arc<dyn QuotaGate>,
     pub(crate) pacer: Arc<dyn PacerGate>,
+    /// Where an attempt's records go, as one operation.
+    pub(crate) recorder: Arc<dyn RecordGate>,
     /// Where a dropped slot's releases and the background records run, so a shutdown can wait
     /// for them.
     pub(crate) releases: TaskTracker,
@@ -241,37 +244,41 @@ impl Slot {
         Finished { health, aimd_limit }
     }
 
-    /// The records of an attempt that ended with `class`, in order; the slot goes at their end.
+    /// The records of an attempt that ended with `class`, as one operation of the recorder (in
+    /// order: the account's place, the gate's record, the permit); the slot goes at their end.
     async fn records(mut self, class: OutcomeClass, responsiveness: Duration, actual_tokens: Option<u32>, rate: Option<RateSignal>) {
-        // The account's place, with the outcome's effect on its learned limit. Cleared only after
-        // the await: a call dropped while the release is in flight releases again from `Drop`
-        // (a second release of one lease, with no effect, changes nothing).
-        if let (Some(pace), Some(pacer)) = (&self.pace, &self.scope.pacer)
-            && let Ok(limit) = self.holders.pacer.release(pace, class.effects().aimd, rate.as_ref(), pacer).await
-        {
-            // A 429 is what the pacer reads as noise or as our own load.
-            self.scope.heard_aimd_limit(self.source, limit, class.effects().aimd == AimdEffect::Decrease);
-        }
-        self.pace = None;
+        let effects = class.effects();
         let (key, params) = &self.scope.gates[self.source];
+        let op = self.entry.and_then(|entry| effects.gate_op(&entry, responsiveness, self.scope.policy.breaker.slow_call));
         // The outcome settles the probe: cleared before the await, so a records future dropped
-        // while the record is in flight does not also release the lease (the next prober's, by
-        // then).
+        // while the records are in flight does not also release the lease (the next prober's,
+        // by then). The account's place and the permit are cleared only after it: a call
+        // dropped meanwhile releases them again from `Drop` (a second release of one lease or
+        // permit changes nothing).
         self.probe = false;
-        let op = self.entry.and_then(|entry| class.effects().gate_op(&entry, responsiveness, self.scope.policy.breaker.slow_call));
-        // A record the backend cannot take is logged and counted by the adapter; the call goes on.
-        if let Some(op) = op
-            && let Ok(reply) = self.holders.gates.apply(key, params, op).await
-        {
-            self.holders.gate_event(key, &reply);
+        let recorded = {
+            let records = Records {
+                pace: self.pace.as_ref().zip(self.scope.pacer.as_ref()).map(|(lease, params)| PaceRecord {
+                    lease,
+                    effect: effects.aimd,
+                    rate: rate.as_ref(),
+                    params,
+                }),
+                gate: op.map(|op| GateRecord { key, params, op }),
+                permit: self.permit.as_ref().map(|permit| PermitRecord { permit, actual_tokens }),
+            };
+            // Records the backend cannot take are logged and counted by the adapter; the call
+            // goes on.
+            self.holders.recorder.record(&records).await.unwrap_or_default()
+        };
+        if let Some(limit) = recorded.limit {
+            // A 429 is what the pacer reads as noise or as our own load.
+            self.scope.heard_aimd_limit(self.source, limit, effects.aimd == AimdEffect::Decrease);
         }
-        if let Some(permit) = &self.permit {
-            if let Some(tokens) = actual_tokens {
-                let _ = self.holders.quota.settle(permit, tokens).await;
-            }
-            let _ = self.holders.quota.release(permit).await;
+        if let Some(reply) = &recorded.gate {
+            self.holders.gate_event(key, reply);
         }
-        self.permit = None;
+        (self.pace, self.permit) = (None, None);
     }
 }
 

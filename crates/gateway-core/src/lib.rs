@@ -37,6 +37,7 @@ pub mod policy;
 pub mod ports;
 pub mod quota;
 pub mod random;
+pub mod records;
 pub mod request;
 pub mod responses;
 pub mod select;

@@ -20,6 +20,9 @@ pub struct RedisGates {
     incarnations: Arc<Incarnations>,
 }
 
+/// A gate operation's HASH, its own arguments and the gate's parameter arguments.
+pub(crate) type OpCall = (Value, [Value; 4], Arc<[Value]>);
+
 /// Gates whose encoded arguments are kept. Past it the cache starts afresh: a process that
 /// serves churning tenants touches ever new keys, and the cache must not grow with them (the
 /// memory gates bound their maps likewise).
@@ -59,6 +62,20 @@ impl RedisGates {
         }
         encoded.insert(key.clone(), entry);
         Ok((hash, args))
+    }
+
+    /// The HASH, the operation's arguments and the parameter arguments of `gate.lua` for `op`
+    /// on `key` (after the clock's argument).
+    pub(crate) fn op_call(
+        &self,
+        key: &SourceKey,
+        params: &GateParams,
+        op: GateOp,
+    ) -> Result<OpCall, BackendError> {
+        let (hash, param_args) = self.encode(key, params)?;
+        // A fresh incarnation is drawn only for the operations that may create the gate.
+        let fresh = if op.fence().is_none() { self.incarnations.draw() } else { 0 };
+        Ok((hash, op_args(op, fresh), param_args))
     }
 
     /// Gates whose encoded arguments this handle keeps now (at most 4 096).
@@ -140,7 +157,7 @@ fn op_args(op: GateOp, fresh: u64) -> [Value; 4] {
 }
 
 /// The operation's name in `gate.lua` (and in the log of a dropped record).
-fn op_name(op: GateOp) -> &'static str {
+pub(crate) fn op_name(op: GateOp) -> &'static str {
     match op {
         GateOp::TryEnter => "enter",
         GateOp::Success { .. } => "success",
@@ -174,7 +191,7 @@ fn cause_from(key: &SourceKey, s: &str) -> Result<Cause, BackendError> {
 
 /// `"verdict state incarnation epoch retry_after_ms from to cause fenced"` (`-` for an empty
 /// item) → the reply. The one decoder of it.
-fn parse_reply(key: &SourceKey, value: Value) -> Result<Reply, BackendError> {
+pub(crate) fn parse_reply(key: &SourceKey, value: Value) -> Result<Reply, BackendError> {
     let text = value.as_str().ok_or_else(|| malformed(key, format!("expected a reply string, got {value:?}")))?;
     let items: Vec<&str> = text.split(' ').collect();
     let [verdict, state, incarnation, epoch, retry_after_ms, from, to, cause, fenced] = items[..] else {
@@ -239,10 +256,8 @@ fn gate_from_fields(key: &SourceKey, fields: &HashMap<String, String>) -> Result
 #[async_trait]
 impl BreakerGate for RedisGates {
     async fn apply(&self, key: &SourceKey, params: &GateParams, op: GateOp) -> Result<Reply, BackendError> {
-        let (hash, param_args) = self.encode(key, params)?;
-        // A fresh incarnation is drawn only for the operations that may create the gate.
-        let fresh = if op.fence().is_none() { self.incarnations.draw() } else { 0 };
-        let args: [&[Value]; 3] = [&[self.conn.now_arg()], &op_args(op, fresh), &param_args];
+        let (hash, op_args, param_args) = self.op_call(key, params, op)?;
+        let args: [&[Value]; 3] = [&[self.conn.now_arg()], &op_args, &param_args];
         let result = match self.conn.run(&self.conn.scripts().gate, std::slice::from_ref(&hash), &args, key).await {
             Ok(value) => parse_reply(key, value),
             Err(error) => Err(error),

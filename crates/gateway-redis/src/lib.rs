@@ -5,7 +5,9 @@
 //!   restart, a failover or SCRIPT FLUSH): `gate.lua` is every breaker operation and mirrors
 //!   `gateway_core::breaker::Gate::apply`, the quota scripts `gateway_core::quota` and the pacer
 //!   scripts `gateway_core::aimd`, rule for rule; the contract suite replays random sequences
-//!   on both sides.
+//!   on both sides. `settle.lua` makes an attempt's records (`RedisRecords`: the pacer release,
+//!   the gate's record, the permit's settle and release) in one round trip, each part its own
+//!   script run as a function.
 //! - Every gate and quota account has an incarnation, chosen when the script creates it; a record
 //!   (or a permit's settle and release) names the incarnation it was admitted under, so a gate
 //!   Redis lost (restart without persistence, flush, failover, eviction) refuses the records of
@@ -27,6 +29,7 @@ mod gates;
 mod keys;
 mod pacer;
 mod quota;
+mod records;
 mod scripts;
 
 pub use connection::{RedisConfig, RedisConnection};
@@ -41,3 +44,4 @@ pub use affinity::RedisAffinity;
 pub use gates::RedisGates;
 pub use pacer::RedisPacer;
 pub use quota::RedisQuota;
+pub use records::RedisRecords;

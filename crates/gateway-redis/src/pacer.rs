@@ -30,6 +30,39 @@ impl RedisPacer {
         RedisPacer { conn }
     }
 
+    /// The arguments of `pacer_release.lua` for `lease` ending with `effect` and `rate`.
+    pub(crate) fn release_args(
+        &self,
+        lease: &PaceLease,
+        effect: AimdEffect,
+        rate: Option<&RateSignal>,
+        params: &PacerParams,
+    ) -> Vec<Value> {
+        let mut args = self.base_args(params);
+        let effect = match effect {
+            AimdEffect::Increase => "increase",
+            AimdEffect::Decrease => "decrease",
+            AimdEffect::RoundTrip => "round_trip",
+            AimdEffect::Nothing => "nothing",
+        };
+        let l = &lease.lease;
+        args.extend([
+            Value::String(l.id.to_string().into()),
+            Value::String(l.generation.to_string().into()),
+            Value::String(l.epoch.to_string().into()),
+            Value::String(l.n.to_string().into()),
+            Value::String(l.granted.as_millis().to_string().into()),
+            Value::String(effect.into()),
+            Value::String(format!("{:?}", params.ceiling).into()),
+            Value::String(l.tokens.to_string().into()),
+        ]);
+        for report in [rate.and_then(|r| r.requests), rate.and_then(|r| r.tokens)] {
+            args.extend(report_args(report.as_ref()));
+        }
+        args.push(Value::Integer(ms(params.limit_window)));
+        args
+    }
+
     /// The arguments every pacer script starts with: now, the key TTL, the initial limit.
     fn base_args(&self, params: &PacerParams) -> Vec<Value> {
         let initial = params.initial_limit();
@@ -41,12 +74,12 @@ fn malformed(key: &SourceKey, detail: String) -> BackendError {
     BackendError::Malformed { backend: "redis", key: key.to_string(), detail }
 }
 
-fn pacer_keys(key: &SourceKey) -> Result<Vec<Value>, BackendError> {
+pub(crate) fn pacer_keys(key: &SourceKey) -> Result<Vec<Value>, BackendError> {
     Ok(keys::pacer(key)?.into_iter().map(|k| Value::String(k.into())).collect())
 }
 
 /// A `%.17g` limit from a script.
-fn limit_of(key: &SourceKey, value: Option<&Value>) -> Result<f64, BackendError> {
+pub(crate) fn limit_of(key: &SourceKey, value: Option<&Value>) -> Result<f64, BackendError> {
     let text = value.and_then(Value::as_str).ok_or_else(|| malformed(key, format!("limit {value:?}")))?;
     text.parse::<f64>().ok().filter(|l| l.is_finite()).ok_or_else(|| malformed(key, format!("limit {text:?}")))
 }
@@ -103,28 +136,7 @@ impl PacerGate for RedisPacer {
         params: &PacerParams,
     ) -> Result<f64, BackendError> {
         let key = &lease.key;
-        let mut args = self.base_args(params);
-        let effect = match effect {
-            AimdEffect::Increase => "increase",
-            AimdEffect::Decrease => "decrease",
-            AimdEffect::RoundTrip => "round_trip",
-            AimdEffect::Nothing => "nothing",
-        };
-        let l = &lease.lease;
-        args.extend([
-            Value::String(l.id.to_string().into()),
-            Value::String(l.generation.to_string().into()),
-            Value::String(l.epoch.to_string().into()),
-            Value::String(l.n.to_string().into()),
-            Value::String(l.granted.as_millis().to_string().into()),
-            Value::String(effect.into()),
-            Value::String(format!("{:?}", params.ceiling).into()),
-            Value::String(l.tokens.to_string().into()),
-        ]);
-        for report in [rate.and_then(|r| r.requests), rate.and_then(|r| r.tokens)] {
-            args.extend(report_args(report.as_ref()));
-        }
-        args.push(Value::Integer(ms(params.limit_window)));
+        let args = self.release_args(lease, effect, rate, params);
         let reply = self.conn.run(&self.conn.scripts().pacer_release, &pacer_keys(key)?, &[&args], key).await?;
         limit_of(key, Some(&reply))
     }

@@ -23,6 +23,20 @@ impl RedisQuota {
         RedisQuota { conn, incarnations: Arc::new(crate::incarnations()) }
     }
 
+    /// The arguments of `quota_settle.lua` for `permit` used `actual_tokens`.
+    pub(crate) fn settle_args(&self, permit: &Permit, actual_tokens: u32) -> Vec<Value> {
+        let mut args = self.base_args(Duration::ZERO);
+        args.extend([id_arg(permit.incarnation), id_arg(permit.id), Value::Integer(i64::from(actual_tokens))]);
+        args
+    }
+
+    /// The arguments of `quota_release.lua` for `permit`.
+    pub(crate) fn release_args(&self, permit: &Permit) -> Vec<Value> {
+        let mut args = self.base_args(Duration::ZERO);
+        args.extend([id_arg(permit.incarnation), id_arg(permit.id)]);
+        args
+    }
+
     /// Permits of `key` holding a concurrency slot at the script clock's now.
     pub async fn in_flight(&self, key: &SourceKey) -> Result<usize, BackendError> {
         let [leases, ..] = keys::quota(key)?;
@@ -63,7 +77,7 @@ fn malformed(key: &SourceKey, detail: String) -> BackendError {
     BackendError::Malformed { backend: "redis", key: key.to_string(), detail }
 }
 
-fn quota_keys(key: &SourceKey) -> Result<Vec<Value>, BackendError> {
+pub(crate) fn quota_keys(key: &SourceKey) -> Result<Vec<Value>, BackendError> {
     Ok(keys::quota(key)?.into_iter().map(|k| Value::String(k.into())).collect())
 }
 
@@ -113,15 +127,11 @@ impl QuotaGate for RedisQuota {
 
     async fn settle(&self, permit: &Permit, actual_tokens: u32) -> Result<(), BackendError> {
         let keys = quota_keys(&permit.key)?;
-        let mut args = self.base_args(Duration::ZERO);
-        args.extend([id_arg(permit.incarnation), id_arg(permit.id), Value::Integer(i64::from(actual_tokens))]);
-        self.conn.run(&self.conn.scripts().quota_settle, &keys, &[&args], &permit.key).await.map(|_| ())
+        self.conn.run(&self.conn.scripts().quota_settle, &keys, &[&self.settle_args(permit, actual_tokens)], &permit.key).await.map(|_| ())
     }
 
     async fn release(&self, permit: &Permit) -> Result<(), BackendError> {
         let keys = quota_keys(&permit.key)?;
-        let mut args = self.base_args(Duration::ZERO);
-        args.extend([id_arg(permit.incarnation), id_arg(permit.id)]);
-        self.conn.run(&self.conn.scripts().quota_release, &keys, &[&args], &permit.key).await.map(|_| ())
+        self.conn.run(&self.conn.scripts().quota_release, &keys, &[&self.release_args(permit)], &permit.key).await.map(|_| ())
     }
 }

@@ -1,6 +1,6 @@
 //! The Lua scripts: the shared clock and retry_after rule (`now.lua`), a shared prelude
 //! (`quota.lua`, `pacer.lua`) where several operations share one, then the body; with the SHA1
-//! each is called by. Every breaker operation is one script, `gate.lua`, as every one is
+//! each is called by; `settle` runs an attempt's records, four of them, in one. Every breaker operation is one script, `gate.lua`, as every one is
 //! `Gate::apply` in gateway-core.
 
 use fred::util::sha1_hash;
@@ -16,10 +16,25 @@ pub(crate) struct Script {
 
 impl Script {
     fn new(name: &'static str, prelude: &str, body: &str) -> Self {
-        let lua = format!("{}\n{prelude}\n{body}", include_str!("../lua/now.lua"));
+        Self::named(name, format!("{}\n{prelude}\n{body}", include_str!("../lua/now.lua")))
+    }
+
+    fn named(name: &'static str, lua: String) -> Self {
         let sha = sha1_hash(&lua);
         let sha_arg = fred::types::Value::String(sha.as_str().into());
         Script { name, lua, sha, sha_arg }
+    }
+
+    /// A script that runs other scripts' operations in one: each of `parts` (a function name,
+    /// and a script's prelude and body) becomes a local function of its own `KEYS` and `ARGV`,
+    /// the whole script it is on its own, and `body` calls them.
+    fn combined(name: &'static str, parts: &[(&str, &str, &str)], body: &str) -> Self {
+        let mut lua = String::new();
+        for (function, prelude, part) in parts {
+            lua.push_str(&format!("local function {function}(KEYS, ARGV)\n{}\n{prelude}\n{part}\nend\n", include_str!("../lua/now.lua")));
+        }
+        lua.push_str(body);
+        Self::named(name, lua)
     }
 }
 
@@ -33,6 +48,9 @@ pub(crate) struct Scripts {
     pub(crate) pacer_acquire: Script,
     pub(crate) pacer_release: Script,
     pub(crate) pacer_read: Script,
+    /// An attempt's records in one: the pacer release, the gate's record, the permit's settle
+    /// and release.
+    pub(crate) settle: Script,
 }
 
 impl Scripts {
@@ -48,10 +66,20 @@ impl Scripts {
             pacer_acquire: Script::new("pacer_acquire", pacer, include_str!("../lua/pacer_acquire.lua")),
             pacer_release: Script::new("pacer_release", pacer, include_str!("../lua/pacer_release.lua")),
             pacer_read: Script::new("pacer_read", pacer, include_str!("../lua/pacer_read.lua")),
+            settle: Script::combined(
+                "settle",
+                &[
+                    ("pacer_release", pacer, include_str!("../lua/pacer_release.lua")),
+                    ("gate", "", include_str!("../lua/gate.lua")),
+                    ("quota_settle", quota, include_str!("../lua/quota_settle.lua")),
+                    ("quota_release", quota, include_str!("../lua/quota_release.lua")),
+                ],
+                include_str!("../lua/settle.lua"),
+            ),
         }
     }
 
-    pub(crate) fn all(&self) -> [&Script; 8] {
+    pub(crate) fn all(&self) -> [&Script; 9] {
         [
             &self.gate,
             &self.retry_after,
@@ -61,6 +89,7 @@ impl Scripts {
             &self.pacer_acquire,
             &self.pacer_release,
             &self.pacer_read,
+            &self.settle,
         ]
     }
 }

@@ -7,6 +7,8 @@
 //! - `memory::` / `redis::random_breaker_sequences`, `…random_quota_sequences` and
 //!   `…random_pacer_sequences`: the
 //!   differential suite (random operation sequences, every reply and state compared);
+//!   `redis::random_records_sequences`: an attempt's records in one script against the same
+//!   records made one by one;
 //! - `memory::` / `redis::<case>` for the cases a script cannot say: concurrent callers, two
 //!   processes, the pacer, the quota's leases, the affinity map; `redis::<case>` for what only Redis has (the key
 //!   TTL, the bounded argument cache).
@@ -24,6 +26,7 @@ mod differential;
 mod pacer;
 mod pacer_sequences;
 mod quota;
+mod records;
 mod redis_only;
 mod script;
 mod support;
@@ -159,6 +162,10 @@ fn main() -> ExitCode {
     redis.push(NamedCase {
         name: "random_breaker_sequences".into(),
         body: Box::new(move |url| differential::breaker_sequences(Kind::Redis(&url), n)),
+    });
+    redis.push(NamedCase {
+        name: "random_records_sequences".into(),
+        body: Box::new(move |url| records::records_sequences(Kind::Redis(&url), n)),
     });
     redis.push(NamedCase {
         name: "random_quota_sequences".into(),

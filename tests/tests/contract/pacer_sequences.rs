@@ -55,7 +55,7 @@ pub fn pacer_sequences(kind: Kind<'_>, cases: u32) {
 /// The rate signal a release carries, drawn from `rate`: none for 0..400; else a request report
 /// (an advertised limit of 20 or none, 0..4 left, a reset of up to 3 s) and, for a third of
 /// them, a token report (a limit of 5000, up to 3000 left).
-fn report(rate: u16) -> Option<RateSignal> {
+pub(crate) fn report(rate: u16) -> Option<RateSignal> {
     if rate < 400 {
         return None;
     }

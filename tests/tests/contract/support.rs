@@ -8,9 +8,10 @@ use gateway_core::breaker::{Gate, GateOp, GateParams, Reply};
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::policy::{BreakerConfig, BreakerPolicy};
 use gateway_core::ports::{AffinityMap, BreakerGate, PacerGate, QuotaGate, SourceKey};
+use gateway_core::records::{InOrder, RecordGate};
 use gateway_core::time::{Clock, ManualClock, Timestamp};
 use gateway_memory::{MemoryAffinity, MemoryGates, MemoryPacer, MemoryQuota};
-use gateway_redis::{RedisAffinity, RedisConfig, RedisConnection, RedisGates, RedisPacer, RedisQuota};
+use gateway_redis::{RedisAffinity, RedisConfig, RedisConnection, RedisGates, RedisPacer, RedisQuota, RedisRecords};
 use std::future::Future;
 use std::hash::BuildHasher;
 use std::pin::Pin;
@@ -34,6 +35,9 @@ pub struct Backend {
     pub gates: Arc<dyn BreakerGate>,
     pub quota: Arc<dyn QuotaGate>,
     pub pacer: Arc<dyn PacerGate>,
+    /// Where an attempt's records go as one operation: on Redis one script, in memory the
+    /// ports one by one.
+    pub records: Arc<dyn RecordGate>,
     pub clock: Arc<ManualClock>,
     pub scope: String,
     memory: Option<(Arc<MemoryGates>, Arc<MemoryQuota>)>,
@@ -66,11 +70,13 @@ impl Backend {
         match kind {
             Kind::Memory => {
                 let (gates, quota) = (Arc::new(MemoryGates::new(clock.clone())), Arc::new(MemoryQuota::new(clock.clone())));
+                let pacer = Arc::new(MemoryPacer::new(clock.clone()));
                 Backend {
                     affinity: Arc::new(MemoryAffinity::new(clock.clone(), 1000)),
                     gates: gates.clone(),
                     quota: quota.clone(),
-                    pacer: Arc::new(MemoryPacer::new(clock.clone())),
+                    pacer: pacer.clone(),
+                    records: Arc::new(InOrder { gates: gates.clone(), quota: quota.clone(), pacer }),
                     clock,
                     scope,
                     memory: Some((gates, quota)),
@@ -79,12 +85,13 @@ impl Backend {
             }
             Kind::Redis(url) => {
                 let conn = redis_connection(url, Some(clock.clone())).await;
-                let (gates, quota) = (RedisGates::new(conn.clone()), RedisQuota::new(conn.clone()));
+                let (gates, quota, pacer) = (RedisGates::new(conn.clone()), RedisQuota::new(conn.clone()), RedisPacer::new(conn.clone()));
                 Backend {
                     affinity: Arc::new(RedisAffinity::new(conn.clone())),
                     gates: Arc::new(gates.clone()),
                     quota: Arc::new(quota.clone()),
-                    pacer: Arc::new(RedisPacer::new(conn)),
+                    pacer: Arc::new(pacer.clone()),
+                    records: Arc::new(RedisRecords::new(gates.clone(), quota.clone(), pacer)),
                     clock,
                     scope,
                     memory: None,

@@ -40,7 +40,7 @@ impl BackstopGates {
     }
 
     /// Keeps the state read of a gate that is not plainly CLOSED (and forgets it once it is).
-    fn remember(&self, key: &SourceKey, reply: &Reply) {
+    pub(super) fn remember(&self, key: &SourceKey, reply: &Reply) {
         if self.backstop.mode != OnUnavailable::Local || (reply.state == CircuitState::Closed && reply.transition.is_none()) {
             return;
         }
@@ -59,7 +59,7 @@ impl BackstopGates {
     }
 
     /// Whether `op` records an attempt a local gate admitted.
-    fn is_local_record(&self, key: &SourceKey, op: GateOp) -> bool {
+    pub(super) fn is_local_record(&self, key: &SourceKey, op: GateOp) -> bool {
         op.fence().is_some_and(|fence| {
             self.backstop.used_local.load(Ordering::Acquire)
                 && self.local.snapshot(key).is_some_and(|gate| gate.incarnation == fence.incarnation)

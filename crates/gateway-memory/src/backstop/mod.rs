@@ -26,6 +26,7 @@ mod gates;
 mod outage;
 mod pacer;
 mod quota;
+mod records;
 
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -34,6 +35,7 @@ pub use gates::BackstopGates;
 pub use outage::{Backstop, BackstopStats};
 pub use pacer::BackstopPacer;
 pub use quota::BackstopQuota;
+pub use records::BackstopRecords;
 
 /// What the gates, quota and pacers do while the shared backend cannot answer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -24,7 +24,7 @@ impl BackstopQuota {
         BackstopQuota { shared, local, backstop, fresh: Fresh::new() }
     }
 
-    fn is_local(&self, permit: &Permit) -> bool {
+    pub(super) fn is_local(&self, permit: &Permit) -> bool {
         self.backstop.used_local.load(Ordering::Acquire) && self.local.incarnation(&permit.key) == Some(permit.incarnation)
     }
 }

@@ -26,7 +26,11 @@ fn build_client(
     clock: Arc<dyn Clock>,
     salt: u64,
 ) -> Result<GatewayClient, RunError> {
-    GatewayClient::builder()
+    let mut builder = GatewayClient::builder();
+    if let Some(recorder) = &gates.recorder {
+        builder = builder.recorder(recorder.clone());
+    }
+    builder
         .preset(config.preset)
         .scope(policy.clone())
         .gates(gates.gates.clone())

@@ -1,0 +1,58 @@
+//! `RecordGate` on the shared backend with the local state behind it. An attempt the shared
+//! backend admitted has its records made there in one operation (asked again while it cannot
+//! answer, as every record is); an attempt any part of which a local gate, quota or pacer
+//! admitted (a degraded period's) has them made part by part through the backstop's ports,
+//! each of which sends its part where its admission was made.
+
+use super::ask::record;
+use super::{Backstop, BackstopGates, BackstopPacer, BackstopQuota, LOCAL_LEASE};
+use async_trait::async_trait;
+use gateway_core::ports::BackendError;
+use gateway_core::records::{InOrder, RecordGate, Recorded, Records};
+use std::sync::Arc;
+
+/// `RecordGate` on a shared backend, with the backstop's ports behind it.
+pub struct BackstopRecords {
+    shared: Arc<dyn RecordGate>,
+    gates: Arc<BackstopGates>,
+    quota: Arc<BackstopQuota>,
+    backstop: Arc<Backstop>,
+    /// The backstop's ports one by one.
+    in_order: InOrder,
+}
+
+impl BackstopRecords {
+    /// The records of `shared`, with the backstop's `gates`, `quota` and `pacer` behind them.
+    pub fn new(
+        shared: Arc<dyn RecordGate>,
+        gates: Arc<BackstopGates>,
+        quota: Arc<BackstopQuota>,
+        pacer: Arc<BackstopPacer>,
+        backstop: Arc<Backstop>,
+    ) -> Self {
+        let in_order = InOrder { gates: gates.clone(), quota: quota.clone(), pacer };
+        BackstopRecords { shared, gates, quota, backstop, in_order }
+    }
+
+    /// Whether a local admission made any part of `records`.
+    fn any_local(&self, records: &Records<'_>) -> bool {
+        records.pace.is_some_and(|p| p.lease.lease.id & LOCAL_LEASE != 0)
+            || records.gate.is_some_and(|g| self.gates.is_local_record(g.key, g.op))
+            || records.permit.is_some_and(|p| self.quota.is_local(p.permit))
+    }
+}
+
+#[async_trait]
+impl RecordGate for BackstopRecords {
+    async fn record(&self, records: &Records<'_>) -> Result<Recorded, BackendError> {
+        let Some(key) = records.key() else { return Ok(Recorded::default()) };
+        if self.any_local(records) {
+            return self.in_order.record(records).await;
+        }
+        let recorded = record(&self.backstop, key, || self.shared.record(records)).await?;
+        if let (Some(gate), Some(reply)) = (records.gate, &recorded.gate) {
+            self.gates.remember(gate.key, reply);
+        }
+        Ok(recorded)
+    }
+}

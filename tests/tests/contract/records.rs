@@ -1,0 +1,203 @@
+//! The differential suite's records part: random attempts admitted (the account's place, the
+//! gate, a quota permit) and ended, on two backends of one kind side by side, each on a scope of
+//! its own and the same times. One makes each attempt's records with the backend's `RecordGate`
+//! (on Redis `RedisRecords`: `settle.lua`, one script); the other with the ports' own
+//! operations one after another (`InOrder`, the reference: each of those operations is held to
+//! the pure rules by the other sequences). Every admission, every record's answer (the limit
+//! after the release, to the last bit, and the gate's reply) and the state after every step (the
+//! gate, the account's limit, in-flight count and refused ceiling, the permits in flight) must
+//! agree. Incarnations are drawn at random per handle, so they are compared by whether a record
+//! named the current one, not by value.
+
+#![allow(clippy::unwrap_used)]
+
+use crate::differential::{fresh_source, runner};
+use crate::pacer_sequences::report;
+use crate::support::{Backend, Kind, START, params, runtime};
+use gateway_core::aimd::PacerParams;
+use gateway_core::breaker::{GateOp, Reply};
+use gateway_core::outcome::OutcomeClass;
+use gateway_core::policy::{BreakerConfig, QuotaLimits};
+use gateway_core::ports::{PaceDecision, PaceLease, Permit, QuotaDecision, SourceKey};
+use gateway_core::records::{GateRecord, InOrder, PaceRecord, PermitRecord, RecordGate, Records};
+use gateway_core::time::Timestamp;
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+use std::fmt::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One step: time advanced (ms), admit (0..4) or end (4..8), which attempt, the outcome's
+/// class, the rate report and the tokens.
+type Step = (u64, u8, usize, u8, u16, u32);
+
+const CLASSES: [OutcomeClass; 6] = [
+    OutcomeClass::Success,
+    OutcomeClass::Success,
+    OutcomeClass::Transient,
+    OutcomeClass::RateLimited,
+    OutcomeClass::ResultInvalid,
+    OutcomeClass::SourceDead,
+];
+
+/// `cases` random sequences on two backends of `kind`: one's records made by its `RecordGate`,
+/// the other's one by one.
+pub fn records_sequences(kind: Kind<'_>, cases: u32) {
+    let rt = runtime();
+    let (combined, reference) = rt.block_on(async { (Backend::new(kind).await, Backend::new(kind).await) });
+    let advance = prop_oneof![3 => Just(0u64), 3 => 1..40u64, 2 => 40..2_000u64, 1 => 5_000..9_000u64];
+    let step = (advance, 0u8..8, 0usize..32, 0u8..6, 0u16..1000, 0u32..3000);
+    let strategy = proptest::collection::vec(step, 60);
+    let result = runner(cases).run(&strategy, |steps| rt.block_on(records_sequence(&combined, &reference, &steps)));
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+/// An attempt admitted on one backend: what it holds.
+struct Held {
+    lease: PaceLease,
+    entry: Reply,
+    permit: Option<Permit>,
+}
+
+/// One side of the comparison: a backend, its keys and its recorder.
+struct Side<'a> {
+    b: &'a Backend,
+    gate: SourceKey,
+    account: SourceKey,
+    recorder: Arc<dyn RecordGate>,
+    held: Vec<Held>,
+}
+
+impl Side<'_> {
+    /// Admits an attempt (as `SourceAdmission::try_source` does: the account, the gate, the
+    /// permit, each refusal handing back what was taken); what it came to, as text.
+    async fn admit(&mut self, pacer: &PacerParams, limits: &QuotaLimits, tokens: u32) -> String {
+        let p = params(breaker(), 3);
+        let lease = match self.b.pacer.try_acquire(&self.account, pacer, tokens).await.unwrap() {
+            PaceDecision::Granted(lease) => lease,
+            PaceDecision::Paced(paced) => return format!("paced {paced:?}"),
+        };
+        let entry = self.b.gates.apply(&self.gate, &p, GateOp::TryEnter).await.unwrap();
+        if !entry.is_admitted() {
+            self.b.pacer.release(&lease, gateway_core::outcome::AimdEffect::Nothing, None, pacer).await.unwrap();
+            return format!("denied {}", shown(&entry));
+        }
+        let permit = match self.b.quota.acquire(&self.gate, limits, tokens).await.unwrap() {
+            QuotaDecision::Granted(permit) => Some(permit),
+            QuotaDecision::Refused { limit, retry_after } => {
+                if entry.is_probe() {
+                    self.b.gates.apply(&self.gate, &p, GateOp::Release { fence: entry.fence() }).await.unwrap();
+                }
+                self.b.pacer.release(&lease, gateway_core::outcome::AimdEffect::Nothing, None, pacer).await.unwrap();
+                return format!("refused {limit:?} {retry_after:?}");
+            }
+        };
+        let text = format!("admitted {:?} {} permit {:?}", lease.lease, shown(&entry), permit.as_ref().map(|p| p.id));
+        self.held.push(Held { lease, entry, permit });
+        text
+    }
+
+    /// Ends attempt `pick` with `class`: its records through the side's recorder; the answer,
+    /// as text.
+    async fn end(&mut self, pick: usize, class: OutcomeClass, rate: u16, tokens: u32, pacer: &PacerParams) -> String {
+        let held = self.held.swap_remove(pick % self.held.len());
+        let p = params(breaker(), 3);
+        let signal = report(rate);
+        let op = class.effects().gate_op(&held.entry, Duration::ZERO, None);
+        let records = Records {
+            pace: Some(PaceRecord { lease: &held.lease, effect: class.effects().aimd, rate: signal.as_ref(), params: pacer }),
+            gate: op.map(|op| GateRecord { key: &self.gate, params: &p, op }),
+            permit: held.permit.as_ref().map(|permit| PermitRecord { permit, actual_tokens: (!tokens.is_multiple_of(3)).then_some(tokens) }),
+        };
+        let recorded = self.recorder.record(&records).await.unwrap();
+        format!("limit {:?} gate {:?}", recorded.limit.map(f64::to_bits), recorded.gate.as_ref().map(shown))
+    }
+
+    /// The state after a step, as text.
+    async fn state(&self, pacer: &PacerParams) -> String {
+        let gate = self.b.snapshot(&self.gate).await;
+        let reading = self.b.pacer.read(&self.account, pacer).await.unwrap();
+        let permits = self.b.quota_in_flight(&self.gate).await;
+        format!(
+            "{:?} epoch {} failures {} streak {} window {:?}; limit {} in flight {} ceiling {:?}; permits {permits}",
+            gate.state,
+            gate.epoch,
+            gate.failures,
+            gate.streak,
+            (gate.a0, gate.f0, gate.a1, gate.f1),
+            reading.limit.to_bits(),
+            reading.inflight,
+            reading.learned
+        )
+    }
+}
+
+/// A reply without its incarnation (drawn at random per handle).
+fn shown(reply: &Reply) -> String {
+    format!(
+        "{:?} {:?} epoch {} retry {:?} {:?} fenced {}",
+        reply.verdict, reply.state, reply.epoch, reply.retry_after, reply.transition, reply.fenced
+    )
+}
+
+/// A breaker that opens within a few steps: every record's kind is met.
+fn breaker() -> BreakerConfig {
+    BreakerConfig {
+        fail_threshold: Some(3),
+        cooldown_s: Some(1.0),
+        min_calls: Some(4),
+        max_cooldown_s: Some(8.0),
+        ..BreakerConfig::default()
+    }
+}
+
+fn fail(trace: &str, i: usize, what: String) -> TestCaseError {
+    TestCaseError::fail(format!("{trace}step {i}: {what}"))
+}
+
+async fn records_sequence(combined: &Backend, reference: &Backend, steps: &[Step]) -> Result<(), TestCaseError> {
+    let pacer = PacerParams { ceiling: 6.0, lease_ttl: Duration::from_secs(5), limit_window: Duration::from_secs(60) };
+    let limits = QuotaLimits { max_concurrency: Some(4), rpm: Some(40), tpm: Some(20_000), permit_ttl: Duration::from_secs(30) };
+    let (gate, account) = (fresh_source(), fresh_source());
+    let in_order = |b: &Backend| -> Arc<dyn RecordGate> {
+        Arc::new(InOrder { gates: b.gates.clone(), quota: b.quota.clone(), pacer: b.pacer.clone() })
+    };
+    let mut one = Side {
+        b: combined,
+        gate: combined.key(&gate),
+        account: combined.key(&account),
+        recorder: combined.records.clone(),
+        held: Vec::new(),
+    };
+    let mut two = Side {
+        b: reference,
+        gate: reference.key(&gate),
+        account: reference.key(&account),
+        recorder: in_order(reference),
+        held: Vec::new(),
+    };
+    let mut now: Timestamp = START;
+    let mut trace = String::new();
+    for (i, &(advance_ms, op, pick, class, rate, tokens)) in steps.iter().enumerate() {
+        now = now.saturating_add(Duration::from_millis(advance_ms));
+        combined.clock.set(now);
+        reference.clock.set(now);
+        let (got, expected) = if op < 4 || one.held.is_empty() {
+            (one.admit(&pacer, &limits, tokens).await, two.admit(&pacer, &limits, tokens).await)
+        } else {
+            let class = CLASSES[usize::from(class)];
+            (one.end(pick, class, rate, tokens, &pacer).await, two.end(pick, class, rate, tokens, &pacer).await)
+        };
+        let _ = writeln!(trace, "step {i}: +{advance_ms} ms → {expected}");
+        if got != expected {
+            return Err(fail(&trace, i, format!("the combined records answered {got}")));
+        }
+        let (got, expected) = (one.state(&pacer).await, two.state(&pacer).await);
+        if got != expected {
+            return Err(fail(&trace, i, format!("after it the state is {got}, not {expected}")));
+        }
+    }
+    Ok(())
+}

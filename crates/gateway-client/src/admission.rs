@@ -8,7 +8,8 @@ use crate::error::CallError;
 use crate::partition::Partition;
 use crate::slot::{Holders, Slot};
 use gateway_core::admission::SkipReason;
-use gateway_core::breaker::{GateOp, Reply};
+use gateway_core::breaker::Reply;
+use gateway_core::combined::{Admit, GateAsk, PaceAsk, PermitAsk};
 use gateway_core::ports::{BackendError, PaceDecision, QuotaDecision, Telemetry};
 use gateway_core::select::demote;
 use gateway_core::time::{Clock, Timestamp};
@@ -110,64 +111,58 @@ impl SourceAdmission {
         Ok(Pick::Blocked { gate_rejections, pushed_back, paced })
     }
 
-    /// One source through memo → AIMD → gate → quota.
+    /// One source through memo → AIMD → gate → quota: the memo here, the rest as one admission
+    /// of the backend's (`AdmitGate`: on Redis one script), which hands back what a refusal's
+    /// earlier parts took.
     async fn try_source(&self, scope: &Arc<Partition>, call: &CallState, source: usize, estimated_tokens: u32) -> Result<Tried, CallError> {
-        let holders = &self.holders;
         let now = self.clock.now();
         // 1. the memo, and the account's 429 pushback, under one short lock
         if let Some(refused) = away(scope, source, now, call.machine.remaining_stall(now)) {
             return Ok(refused);
         }
-        // 2. the account's learned limit
-        let pace = match &scope.pacer {
-            Some(pacer) => {
-                match holders.pacer.try_acquire(scope.account(source), pacer, estimated_tokens).await.map_err(|e| call.backend(e))? {
-                    PaceDecision::Granted(lease) => Some(lease),
-                    PaceDecision::Paced(_) => return Ok(Tried::Skipped(SkipReason::AdaptivePaced)),
-                }
-            }
+        // 2.-4. the account's learned limit, the gate, the quota (sources without local limits
+        // need no permit)
+        let (key, params) = &scope.gates[source];
+        let limits = &scope.policy.sources[source].quota;
+        let limited = limits.max_concurrency.is_some() || limits.rpm.is_some() || limits.tpm.is_some();
+        let ask = Admit {
+            pace: scope.pacer.as_ref().map(|params| PaceAsk { key: scope.account(source), params, tokens: estimated_tokens }),
+            gate: GateAsk { key, params },
+            permit: limited.then_some(PermitAsk { key, limits, tokens: estimated_tokens }),
+        };
+        let admission = self.holders.admitter.admit(&ask).await.map_err(|e| call.backend(e))?;
+        let lease = match admission.pace {
+            Some(PaceDecision::Paced(_)) => return Ok(Tried::Skipped(SkipReason::AdaptivePaced)),
+            Some(PaceDecision::Granted(lease)) => Some(lease),
             None => None,
         };
-        // From here the slot holds the in-flight count and the account's place: every exit
-        // below hands them back.
-        scope.local().inflight[source] += 1;
-        let mut slot = Slot::counted(scope.clone(), holders.clone(), source, pace);
-        // 3. the gate
-        let (key, params) = &scope.gates[source];
-        let entry = match holders.gates.apply(key, params, GateOp::TryEnter).await {
-            Ok(entry) => entry,
-            Err(e) => {
-                slot.abandon().await;
-                return Err(call.backend(e));
-            }
+        let Some(entry) = admission.gate else {
+            return Err(call.backend(BackendError::Malformed {
+                backend: "admission",
+                key: key.to_string(),
+                detail: "the account granted a place and the gate did not answer".to_owned(),
+            }));
         };
         self.gate_event(scope, source, &entry);
         if !entry.is_admitted() {
             // retry_after is 0 unless OPEN: a HALF_OPEN denial never memoes the source.
             scope.local().memo.note_denial(source, self.clock.now(), entry.retry_after);
-            slot.abandon().await;
             return Ok(Tried::Skipped(SkipReason::CircuitOpen));
         }
+        let permit = match admission.permit {
+            Some(QuotaDecision::Refused { .. }) => return Ok(Tried::Skipped(SkipReason::RateLimited)),
+            Some(QuotaDecision::Granted(permit)) => Some(permit),
+            None => None,
+        };
+        // From here the slot holds the in-flight count, the account's place, the probe lease
+        // and the permit: every exit hands them back.
+        scope.local().inflight[source] += 1;
+        let mut slot = Slot::counted(scope.clone(), self.holders.clone(), source, lease);
         slot.admitted(entry);
-        // 4. the quota (sources without local limits need no permit)
-        let limits = &scope.policy.sources[source].quota;
-        if limits.max_concurrency.is_none() && limits.rpm.is_none() && limits.tpm.is_none() {
-            return Ok(Tried::Admitted(slot));
+        if let Some(permit) = permit {
+            slot.hold_permit(permit);
         }
-        match holders.quota.acquire(key, limits, estimated_tokens).await {
-            Ok(QuotaDecision::Granted(permit)) => {
-                slot.hold_permit(permit);
-                Ok(Tried::Admitted(slot))
-            }
-            Ok(QuotaDecision::Refused { .. }) => {
-                slot.abandon().await;
-                Ok(Tried::Skipped(SkipReason::RateLimited))
-            }
-            Err(e) => {
-                slot.abandon().await;
-                Err(call.backend(e))
-            }
-        }
+        Ok(Tried::Admitted(slot))
     }
 
     /// The gates' earliest certain retry moment over the partition's sources but `except`.

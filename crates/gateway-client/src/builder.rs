@@ -10,9 +10,9 @@ use crate::preset::Preset;
 use crate::reload::{Serving, checked};
 use crate::slot::Holders;
 use crate::telemetry::TracingTelemetry;
+use gateway_core::combined::{AdmitGate, InOrder, RecordGate};
 use gateway_core::policy::ScopePolicy;
 use gateway_core::ports::{AffinityMap, BreakerGate, PacerGate, QuotaGate, Telemetry, Upstream};
-use gateway_core::records::{InOrder, RecordGate};
 use gateway_core::time::Clock;
 use gateway_memory::{MemoryAffinity, MemoryGates, MemoryPacer, MemoryQuota};
 use rand_chacha::ChaCha8Rng;
@@ -54,6 +54,7 @@ pub struct GatewayClientBuilder {
     gates: Option<Arc<dyn BreakerGate>>,
     quota: Option<Arc<dyn QuotaGate>>,
     pacer: Option<Arc<dyn PacerGate>>,
+    admitter: Option<Arc<dyn AdmitGate>>,
     recorder: Option<Arc<dyn RecordGate>>,
     upstream: Option<Arc<dyn Upstream>>,
     telemetry: Option<Arc<dyn Telemetry>>,
@@ -110,6 +111,14 @@ impl GatewayClientBuilder {
     /// and respects one limit per account).
     pub fn pacer(mut self, pacer: Arc<dyn PacerGate>) -> Self {
         self.pacer = Some(pacer);
+        self
+    }
+
+    /// Where an attempt's admission goes as one operation (e.g. `RedisAdmit`: one script asks
+    /// the account, the gate and the quota). Default: the gates', quota's and pacers' own
+    /// operations one after another ([`InOrder`]).
+    pub fn admitter(mut self, admitter: Arc<dyn AdmitGate>) -> Self {
+        self.admitter = Some(admitter);
         self
     }
 
@@ -205,12 +214,14 @@ impl GatewayClientBuilder {
         let scopes = checked(scopes)?;
         let telemetry = self.telemetry.unwrap_or_else(|| Arc::new(TracingTelemetry));
         let (at_once, record_timeout) = self.background_records.unwrap_or((BACKGROUND_RECORDS, RECORD_TIMEOUT));
-        let recorder =
-            self.recorder.unwrap_or_else(|| Arc::new(InOrder { gates: gates.clone(), quota: quota.clone(), pacer: pacer.clone() }));
+        let in_order = Arc::new(InOrder { gates: gates.clone(), quota: quota.clone(), pacer: pacer.clone() });
+        let admitter = self.admitter.unwrap_or_else(|| in_order.clone());
+        let recorder = self.recorder.unwrap_or(in_order);
         let holders = Holders {
             gates,
             quota,
             pacer,
+            admitter,
             recorder,
             releases: TaskTracker::new(),
             records: Arc::new(tokio::sync::Semaphore::new(at_once)),

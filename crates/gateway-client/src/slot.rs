@@ -1,9 +1,10 @@
 //! An admitted attempt and everything it holds: the local in-flight count, the place on its
-//! account's learned limit (a pacer lease), the probe lease and the quota permit. `Slot` is a
-//! guard: `finish` settles them in order, `abandon` hands them back when the attempt is not
-//! made; if the call is dropped at any await point first, `Drop` releases what is still held
-//! (the in-flight count at once, the leases and the permit on a spawned task), so no path can
-//! leak them. The end of every attempt made wakes the partition's oldest waiter.
+//! account's learned limit (a pacer lease), the probe lease and the quota permit. A slot is made
+//! only for an attempt admitted whole (a refused admission hands back what it took itself:
+//! `AdmitGate`). `Slot` is a guard: `finish` settles what it holds (one `RecordGate::record`); if
+//! the call is dropped at any await point first, `Drop` releases what is still held (the
+//! in-flight count at once, the leases and the permit on a spawned task), so no path can leak
+//! them. The end of every attempt made wakes the partition's oldest waiter.
 //!
 //! Records are off the answer's path: `finish` settles the local state at once, then runs the
 //! records (the pacer release, the gate's record, the permit's settle and release) as far as
@@ -14,10 +15,10 @@
 
 use crate::partition::Partition;
 use gateway_core::breaker::{Fence, GateOp, Reply};
+use gateway_core::combined::{AdmitGate, GateRecord, PaceRecord, PermitRecord, RecordGate, Records};
 use gateway_core::outcome::{AimdEffect, NextStep, OutcomeClass};
 use gateway_core::ports::Telemetry;
 use gateway_core::ports::{BreakerGate, PaceLease, PacerGate, Permit, QuotaGate};
-use gateway_core::records::{GateRecord, PaceRecord, PermitRecord, RecordGate, Records};
 use gateway_core::request::RateSignal;
 use gateway_core::telemetry::GateEvent;
 use gateway_core::time::Clock;
@@ -36,6 +37,8 @@ pub(crate) struct Holders {
     pub(crate) gates: Arc<dyn BreakerGate>,
     pub(crate) quota: Arc<dyn QuotaGate>,
     pub(crate) pacer: Arc<dyn PacerGate>,
+    /// Where an attempt's admission goes, as one operation.
+    pub(crate) admitter: Arc<dyn AdmitGate>,
     /// Where an attempt's records go, as one operation.
     pub(crate) recorder: Arc<dyn RecordGate>,
     /// Where a dropped slot's releases and the background records run, so a shutdown can wait
@@ -158,39 +161,6 @@ impl Slot {
 
     pub(crate) fn is_probe(&self) -> bool {
         self.entry.is_some_and(|e| e.is_probe())
-    }
-
-    /// Hands everything back for an attempt that will not be made (the gate denied it or the
-    /// quota refused it): the probe lease, the account's place, the in-flight count. It wakes
-    /// no waiter: it frees only what it took a moment ago, and the caller (often the oldest
-    /// waiter itself) goes on to wait or fail.
-    /// The releases are records too: off the call's path, as `finish`'s are.
-    pub(crate) async fn abandon(mut self) {
-        self.end_inflight();
-        let (holders, scope, source) = (self.holders.clone(), self.scope.clone(), self.source);
-        let Some(room) = holders.room(&scope, source) else {
-            self.forsake();
-            self.entry = None;
-            return;
-        };
-        holders.off_the_path(room, &scope, source, Box::pin(self.hand_back())).await;
-    }
-
-    /// `abandon`'s releases: the probe lease and the account's place.
-    async fn hand_back(mut self) {
-        if self.probe {
-            // Cleared before the await: a call dropped while the release is in flight must not
-            // send a second release, which could clear the next prober's lease.
-            self.probe = false;
-            let (key, params) = &self.scope.gates[self.source];
-            let _ = self.holders.gates.apply(key, params, GateOp::Release { fence: self.fence() }).await;
-        }
-        if let (Some(pace), Some(pacer)) = (&self.pace, &self.scope.pacer) {
-            let _ = self.holders.pacer.release(pace, AimdEffect::Nothing, None, pacer).await;
-        }
-        self.pace = None;
-        // No attempt was made: nobody is woken when the slot goes.
-        self.entry = None;
     }
 
     /// Lets go of the leases, the permit and the probe lease without releasing them: they

@@ -1,4 +1,4 @@
--- settle.lua: an attempt's records in one script (gateway_core::records): the account's place
+-- settle.lua: an attempt's records in one script (gateway_core::combined): the account's place
 -- (pacer_release.lua), the gate's record (gate.lua), the permit's actual tokens and its release
 -- (quota_settle.lua, quota_release.lua). Each part is its own script, whole, as a function of
 -- its KEYS and ARGV (scripts.rs builds them above this), run in that order.

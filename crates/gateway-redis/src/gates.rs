@@ -66,12 +66,7 @@ impl RedisGates {
 
     /// The HASH, the operation's arguments and the parameter arguments of `gate.lua` for `op`
     /// on `key` (after the clock's argument).
-    pub(crate) fn op_call(
-        &self,
-        key: &SourceKey,
-        params: &GateParams,
-        op: GateOp,
-    ) -> Result<OpCall, BackendError> {
+    pub(crate) fn op_call(&self, key: &SourceKey, params: &GateParams, op: GateOp) -> Result<OpCall, BackendError> {
         let (hash, param_args) = self.encode(key, params)?;
         // A fresh incarnation is drawn only for the operations that may create the gate.
         let fresh = if op.fence().is_none() { self.incarnations.draw() } else { 0 };

@@ -24,12 +24,12 @@
 //!   record that meets it is logged as an error and counted the same way.
 
 mod affinity;
+mod combined;
 mod connection;
 mod gates;
 mod keys;
 mod pacer;
 mod quota;
-mod records;
 mod scripts;
 
 pub use connection::{RedisConfig, RedisConnection};
@@ -41,7 +41,7 @@ fn incarnations() -> gateway_core::random::Incarnations {
     gateway_core::random::Incarnations::seeded(std::collections::hash_map::RandomState::new().hash_one(std::process::id()))
 }
 pub use affinity::RedisAffinity;
+pub use combined::{RedisAdmit, RedisRecords};
 pub use gates::RedisGates;
 pub use pacer::RedisPacer;
 pub use quota::RedisQuota;
-pub use records::RedisRecords;

@@ -30,6 +30,19 @@ impl RedisPacer {
         RedisPacer { conn }
     }
 
+    /// The arguments of `pacer_acquire.lua` for a place estimated at `tokens`.
+    pub(crate) fn acquire_args(&self, params: &PacerParams, tokens: u32) -> Vec<Value> {
+        let mut args = self.base_args(params);
+        args.extend([Value::Integer(ms(params.lease_ttl)), Value::Integer(i64::from(tokens))]);
+        args
+    }
+
+    /// What a hand-back (`pacer_release.lua` with no effect, in `admit.lua`) needs that a
+    /// grant does not say: the ceiling and the advertised limits' window.
+    pub(crate) fn hand_back_args(params: &PacerParams) -> [Value; 2] {
+        [Value::String(format!("{:?}", params.ceiling).into()), Value::Integer(ms(params.limit_window))]
+    }
+
     /// The arguments of `pacer_release.lua` for `lease` ending with `effect` and `rate`.
     pub(crate) fn release_args(
         &self,
@@ -95,6 +108,24 @@ fn count(key: &SourceKey, value: Option<&Value>) -> Result<u64, BackendError> {
     value.and_then(Value::as_i64).and_then(|n| u64::try_from(n).ok()).ok_or_else(|| malformed(key, format!("count {value:?}")))
 }
 
+/// `pacer_acquire.lua`'s reply: a place, or the limit and in-flight count that refused one.
+pub(crate) fn parse_acquire(key: &SourceKey, reply: Value) -> Result<PaceDecision, BackendError> {
+    let items = items(key, "acquire", reply)?;
+    if items.first().and_then(Value::as_i64) == Some(1) {
+        let lease = Lease {
+            id: count(key, items.get(1))?,
+            generation: count(key, items.get(2))?,
+            epoch: count(key, items.get(3))?,
+            n: u32::try_from(count(key, items.get(4))?).unwrap_or(u32::MAX),
+            granted: Timestamp::from_millis(count(key, items.get(5))?),
+            tokens: count(key, items.get(6))?,
+        };
+        return Ok(PaceDecision::Granted(PaceLease { key: key.clone(), lease }));
+    }
+    let inflight = u32::try_from(count(key, items.get(2))?).unwrap_or(u32::MAX);
+    Ok(PaceDecision::Paced(Paced { limit: limit_of(key, items.get(1))?, inflight }))
+}
+
 /// A reported budget as the release script reads it: limit, remaining, reset in ms ('' each
 /// when absent).
 fn report_args(report: Option<&RateReport>) -> [Value; 3] {
@@ -109,23 +140,9 @@ fn report_args(report: Option<&RateReport>) -> [Value; 3] {
 #[async_trait]
 impl PacerGate for RedisPacer {
     async fn try_acquire(&self, key: &SourceKey, params: &PacerParams, tokens: u32) -> Result<PaceDecision, BackendError> {
-        let mut args = self.base_args(params);
-        args.extend([Value::Integer(ms(params.lease_ttl)), Value::Integer(i64::from(tokens))]);
+        let args = self.acquire_args(params, tokens);
         let reply = self.conn.run(&self.conn.scripts().pacer_acquire, &pacer_keys(key)?, &[&args], key).await?;
-        let items = items(key, "acquire", reply)?;
-        if items.first().and_then(Value::as_i64) == Some(1) {
-            let lease = Lease {
-                id: count(key, items.get(1))?,
-                generation: count(key, items.get(2))?,
-                epoch: count(key, items.get(3))?,
-                n: u32::try_from(count(key, items.get(4))?).unwrap_or(u32::MAX),
-                granted: Timestamp::from_millis(count(key, items.get(5))?),
-                tokens: count(key, items.get(6))?,
-            };
-            return Ok(PaceDecision::Granted(PaceLease { key: key.clone(), lease }));
-        }
-        let inflight = u32::try_from(count(key, items.get(2))?).unwrap_or(u32::MAX);
-        Ok(PaceDecision::Paced(Paced { limit: limit_of(key, items.get(1))?, inflight }))
+        parse_acquire(key, reply)
     }
 
     async fn release(

@@ -23,6 +23,21 @@ impl RedisQuota {
         RedisQuota { conn, incarnations: Arc::new(crate::incarnations()) }
     }
 
+    /// The arguments of `quota_acquire.lua` for a permit under `limits` estimated at
+    /// `estimated_tokens`.
+    pub(crate) fn acquire_args(&self, limits: &QuotaLimits, estimated_tokens: u32) -> Vec<Value> {
+        let mut args = self.base_args(limits.keep_for());
+        args.extend([
+            limit_arg(limits.max_concurrency),
+            limit_arg(limits.rpm),
+            limit_arg(limits.tpm),
+            Value::Integer(i64::try_from(limits.permit_ttl.as_millis()).unwrap_or(i64::MAX)),
+            Value::Integer(i64::from(estimated_tokens)),
+            id_arg(self.incarnations.draw()),
+        ]);
+        args
+    }
+
     /// The arguments of `quota_settle.lua` for `permit` used `actual_tokens`.
     pub(crate) fn settle_args(&self, permit: &Permit, actual_tokens: u32) -> Vec<Value> {
         let mut args = self.base_args(Duration::ZERO);
@@ -77,6 +92,29 @@ fn malformed(key: &SourceKey, detail: String) -> BackendError {
     BackendError::Malformed { backend: "redis", key: key.to_string(), detail }
 }
 
+/// `quota_acquire.lua`'s reply: a permit charging `estimated_tokens`, or the limit that refused
+/// one and the wait it hints.
+pub(crate) fn parse_acquire(key: &SourceKey, value: Value, estimated_tokens: u32) -> Result<QuotaDecision, BackendError> {
+    let items = match value {
+        Value::Array(items) => items,
+        other => return Err(malformed(key, format!("acquire reply {other:?}"))),
+    };
+    let int = |i: usize| items.get(i).and_then(Value::as_i64).ok_or_else(|| malformed(key, format!("acquire reply item {i}: {items:?}")));
+    if int(0)? == 1 {
+        let incarnation = items.get(1).and_then(Value::as_str).and_then(|text| text.parse::<u64>().ok());
+        let incarnation = incarnation.ok_or_else(|| malformed(key, format!("acquire reply incarnation: {items:?}")))?;
+        let id = u64::try_from(int(2)?).map_err(|_| malformed(key, "negative permit id".to_owned()))?;
+        return Ok(QuotaDecision::Granted(Permit { key: key.clone(), incarnation, id, estimated_tokens }));
+    }
+    let limit = match items.get(1).and_then(Value::as_str).as_deref() {
+        Some("max_concurrency") => QuotaLimit::Concurrency,
+        Some("rpm") => QuotaLimit::RequestsPerMinute,
+        Some("tpm") => QuotaLimit::TokensPerMinute,
+        other => return Err(malformed(key, format!("unknown limit {other:?}"))),
+    };
+    Ok(QuotaDecision::Refused { limit, retry_after: Duration::from_millis(u64::try_from(int(2)?).unwrap_or(0)) })
+}
+
 pub(crate) fn quota_keys(key: &SourceKey) -> Result<Vec<Value>, BackendError> {
     Ok(keys::quota(key)?.into_iter().map(|k| Value::String(k.into())).collect())
 }
@@ -94,35 +132,8 @@ fn limit_arg(limit: Option<u32>) -> Value {
 impl QuotaGate for RedisQuota {
     async fn acquire(&self, key: &SourceKey, limits: &QuotaLimits, estimated_tokens: u32) -> Result<QuotaDecision, BackendError> {
         let keys = quota_keys(key)?;
-        let mut args = self.base_args(limits.keep_for());
-        args.extend([
-            limit_arg(limits.max_concurrency),
-            limit_arg(limits.rpm),
-            limit_arg(limits.tpm),
-            Value::Integer(i64::try_from(limits.permit_ttl.as_millis()).unwrap_or(i64::MAX)),
-            Value::Integer(i64::from(estimated_tokens)),
-            id_arg(self.incarnations.draw()),
-        ]);
-        let value = self.conn.run(&self.conn.scripts().quota_acquire, &keys, &[&args], key).await?;
-        let items = match value {
-            Value::Array(items) => items,
-            other => return Err(malformed(key, format!("acquire reply {other:?}"))),
-        };
-        let int =
-            |i: usize| items.get(i).and_then(Value::as_i64).ok_or_else(|| malformed(key, format!("acquire reply item {i}: {items:?}")));
-        if int(0)? == 1 {
-            let incarnation = items.get(1).and_then(Value::as_str).and_then(|text| text.parse::<u64>().ok());
-            let incarnation = incarnation.ok_or_else(|| malformed(key, format!("acquire reply incarnation: {items:?}")))?;
-            let id = u64::try_from(int(2)?).map_err(|_| malformed(key, "negative permit id".to_owned()))?;
-            return Ok(QuotaDecision::Granted(Permit { key: key.clone(), incarnation, id, estimated_tokens }));
-        }
-        let limit = match items.get(1).and_then(Value::as_str).as_deref() {
-            Some("max_concurrency") => QuotaLimit::Concurrency,
-            Some("rpm") => QuotaLimit::RequestsPerMinute,
-            Some("tpm") => QuotaLimit::TokensPerMinute,
-            other => return Err(malformed(key, format!("unknown limit {other:?}"))),
-        };
-        Ok(QuotaDecision::Refused { limit, retry_after: Duration::from_millis(u64::try_from(int(2)?).unwrap_or(0)) })
+        let value = self.conn.run(&self.conn.scripts().quota_acquire, &keys, &[&self.acquire_args(limits, estimated_tokens)], key).await?;
+        parse_acquire(key, value, estimated_tokens)
     }
 
     async fn settle(&self, permit: &Permit, actual_tokens: u32) -> Result<(), BackendError> {

@@ -1,6 +1,6 @@
 //! The Lua scripts: the shared clock and retry_after rule (`now.lua`), a shared prelude
 //! (`quota.lua`, `pacer.lua`) where several operations share one, then the body; with the SHA1
-//! each is called by; `settle` runs an attempt's records, four of them, in one. Every breaker operation is one script, `gate.lua`, as every one is
+//! each is called by; `admit` runs an attempt's admission, `settle` its records, each in one. Every breaker operation is one script, `gate.lua`, as every one is
 //! `Gate::apply` in gateway-core.
 
 use fred::util::sha1_hash;
@@ -48,6 +48,9 @@ pub(crate) struct Scripts {
     pub(crate) pacer_acquire: Script,
     pub(crate) pacer_release: Script,
     pub(crate) pacer_read: Script,
+    /// An attempt's admission in one: the account's place, the gate, the permit (each refusal
+    /// handing back what was taken before it).
+    pub(crate) admit: Script,
     /// An attempt's records in one: the pacer release, the gate's record, the permit's settle
     /// and release.
     pub(crate) settle: Script,
@@ -66,6 +69,16 @@ impl Scripts {
             pacer_acquire: Script::new("pacer_acquire", pacer, include_str!("../lua/pacer_acquire.lua")),
             pacer_release: Script::new("pacer_release", pacer, include_str!("../lua/pacer_release.lua")),
             pacer_read: Script::new("pacer_read", pacer, include_str!("../lua/pacer_read.lua")),
+            admit: Script::combined(
+                "admit",
+                &[
+                    ("pacer_acquire", pacer, include_str!("../lua/pacer_acquire.lua")),
+                    ("pacer_release", pacer, include_str!("../lua/pacer_release.lua")),
+                    ("gate", "", include_str!("../lua/gate.lua")),
+                    ("quota_acquire", quota, include_str!("../lua/quota_acquire.lua")),
+                ],
+                include_str!("../lua/admit.lua"),
+            ),
             settle: Script::combined(
                 "settle",
                 &[
@@ -79,7 +92,7 @@ impl Scripts {
         }
     }
 
-    pub(crate) fn all(&self) -> [&Script; 9] {
+    pub(crate) fn all(&self) -> [&Script; 10] {
         [
             &self.gate,
             &self.retry_after,
@@ -89,6 +102,7 @@ impl Scripts {
             &self.pacer_acquire,
             &self.pacer_release,
             &self.pacer_read,
+            &self.admit,
             &self.settle,
         ]
     }

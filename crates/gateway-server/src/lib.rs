@@ -46,7 +46,7 @@ use gateway_client::{GatewayClient, TracingTelemetry};
 use gateway_core::ports::{AffinityMap, BreakerGate, SourceKey, Telemetry};
 use gateway_core::telemetry::{AttemptEvent, CallEvent, GateEvent};
 use gateway_http::structured::{SchemaLimits, Schemas};
-use gateway_memory::backstop::{Backstop, BackstopGates, BackstopPacer, BackstopQuota, BackstopRecords, OnUnavailable};
+use gateway_memory::backstop::{Backstop, BackstopAdmit, BackstopGates, BackstopPacer, BackstopQuota, BackstopRecords, OnUnavailable};
 use gateway_metrics::Metrics;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
@@ -280,25 +280,27 @@ async fn shared_backend(
         gateway_redis::RedisQuota::new(conn.clone()),
         gateway_redis::RedisPacer::new(conn.clone()),
     );
-    // An attempt's records in one script.
+    // An attempt's admission in one script, its records in another.
+    let admit = Arc::new(gateway_redis::RedisAdmit::new(redis.0.clone(), redis.1.clone(), redis.2.clone()));
     let records = Arc::new(gateway_redis::RedisRecords::new(redis.0.clone(), redis.1.clone(), redis.2.clone()));
     let gates = Arc::new(BackstopGates::new(Arc::new(redis.0), backstop.clone()));
     let quota = Arc::new(BackstopQuota::new(Arc::new(redis.1), backstop.clone()));
     let pacer = Arc::new(BackstopPacer::new(Arc::new(redis.2), backstop.clone()));
+    let admitter = Arc::new(BackstopAdmit::new(admit, gates.clone(), quota.clone(), pacer.clone(), backstop.clone()));
     let recorder = Arc::new(BackstopRecords::new(records, gates.clone(), quota.clone(), pacer.clone(), backstop.clone()));
-    let shared: Shared = (gates, quota, pacer, Some(recorder));
+    let shared: Shared = (gates, quota, pacer, Some((admitter, recorder)));
     // Where stored state lives must be one answer for every replica: no local stand-in.
     let affinity: Arc<dyn AffinityMap> = Arc::new(gateway_redis::RedisAffinity::new(conn));
     Ok((shared, backstop, affinity))
 }
 
-/// The gates, quota and pacers, and where an attempt's records go as one operation (when not
-/// the three one by one).
+/// The gates, quota and pacers, and where an attempt's admission and records go as one
+/// operation each (when not the three one by one).
 type Shared = (
     Arc<dyn BreakerGate>,
     Arc<dyn gateway_core::ports::QuotaGate>,
     Arc<dyn gateway_core::ports::PacerGate>,
-    Option<Arc<dyn gateway_core::records::RecordGate>>,
+    Option<(Arc<dyn gateway_core::combined::AdmitGate>, Arc<dyn gateway_core::combined::RecordGate>)>,
 );
 
 /// Builds the state from a loaded configuration: the Redis gates, quota and pacers when
@@ -335,7 +337,7 @@ pub async fn build_state(
     let upstream = Arc::new(upstream);
     let telemetry = Arc::new(ServerTelemetry::new(Arc::new(Metrics::new(config.metrics_max_tenants))));
     let clock: Arc<dyn gateway_core::time::Clock> = Arc::new(gateway_client::TokioClock::new());
-    let ((gates, quota, pacer, recorder), backstop, affinity): (Shared, _, Arc<dyn AffinityMap>) = match &backend.redis_url {
+    let ((gates, quota, pacer, combined), backstop, affinity): (Shared, _, Arc<dyn AffinityMap>) = match &backend.redis_url {
         Some(url) => {
             let (shared, backstop, affinity) = shared_backend(&backend, url, clock.clone()).await?;
             (shared, Some(backstop), affinity)
@@ -352,8 +354,8 @@ pub async fn build_state(
         ),
     };
     let mut client = GatewayClient::builder();
-    if let Some(recorder) = recorder {
-        client = client.recorder(recorder);
+    if let Some((admitter, recorder)) = combined {
+        client = client.admitter(admitter).recorder(recorder);
     }
     if traces {
         let contents = config.telemetry.record_contents;

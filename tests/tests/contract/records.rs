@@ -1,9 +1,10 @@
-//! The differential suite's records part: random attempts admitted (the account's place, the
+//! The differential suite's combined part: random attempts admitted (the account's place, the
 //! gate, a quota permit) and ended, on two backends of one kind side by side, each on a scope of
-//! its own and the same times. One makes each attempt's records with the backend's `RecordGate`
-//! (on Redis `RedisRecords`: `settle.lua`, one script); the other with the ports' own
-//! operations one after another (`InOrder`, the reference: each of those operations is held to
-//! the pure rules by the other sequences). Every admission, every record's answer (the limit
+//! its own and the same times. One admits each attempt with the backend's `AdmitGate` and makes
+//! its records with its `RecordGate` (on Redis `RedisAdmit` and `RedisRecords`: `admit.lua` and
+//! `settle.lua`, one script each); the other with the ports' own operations one after another
+//! (`InOrder`, the reference: each of those operations is held to the pure rules by the other
+//! sequences). Every admission, every record's answer (the limit
 //! after the release, to the last bit, and the gate's reply) and the state after every step (the
 //! gate, the account's limit, in-flight count and refused ceiling, the permits in flight) must
 //! agree. Incarnations are drawn at random per handle, so they are compared by whether a record
@@ -15,11 +16,13 @@ use crate::differential::{fresh_source, runner};
 use crate::pacer_sequences::report;
 use crate::support::{Backend, Kind, START, params, runtime};
 use gateway_core::aimd::PacerParams;
-use gateway_core::breaker::{GateOp, Reply};
+use gateway_core::breaker::Reply;
+use gateway_core::combined::{
+    Admit, AdmitGate, GateAsk, GateRecord, InOrder, PaceAsk, PaceRecord, PermitAsk, PermitRecord, RecordGate, Records,
+};
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::policy::{BreakerConfig, QuotaLimits};
 use gateway_core::ports::{PaceDecision, PaceLease, Permit, QuotaDecision, SourceKey};
-use gateway_core::records::{GateRecord, InOrder, PaceRecord, PermitRecord, RecordGate, Records};
 use gateway_core::time::Timestamp;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -66,36 +69,44 @@ struct Side<'a> {
     b: &'a Backend,
     gate: SourceKey,
     account: SourceKey,
+    admitter: Arc<dyn AdmitGate>,
     recorder: Arc<dyn RecordGate>,
     held: Vec<Held>,
 }
 
 impl Side<'_> {
-    /// Admits an attempt (as `SourceAdmission::try_source` does: the account, the gate, the
-    /// permit, each refusal handing back what was taken); what it came to, as text.
+    /// Admits an attempt through the side's admitter (the account, the gate, the permit, a
+    /// refusal handing back what was taken); what it came to, as text.
     async fn admit(&mut self, pacer: &PacerParams, limits: &QuotaLimits, tokens: u32) -> String {
         let p = params(breaker(), 3);
-        let lease = match self.b.pacer.try_acquire(&self.account, pacer, tokens).await.unwrap() {
-            PaceDecision::Granted(lease) => lease,
-            PaceDecision::Paced(paced) => return format!("paced {paced:?}"),
+        let ask = Admit {
+            pace: Some(PaceAsk { key: &self.account, params: pacer, tokens }),
+            gate: GateAsk { key: &self.gate, params: &p },
+            // Every other attempt asks for no permit, as a source without local limits does.
+            permit: tokens.is_multiple_of(2).then_some(PermitAsk { key: &self.gate, limits, tokens }),
         };
-        let entry = self.b.gates.apply(&self.gate, &p, GateOp::TryEnter).await.unwrap();
+        let admission = self.admitter.admit(&ask).await.unwrap();
+        let text = format!(
+            "{:?} {:?} {:?}",
+            admission.pace.as_ref().map(|p| match p {
+                PaceDecision::Granted(lease) => format!("{:?}", lease.lease),
+                paced => format!("{paced:?}"),
+            }),
+            admission.gate.as_ref().map(shown),
+            admission.permit.as_ref().map(|p| match p {
+                QuotaDecision::Granted(permit) => format!("permit {}", permit.id),
+                refused => format!("{refused:?}"),
+            })
+        );
+        let (Some(PaceDecision::Granted(lease)), Some(entry)) = (admission.pace, admission.gate) else { return text };
         if !entry.is_admitted() {
-            self.b.pacer.release(&lease, gateway_core::outcome::AimdEffect::Nothing, None, pacer).await.unwrap();
-            return format!("denied {}", shown(&entry));
+            return text;
         }
-        let permit = match self.b.quota.acquire(&self.gate, limits, tokens).await.unwrap() {
-            QuotaDecision::Granted(permit) => Some(permit),
-            QuotaDecision::Refused { limit, retry_after } => {
-                if entry.is_probe() {
-                    self.b.gates.apply(&self.gate, &p, GateOp::Release { fence: entry.fence() }).await.unwrap();
-                }
-                self.b.pacer.release(&lease, gateway_core::outcome::AimdEffect::Nothing, None, pacer).await.unwrap();
-                return format!("refused {limit:?} {retry_after:?}");
-            }
-        };
-        let text = format!("admitted {:?} {} permit {:?}", lease.lease, shown(&entry), permit.as_ref().map(|p| p.id));
-        self.held.push(Held { lease, entry, permit });
+        match admission.permit {
+            Some(QuotaDecision::Granted(permit)) => self.held.push(Held { lease, entry, permit: Some(permit) }),
+            None => self.held.push(Held { lease, entry, permit: None }),
+            Some(QuotaDecision::Refused { .. }) => {}
+        }
         text
     }
 
@@ -109,7 +120,10 @@ impl Side<'_> {
         let records = Records {
             pace: Some(PaceRecord { lease: &held.lease, effect: class.effects().aimd, rate: signal.as_ref(), params: pacer }),
             gate: op.map(|op| GateRecord { key: &self.gate, params: &p, op }),
-            permit: held.permit.as_ref().map(|permit| PermitRecord { permit, actual_tokens: (!tokens.is_multiple_of(3)).then_some(tokens) }),
+            permit: held
+                .permit
+                .as_ref()
+                .map(|permit| PermitRecord { permit, actual_tokens: (!tokens.is_multiple_of(3)).then_some(tokens) }),
         };
         let recorded = self.recorder.record(&records).await.unwrap();
         format!("limit {:?} gate {:?}", recorded.limit.map(f64::to_bits), recorded.gate.as_ref().map(shown))
@@ -161,13 +175,12 @@ async fn records_sequence(combined: &Backend, reference: &Backend, steps: &[Step
     let pacer = PacerParams { ceiling: 6.0, lease_ttl: Duration::from_secs(5), limit_window: Duration::from_secs(60) };
     let limits = QuotaLimits { max_concurrency: Some(4), rpm: Some(40), tpm: Some(20_000), permit_ttl: Duration::from_secs(30) };
     let (gate, account) = (fresh_source(), fresh_source());
-    let in_order = |b: &Backend| -> Arc<dyn RecordGate> {
-        Arc::new(InOrder { gates: b.gates.clone(), quota: b.quota.clone(), pacer: b.pacer.clone() })
-    };
+    let in_order = Arc::new(InOrder { gates: reference.gates.clone(), quota: reference.quota.clone(), pacer: reference.pacer.clone() });
     let mut one = Side {
         b: combined,
         gate: combined.key(&gate),
         account: combined.key(&account),
+        admitter: combined.admit.clone(),
         recorder: combined.records.clone(),
         held: Vec::new(),
     };
@@ -175,7 +188,8 @@ async fn records_sequence(combined: &Backend, reference: &Backend, steps: &[Step
         b: reference,
         gate: reference.key(&gate),
         account: reference.key(&account),
-        recorder: in_order(reference),
+        admitter: in_order.clone(),
+        recorder: in_order,
         held: Vec::new(),
     };
     let mut now: Timestamp = START;

@@ -22,20 +22,20 @@
 //! [`RECORD_WAIT`], then it is dropped and counted (a lease it held expires there by itself).
 
 mod ask;
+mod combined;
 mod gates;
 mod outage;
 mod pacer;
 mod quota;
-mod records;
 
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
+pub use combined::{BackstopAdmit, BackstopRecords};
 pub use gates::BackstopGates;
 pub use outage::{Backstop, BackstopStats};
 pub use pacer::BackstopPacer;
 pub use quota::BackstopQuota;
-pub use records::BackstopRecords;
 
 /// What the gates, quota and pacers do while the shared backend cannot answer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -3,13 +3,15 @@
 
 use super::{Backend, RunConfig, RunError};
 use gateway_core::breaker::CircuitState;
+use gateway_core::combined::{AdmitGate, RecordGate};
 use gateway_core::policy::ScopePolicy;
 use gateway_core::ports::{BreakerGate, PacerGate, QuotaGate, SourceKey};
-use gateway_core::records::RecordGate;
 use gateway_core::time::{Clock, Timestamp};
-use gateway_memory::backstop::{Backstop, BackstopGates, BackstopPacer, BackstopQuota, BackstopRecords, OnUnavailable, RETRY_EVERY};
+use gateway_memory::backstop::{
+    Backstop, BackstopAdmit, BackstopGates, BackstopPacer, BackstopQuota, BackstopRecords, OnUnavailable, RETRY_EVERY,
+};
 use gateway_memory::{MemoryGates, MemoryPacer, MemoryQuota};
-use gateway_redis::{RedisConfig, RedisConnection, RedisGates, RedisPacer, RedisQuota, RedisRecords};
+use gateway_redis::{RedisAdmit, RedisConfig, RedisConnection, RedisGates, RedisPacer, RedisQuota, RedisRecords};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,9 +20,9 @@ pub(super) struct Gates {
     pub(super) gates: Arc<dyn BreakerGate>,
     pub(super) quota: Arc<dyn QuotaGate>,
     pub(super) pacer: Arc<dyn PacerGate>,
-    /// Where an attempt's records go as one operation (Redis: one script), if not the three
-    /// ports one by one.
-    pub(super) recorder: Option<Arc<dyn RecordGate>>,
+    /// Where an attempt's admission and records go as one operation each (Redis: one script
+    /// each), if not the three ports one by one.
+    pub(super) combined: Option<(Arc<dyn AdmitGate>, Arc<dyn RecordGate>)>,
     pub(super) memory: Option<(Arc<MemoryGates>, Arc<MemoryQuota>)>,
     pub(super) redis: Option<(RedisGates, RedisQuota)>,
     pub(super) backstop: Option<Arc<Backstop>>,
@@ -38,7 +40,7 @@ impl Gates {
                     gates: gates.clone(),
                     quota: quota.clone(),
                     pacer,
-                    recorder: None,
+                    combined: None,
                     memory: Some((gates, quota)),
                     redis: None,
                     backstop: None,
@@ -50,18 +52,20 @@ impl Gates {
                 let conn = RedisConnection::connect(config).await?;
                 let (gates, quota, pacer) = (RedisGates::new(conn.clone()), RedisQuota::new(conn.clone()), RedisPacer::new(conn));
                 let backstop = Backstop::new(on_unavailable, clock, RETRY_EVERY);
+                let admit = Arc::new(RedisAdmit::new(gates.clone(), quota.clone(), pacer.clone()));
                 let records = Arc::new(RedisRecords::new(gates.clone(), quota.clone(), pacer.clone()));
                 let shared = (
                     Arc::new(BackstopGates::new(Arc::new(gates.clone()), backstop.clone())),
                     Arc::new(BackstopQuota::new(Arc::new(quota.clone()), backstop.clone())),
                     Arc::new(BackstopPacer::new(Arc::new(pacer), backstop.clone())),
                 );
+                let admitter = BackstopAdmit::new(admit, shared.0.clone(), shared.1.clone(), shared.2.clone(), backstop.clone());
                 let recorder = BackstopRecords::new(records, shared.0.clone(), shared.1.clone(), shared.2.clone(), backstop.clone());
                 Ok(Gates {
                     gates: shared.0,
                     quota: shared.1,
                     pacer: shared.2,
-                    recorder: Some(Arc::new(recorder)),
+                    combined: Some((Arc::new(admitter), Arc::new(recorder))),
                     memory: None,
                     redis: Some((gates, quota)),
                     backstop: Some(backstop),

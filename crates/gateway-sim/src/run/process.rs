@@ -27,8 +27,8 @@ fn build_client(
     salt: u64,
 ) -> Result<GatewayClient, RunError> {
     let mut builder = GatewayClient::builder();
-    if let Some(recorder) = &gates.recorder {
-        builder = builder.recorder(recorder.clone());
+    if let Some((admitter, recorder)) = &gates.combined {
+        builder = builder.admitter(admitter.clone()).recorder(recorder.clone());
     }
     builder
         .preset(config.preset)

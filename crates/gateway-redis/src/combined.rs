@@ -1,17 +1,82 @@
-//! `RecordGate` on Redis: an attempt's records (the pacer release, the gate's record, the
-//! permit's settle and release) in one EVALSHA of `settle.lua`, which runs each part's own
-//! script in turn. The keys of one attempt share its scope's hash tag, so one script may touch
-//! them all on a cluster; records whose keys do not (none the client makes) are made one by one.
+//! `AdmitGate` and `RecordGate` on Redis: an attempt's admission (the account's place, the
+//! gate, the permit) in one EVALSHA of `admit.lua`, and its records (the pacer release, the
+//! gate's record, the permit's settle and release) in one of `settle.lua`; each runs every part's
+//! own script in turn. The keys of one attempt share its scope's hash tag, so one script may
+//! touch them all on a cluster; an attempt whose keys do not (none the client makes) is asked
+//! part by part.
 
 use crate::connection::RedisConnection;
 use crate::gates::{RedisGates, parse_reply};
+use crate::pacer::parse_acquire as parse_place;
 use crate::pacer::{RedisPacer, limit_of, pacer_keys};
+use crate::quota::parse_acquire as parse_permit;
 use crate::quota::{RedisQuota, quota_keys};
 use async_trait::async_trait;
 use fred::prelude::*;
+use gateway_core::breaker::GateOp;
+use gateway_core::combined::{Admission, Admit, AdmitGate, InOrder, RecordGate, Recorded, Records};
 use gateway_core::ports::{BackendError, SourceKey};
-use gateway_core::records::{InOrder, RecordGate, Recorded, Records};
 use std::sync::Arc;
+
+/// An attempt's admission on Redis, one round trip for all of its parts.
+pub struct RedisAdmit(RedisRecords);
+
+impl RedisAdmit {
+    /// The admissions of `gates`, `quota` and `pacer` (one connection's), made together.
+    pub fn new(gates: RedisGates, quota: RedisQuota, pacer: RedisPacer) -> Self {
+        RedisAdmit(RedisRecords::new(gates, quota, pacer))
+    }
+}
+
+fn malformed(key: &SourceKey, detail: String) -> BackendError {
+    BackendError::Malformed { backend: "redis", key: key.to_string(), detail }
+}
+
+#[async_trait]
+impl AdmitGate for RedisAdmit {
+    async fn admit(&self, ask: &Admit<'_>) -> Result<Admission, BackendError> {
+        let Self(r) = self;
+        let key = ask.gate.key;
+        let scopes = [ask.pace.map(|p| p.key), ask.permit.map(|p| p.key)];
+        if !scopes.into_iter().flatten().all(|k| k.scope == key.scope) {
+            return r.in_order.admit(ask).await;
+        }
+        let (mut plan, mut keys, mut args) = (String::new(), Vec::with_capacity(7), vec![Value::Null]);
+        if let Some(pace) = ask.pace {
+            plan.push('p');
+            keys.extend(pacer_keys(pace.key)?);
+            push_part(&mut args, r.pacer.acquire_args(pace.params, pace.tokens));
+            push_part(&mut args, RedisPacer::hand_back_args(pace.params));
+        }
+        plan.push('g');
+        let (hash, op_args, param_args) = r.gates.op_call(key, ask.gate.params, GateOp::TryEnter)?;
+        keys.push(hash);
+        push_part(&mut args, std::iter::once(r.conn.now_arg()).chain(op_args).chain(param_args.iter().cloned()));
+        if let Some(permit) = ask.permit {
+            plan.push('q');
+            keys.extend(quota_keys(permit.key)?);
+            push_part(&mut args, r.quota.acquire_args(permit.limits, permit.tokens));
+        }
+        args[0] = Value::String(plan.into());
+        let items = match r.conn.run(&r.conn.scripts().admit, &keys, &[&args], key).await? {
+            Value::Array(items) => items,
+            other => return Err(malformed(key, format!("admit reply {other:?}"))),
+        };
+        let mut items = items.into_iter().map(|item| Some(item).filter(|v| !v.is_null()));
+        let (pace, gate, permit) = (items.next().flatten(), items.next().flatten(), items.next().flatten());
+        Ok(Admission {
+            pace: match (ask.pace, pace) {
+                (Some(ask), Some(reply)) => Some(parse_place(ask.key, reply)?),
+                _ => None,
+            },
+            gate: gate.map(|reply| parse_reply(key, reply)).transpose()?,
+            permit: match (ask.permit, permit) {
+                (Some(ask), Some(reply)) => Some(parse_permit(ask.key, reply, ask.tokens)?),
+                _ => None,
+            },
+        })
+    }
+}
 
 /// An attempt's records on Redis, one round trip for all of them.
 pub struct RedisRecords {

@@ -1,0 +1,83 @@
+-- admit.lua: an attempt's admission in one script (gateway_core::combined): the account's place
+-- (pacer_acquire.lua), the gate (gate.lua's enter), a quota permit (quota_acquire.lua), each
+-- its own whole script as a function of its KEYS and ARGV (scripts.rs builds them above this),
+-- in that order; the first refusal ends it and hands back what the parts before it took, as the
+-- client would: a probe lease released (gate.lua's release), then the account's place with no
+-- effect (pacer_release.lua). A part that fails hands back the same before the error goes on.
+--
+-- ARGV[1]  the parts present, in order: 'p' the account, 'g' the gate (always), 'q' the permit
+-- ARGV[2..] for each part, the count of its arguments, then its arguments; after the account's,
+--          what its hand-back needs that the grant does not say: a count of 2, the ceiling and
+--          the advertised limits' window in ms
+-- KEYS     the pacer's two keys, the gate's HASH, the quota's four, of the parts present
+--
+-- Returns { the account's reply or false, the gate's reply or false, the quota's or false }.
+
+local plan = ARGV[1]
+local next_key, next_arg = 1, 2
+local function has(p) return string.find(plan, p, 1, true) ~= nil end
+local function part(count)
+  local keys, args = {}, {}
+  for i = 1, count do keys[i] = KEYS[next_key + i - 1] end
+  next_key = next_key + count
+  local n = tonumber(ARGV[next_arg])
+  for i = 1, n do args[i] = ARGV[next_arg + i] end
+  next_arg = next_arg + n + 1
+  return keys, args
+end
+
+local pace, entry, permit = false, false, false
+local pace_keys, pace_args, extra
+local gate_keys, gate_args
+
+-- What the parts before a refusal took: the probe lease (when `probe`), the account's place.
+local function hand_back(probe)
+  if probe then
+    local _, _, inc, ep = string.match(entry, '^(%S+) (%S+) (%S+) (%S+)')
+    local args = {}
+    for i, v in ipairs(gate_args) do args[i] = v end
+    args[2], args[3], args[4] = 'release', inc, ep
+    gate(gate_keys, args)
+  end
+  if pace then
+    local a = pace_args
+    pacer_release(pace_keys, {
+      a[1], a[2], a[3], tostring(pace[2]), tostring(pace[3]), tostring(pace[4]), tostring(pace[5]),
+      tostring(pace[6]), 'nothing', extra[1], tostring(pace[7]), '', '', '', '', '', '', extra[2],
+    })
+  end
+end
+
+if has('p') then
+  pace_keys, pace_args = part(2)
+  extra = select(2, part(0))
+  pace = pacer_acquire(pace_keys, pace_args)
+  if pace[1] ~= 1 then return { pace, false, false } end
+end
+
+gate_keys, gate_args = part(1)
+local ok, reply = pcall(gate, gate_keys, gate_args)
+if not ok or type(reply) ~= 'string' then
+  hand_back(false)
+  if not ok then error(reply) end
+  return reply
+end
+entry = reply
+local verdict = string.match(entry, '^(%S+)')
+if verdict ~= 'allowed' and verdict ~= 'probe' then
+  hand_back(false)
+  return { pace, entry, false }
+end
+
+if has('q') then
+  local quota_keys, quota_args = part(4)
+  local done, answer = pcall(quota_acquire, quota_keys, quota_args)
+  if not done or type(answer) ~= 'table' or answer.err then
+    hand_back(verdict == 'probe')
+    if not done then error(answer) end
+    return answer
+  end
+  permit = answer
+  if permit[1] ~= 1 then hand_back(verdict == 'probe') end
+end
+return { pace, entry, permit }

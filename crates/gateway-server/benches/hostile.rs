@@ -12,10 +12,13 @@
 
 use gateway_mock::{Answer, Frame, MockServer, Received, openai};
 use serde_json::json;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+#[path = "support/binary.rs"]
+mod binary;
+use binary::Proxy;
 
 /// `ENDLESS` streams 16 KiB events forever; anything else is answered whole at once.
 async fn provider() -> MockServer {
@@ -33,56 +36,14 @@ async fn provider() -> MockServer {
         .unwrap()
 }
 
-/// The proxy binary on a free port in front of `provider`; killed when dropped.
-struct Proxy {
-    child: Child,
-    base: String,
-    config: std::path::PathBuf,
-}
-
-impl Proxy {
-    async fn start(provider: &MockServer) -> Proxy {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let config = std::env::temp_dir().join(format!("gateway-bench-hostile-{}.toml", std::process::id()));
-        let text = format!(
-            "[server]\nlisten = \"127.0.0.1:{port}\"\n\
-             [chat.breaker]\nfail_threshold = 100000\ncooldown_s = 1\n\
-             [chat.sources.relay]\nbase_url = \"{}\"\nmodel = \"m\"\ntimeout_s = 60\n",
-            provider.base_url()
-        );
-        std::fs::write(&config, text).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_gateway-server"))
-            .arg("--config")
-            .arg(&config)
-            .env("RUST_LOG", "error")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let proxy = Proxy { child, base: format!("http://127.0.0.1:{port}"), config };
-        while reqwest::get(format!("{}/healthz", proxy.base)).await.is_err() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        proxy
-    }
-
-    /// The proxy's CPU time so far (user + system) and its peak resident set in KiB.
-    fn usage(&self) -> (Duration, u64) {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
-        let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split_whitespace().collect();
-        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let peak = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).unwrap().split_whitespace().next().unwrap().parse().unwrap();
-        (Duration::from_millis(ticks * 10), peak)
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.config);
-    }
+/// The proxy binary in front of `provider`.
+async fn start_proxy(provider: &MockServer) -> Proxy {
+    let tables = format!(
+        "[chat.breaker]\nfail_threshold = 100000\ncooldown_s = 1\n\
+         [chat.sources.relay]\nbase_url = \"{}\"\nmodel = \"m\"\ntimeout_s = 60\n",
+        provider.base_url()
+    );
+    Proxy::start("hostile", &tables).await
 }
 
 /// Whole calls one after another for `span`: the median and p99.
@@ -132,7 +93,7 @@ fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
         let provider = provider().await;
-        let proxy = Proxy::start(&provider).await;
+        let proxy = start_proxy(&provider).await;
         let http = reqwest::Client::new();
         healthy(&http, &proxy.base, Duration::from_millis(100)).await;
         let (idle_median, idle_p99) = healthy(&http, &proxy.base, alone).await;

@@ -19,10 +19,13 @@ use gateway_mock::{Answer, MockServer, openai};
 use serde_json::json;
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+#[path = "support/binary.rs"]
+mod binary;
+use binary::Proxy;
 
 const CALLERS: usize = 100;
 const SLOTS: usize = 16;
@@ -83,57 +86,21 @@ async fn provider(account: Arc<Account>) -> MockServer {
         .unwrap()
 }
 
-/// One proxy binary on a free port in front of `provider`, with scope `scope` (concurrency 16:
-/// the account's limit learns up to its 16 slots) and Redis at `redis` if given; killed when
-/// dropped.
-struct Proxy {
-    child: Child,
-    base: String,
-    config: std::path::PathBuf,
+/// One proxy binary in front of `provider`, with scope `scope` (concurrency 16: the account's
+/// limit learns up to its 16 slots) and Redis at `redis` if given; `n` tells several apart.
+async fn start_proxy(provider: &MockServer, scope: &str, redis: Option<&str>, n: usize) -> Proxy {
+    let backend = redis.map(|url| format!("[backend]\nredis_url = \"{url}\"\n")).unwrap_or_default();
+    let tables = format!(
+        "{backend}[{scope}]\nconcurrency = {SLOTS}\n[{scope}.breaker]\nfail_threshold = 5\ncooldown_s = 60\n\
+         [{scope}.sources.account]\nbase_url = \"{}\"\nmodel = \"m\"\ntimeout_s = 30\n",
+        provider.base_url()
+    );
+    Proxy::start(&format!("wait-{n}"), &tables).await
 }
 
-impl Proxy {
-    async fn start(provider: &MockServer, scope: &str, redis: Option<&str>, n: usize) -> Proxy {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let config = std::env::temp_dir().join(format!("gateway-bench-wait-{}-{n}.toml", std::process::id()));
-        let backend = redis.map(|url| format!("[backend]\nredis_url = \"{url}\"\n")).unwrap_or_default();
-        let text = format!(
-            "[server]\nlisten = \"127.0.0.1:{port}\"\n{backend}\
-             [{scope}]\nconcurrency = {SLOTS}\n[{scope}.breaker]\nfail_threshold = 5\ncooldown_s = 60\n\
-             [{scope}.sources.account]\nbase_url = \"{}\"\nmodel = \"m\"\ntimeout_s = 30\n",
-            provider.base_url()
-        );
-        std::fs::write(&config, text).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_gateway-server"))
-            .arg("--config")
-            .arg(&config)
-            .env("RUST_LOG", "error")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let proxy = Proxy { child, base: format!("http://127.0.0.1:{port}"), config };
-        while reqwest::get(format!("{}/healthz", proxy.base)).await.is_err() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        proxy
-    }
-
-    /// The proxy's CPU time so far, user and system.
-    fn cpu(&self) -> Duration {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
-        let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split_whitespace().collect();
-        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-        Duration::from_millis(ticks * 10)
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.config);
-    }
+/// The proxies' CPU time so far, together.
+fn cpu(proxies: &[Proxy]) -> Duration {
+    proxies.iter().map(|p| p.usage().0).sum()
 }
 
 /// The commands Redis at `addr` has run so far (every client's), by name, from `INFO
@@ -188,18 +155,18 @@ async fn run(name: &str, processes: usize, redis: Option<&str>, warm: Duration, 
     let scope = format!("wait{}{}", std::process::id(), processes);
     let mut proxies = Vec::new();
     for n in 0..processes {
-        proxies.push(Proxy::start(&provider, &scope, redis, n).await);
+        proxies.push(start_proxy(&provider, &scope, redis, n).await);
     }
     let bases: Vec<String> = proxies.iter().map(|p| p.base.clone()).collect();
     let (stop, calls) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
     let tasks = callers(&bases, &scope, &stop, &calls);
     tokio::time::sleep(warm).await;
     let redis_addr = redis.map(|url| url.trim_start_matches("redis://").trim_end_matches('/').to_owned());
-    let (cpu_before, calls_before) = (proxies.iter().map(Proxy::cpu).sum::<Duration>(), calls.load(Ordering::Relaxed));
+    let (cpu_before, calls_before) = (cpu(&proxies), calls.load(Ordering::Relaxed));
     let commands_before = redis_addr.as_deref().map(redis_commands);
     account.reset();
     tokio::time::sleep(span).await;
-    let cpu = proxies.iter().map(Proxy::cpu).sum::<Duration>() - cpu_before;
+    let cpu = cpu(&proxies) - cpu_before;
     let commands = redis_addr.as_deref().map(redis_commands).zip(commands_before).map(|(after, before)| {
         after
             .into_iter()

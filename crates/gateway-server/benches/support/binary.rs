@@ -1,0 +1,54 @@
+//! The proxy binary in its own process, as deployed, for the benches that read what it costs
+//! (`hostile`, `wait`): started on a free port with a configuration of the bench's, its CPU time
+//! and peak resident set read from `/proc`, killed when dropped.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub struct Proxy {
+    child: Child,
+    pub base: String,
+    config: std::path::PathBuf,
+}
+
+impl Proxy {
+    /// The binary listening on a free port, configured by `tables` (TOML after the `[server]`
+    /// table's `listen` line, which may go on with more `[server]` keys); `name` keeps the
+    /// config files of several proxies apart. Returns once it answers `/healthz`.
+    pub async fn start(name: &str, tables: &str) -> Proxy {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let config = std::env::temp_dir().join(format!("gateway-bench-{name}-{}.toml", std::process::id()));
+        std::fs::write(&config, format!("[server]\nlisten = \"127.0.0.1:{port}\"\n{tables}")).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_gateway-server"))
+            .arg("--config")
+            .arg(&config)
+            .env("RUST_LOG", "error")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let proxy = Proxy { child, base: format!("http://127.0.0.1:{port}"), config };
+        while reqwest::get(format!("{}/healthz", proxy.base)).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        proxy
+    }
+
+    /// The proxy's CPU time so far (user + system) and its peak resident set in KiB.
+    pub fn usage(&self) -> (Duration, u64) {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
+        let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split_whitespace().collect();
+        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let peak = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).unwrap().split_whitespace().next().unwrap().parse().unwrap();
+        (Duration::from_millis(ticks * 10), peak)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.config);
+    }
+}

@@ -8,13 +8,15 @@ use crate::error::CallError;
 use crate::partition::Partition;
 use crate::slot::{Holders, Slot};
 use gateway_core::admission::SkipReason;
-use gateway_core::breaker::Reply;
-use gateway_core::combined::{Admit, GateAsk, PaceAsk, PermitAsk};
+use gateway_core::breaker::{GateOp, Reply};
+use gateway_core::combined::{Admission, Admit, GateAsk, GateRecord, PaceAsk, PaceRecord, PermitAsk, PermitRecord, Records};
+use gateway_core::outcome::AimdEffect;
 use gateway_core::ports::{BackendError, PaceDecision, QuotaDecision, Telemetry};
 use gateway_core::select::demote;
 use gateway_core::time::{Clock, Timestamp};
 use rand_chacha::ChaCha8Rng;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::Poll;
 use std::time::Duration;
 
 /// What `pick` found.
@@ -60,6 +62,72 @@ fn away(scope: &Partition, source: usize, now: Timestamp, remaining_stall: Durat
     } else {
         None
     }
+}
+
+/// `source`'s attempt in `scope` as the backend's one admission (sources without local limits
+/// ask for no permit).
+async fn admit_owned(holders: Arc<Holders>, scope: Arc<Partition>, source: usize, tokens: u32) -> Result<Admission, BackendError> {
+    let (key, params) = &scope.gates[source];
+    let limits = &scope.policy.sources[source].quota;
+    let limited = limits.max_concurrency.is_some() || limits.rpm.is_some() || limits.tpm.is_some();
+    let ask = Admit {
+        pace: scope.pacer.as_ref().map(|params| PaceAsk { key: scope.account(source), params, tokens }),
+        gate: GateAsk { key, params },
+        permit: limited.then_some(PermitAsk { key, limits, tokens }),
+    };
+    holders.admitter.admit(&ask).await
+}
+
+/// Admits `source`'s attempt in `scope`. An in-process backend answers at once, here. A remote
+/// one's admission goes on in a task of the client's tracker, so that a call dropped while it is
+/// in flight leaves nothing taken: what the task cannot deliver it hands back (the place with no
+/// effect, the probe lease, the permit) and the oldest waiter is woken.
+async fn admit(holders: &Arc<Holders>, scope: &Arc<Partition>, source: usize, tokens: u32) -> Result<Admission, BackendError> {
+    let mut admission = Box::pin(admit_owned(holders.clone(), scope.clone(), source, tokens));
+    if let Poll::Ready(answer) = std::future::poll_fn(|cx| Poll::Ready(admission.as_mut().poll(cx))).await {
+        return answer;
+    }
+    let (answer, delivered) = tokio::sync::oneshot::channel();
+    let (holders, scope) = (holders.clone(), scope.clone());
+    let key = scope.gates[source].0.to_string();
+    let tracker = holders.releases.clone();
+    drop(tracker.spawn(async move {
+        if let Err(Ok(undelivered)) = answer.send(admission.await) {
+            hand_back(&holders, &scope, source, undelivered).await;
+        }
+    }));
+    delivered.await.unwrap_or_else(|_| {
+        Err(BackendError::BackendUnavailable { backend: "admission", key, detail: "its task ended without an answer".to_owned() })
+    })
+}
+
+/// Hands back what a whole admission took, for a call that is gone.
+async fn hand_back(holders: &Holders, scope: &Arc<Partition>, source: usize, admission: Admission) {
+    let (Some(entry), Some(PaceDecision::Granted(_)) | None, Some(QuotaDecision::Granted(_)) | None) =
+        (admission.gate, &admission.pace, &admission.permit)
+    else {
+        // Refused: the backend handed back what the earlier parts took.
+        return;
+    };
+    if !entry.is_admitted() {
+        return;
+    }
+    let (key, params) = &scope.gates[source];
+    let lease = match &admission.pace {
+        Some(PaceDecision::Granted(lease)) => Some(lease),
+        _ => None,
+    };
+    let permit = match &admission.permit {
+        Some(QuotaDecision::Granted(permit)) => Some(permit),
+        _ => None,
+    };
+    let records = Records {
+        pace: lease.zip(scope.pacer.as_ref()).map(|(lease, params)| PaceRecord { lease, effect: AimdEffect::Nothing, rate: None, params }),
+        gate: entry.is_probe().then_some(GateRecord { key, params, op: GateOp::Release { fence: entry.fence() } }),
+        permit: permit.map(|permit| PermitRecord { permit, actual_tokens: None }),
+    };
+    let _ = holders.recorder.record(&records).await;
+    scope.turns().freed(&scope.tenant);
 }
 
 pub(crate) struct SourceAdmission {
@@ -120,17 +188,9 @@ impl SourceAdmission {
         if let Some(refused) = away(scope, source, now, call.machine.remaining_stall(now)) {
             return Ok(refused);
         }
-        // 2.-4. the account's learned limit, the gate, the quota (sources without local limits
-        // need no permit)
-        let (key, params) = &scope.gates[source];
-        let limits = &scope.policy.sources[source].quota;
-        let limited = limits.max_concurrency.is_some() || limits.rpm.is_some() || limits.tpm.is_some();
-        let ask = Admit {
-            pace: scope.pacer.as_ref().map(|params| PaceAsk { key: scope.account(source), params, tokens: estimated_tokens }),
-            gate: GateAsk { key, params },
-            permit: limited.then_some(PermitAsk { key, limits, tokens: estimated_tokens }),
-        };
-        let admission = self.holders.admitter.admit(&ask).await.map_err(|e| call.backend(e))?;
+        // 2.-4. the account's learned limit, the gate, the quota
+        let key = &scope.gates[source].0;
+        let admission = admit(&self.holders, scope, source, estimated_tokens).await.map_err(|e| call.backend(e))?;
         let lease = match admission.pace {
             Some(PaceDecision::Paced(_)) => return Ok(Tried::Skipped(SkipReason::AdaptivePaced)),
             Some(PaceDecision::Granted(lease)) => Some(lease),

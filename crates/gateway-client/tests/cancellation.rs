@@ -175,3 +175,51 @@ async fn records_past_their_bounds_are_dropped_and_counted_and_their_leases_expi
     let paced = gateway_core::ports::PacerGate::read(&*pacer, &account, &policy.pacer_params()).await.unwrap();
     assert_eq!(paced.inflight, 0, "and then they have expired");
 }
+
+/// The memory backend's admission, answered 10 ms after it was made, as a Redis script's reply
+/// is: what it granted is taken before the caller hears of it.
+struct SlowAnswer(gateway_core::combined::InOrder);
+
+#[async_trait::async_trait]
+impl gateway_core::combined::AdmitGate for SlowAnswer {
+    async fn admit(
+        &self,
+        ask: &gateway_core::combined::Admit<'_>,
+    ) -> Result<gateway_core::combined::Admission, gateway_core::ports::BackendError> {
+        let admission = self.0.admit(ask).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        admission
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_dropped_while_its_admission_is_answered_leaves_nothing_taken() {
+    let policy = sources(1, json!({"sources": {"s1": {"timeout_s": 30, "max_concurrency": 4}}}));
+    let clock = std::sync::Arc::new(gateway_client::TokioClock::new());
+    let gates = std::sync::Arc::new(gateway_memory::MemoryGates::new(clock.clone()));
+    let quota = std::sync::Arc::new(gateway_memory::MemoryQuota::new(clock.clone()));
+    let pacer = std::sync::Arc::new(gateway_memory::MemoryPacer::new(clock.clone()));
+    let admit = SlowAnswer(gateway_core::combined::InOrder { gates: gates.clone(), quota: quota.clone(), pacer: pacer.clone() });
+    let upstream = ScriptedUpstream::new();
+    upstream.plan("s1", |_| (Step::Ok, Duration::from_millis(100)));
+    let client = gateway_client::GatewayClient::builder()
+        .scope(policy.clone())
+        .upstream(upstream)
+        .gates(gates)
+        .quota(quota.clone())
+        .pacer(pacer.clone())
+        .admitter(std::sync::Arc::new(admit))
+        .clock(clock)
+        .seed(5)
+        .build()
+        .unwrap();
+    // Dropped at 5 ms: its place and its permit are taken, their answer is 5 ms away.
+    assert!(tokio::time::timeout(Duration::from_millis(5), client.call("chat", &support::chat())).await.is_err());
+    client.released().await;
+    let key = gateway_core::ports::SourceKey::new("chat", "s1");
+    let paced = gateway_core::ports::PacerGate::read(&*pacer, &key, &policy.pacer_params()).await.unwrap();
+    assert_eq!(paced.inflight, 0, "the place went back (it would otherwise hold the account until its lease expires)");
+    assert_eq!(quota.in_flight(&key), 0, "the permit went back");
+    // And the next call is served.
+    client.call("chat", &support::chat()).await.unwrap();
+}

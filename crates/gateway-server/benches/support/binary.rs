@@ -14,7 +14,8 @@ pub struct Proxy {
 impl Proxy {
     /// The binary listening on a free port, configured by `tables` (TOML after the `[server]`
     /// table's `listen` line, which may go on with more `[server]` keys); `name` keeps the
-    /// config files of several proxies apart. Returns once it answers `/healthz`.
+    /// config files of several proxies apart. Returns once it answers `/healthz`; panics if it
+    /// exits first (a configuration it refused).
     pub async fn start(name: &str, tables: &str) -> Proxy {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let config = std::env::temp_dir().join(format!("gateway-bench-{name}-{}.toml", std::process::id()));
@@ -27,8 +28,11 @@ impl Proxy {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let proxy = Proxy { child, base: format!("http://127.0.0.1:{port}"), config };
+        let mut proxy = Proxy { child, base: format!("http://127.0.0.1:{port}"), config };
         while reqwest::get(format!("{}/healthz", proxy.base)).await.is_err() {
+            if let Some(status) = proxy.child.try_wait().unwrap() {
+                panic!("the proxy exited ({status}) before it answered; its configuration:\n{tables}");
+            }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         proxy

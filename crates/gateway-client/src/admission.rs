@@ -125,6 +125,7 @@ async fn hand_back(holders: &Holders, scope: &Arc<Partition>, source: usize, adm
         pace: lease.zip(scope.pacer.as_ref()).map(|(lease, params)| PaceRecord { lease, effect: AimdEffect::Nothing, rate: None, params }),
         gate: entry.is_probe().then_some(GateRecord { key, params, op: GateOp::Release { fence: entry.fence() } }),
         permit: permit.map(|permit| PermitRecord { permit, actual_tokens: None }),
+        tell_others: !scope.turns().anyone_waits(),
     };
     let _ = holders.recorder.record(&records).await;
     scope.turns().freed(&scope.tenant);

@@ -281,6 +281,14 @@ impl GatewayClient {
         self.serving.load().scopes.get(scope).map_or(0, |p| p.all().iter().map(|s| s.inflight()).sum())
     }
 
+    /// Capacity of `scope` was freed in another process sharing the backend (e.g. a message of
+    /// `gateway_redis::watch_freed`): the head of its line of waiting calls tries again.
+    pub fn capacity_freed(&self, scope: &str) {
+        if let Some(partitions) = self.serving.load().scopes.get(scope) {
+            partitions.shared().turns().freed_elsewhere();
+        }
+    }
+
     /// Tenants of `scope` with a partition of their own in this process.
     pub fn tenants(&self, scope: &str) -> usize {
         self.serving.load().scopes.get(scope).map_or(0, Partitions::tenants)

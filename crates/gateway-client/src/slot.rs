@@ -236,6 +236,7 @@ impl Slot {
                 }),
                 gate: op.map(|op| GateRecord { key, params, op }),
                 permit: self.permit.as_ref().map(|permit| PermitRecord { permit, actual_tokens }),
+                tell_others: !self.scope.turns().anyone_waits(),
             };
             // Records the backend cannot take are logged and counted by the adapter; the call
             // goes on.

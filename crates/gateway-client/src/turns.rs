@@ -10,7 +10,8 @@
 //!
 //! Only the head of the line picks; a freed slot (a release, a permit returned, a limit raised)
 //! wakes it; a call that would not be the head may not take a slot a waiter can use, so it
-//! queues. Per process: capacity freed by another process reaches a waiter through its poll.
+//! queues. Capacity freed by another process reaches the head through `freed_elsewhere` when a
+//! shared backend tells of it (Redis: a message), or through its poll.
 
 use gateway_core::time::Timestamp;
 use std::collections::{BTreeMap, HashMap};
@@ -167,6 +168,17 @@ impl Turns {
     pub(crate) fn waiting(&self) -> Vec<(Tenant, usize)> {
         let line = self.lock();
         line.lanes.iter().filter(|(_, lane)| !lane.waiting.is_empty()).map(|(tenant, lane)| (tenant.clone(), lane.waiting.len())).collect()
+    }
+
+    /// Whether any call waits in the line now.
+    pub(crate) fn anyone_waits(&self) -> bool {
+        self.lock().lanes.values().any(|lane| !lane.waiting.is_empty())
+    }
+
+    /// Capacity was freed in another process (its release said so): the head of the line tries
+    /// again.
+    pub(crate) fn freed_elsewhere(&self) {
+        self.lock().wake_head();
     }
 
     /// Whether a call of `tenant` that started at `order` may pick now: nobody waits, or it

@@ -57,6 +57,9 @@ pub struct Records<'a> {
     pub gate: Option<GateRecord<'a>>,
     /// The permit.
     pub permit: Option<PermitRecord<'a>>,
+    /// Nobody in this process waits for what the place and the permit free: a shared backend
+    /// tells the other processes (Redis: a message on the scope's channel), whose waiters may.
+    pub tell_others: bool,
 }
 
 impl Records<'_> {

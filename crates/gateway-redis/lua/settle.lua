@@ -4,7 +4,8 @@
 -- its KEYS and ARGV (scripts.rs builds them above this), run in that order.
 --
 -- ARGV[1]  the parts present, in order: 'p' the account's place, 'g' the gate's record, 's' the
---          permit's tokens, 'r' the permit's release
+--          permit's tokens, 'r' the permit's release, 'w' a message telling the other processes
+--          that capacity is free (its two arguments: the channel, the message)
 -- ARGV[2..] for each part, the count of its arguments, then its arguments
 -- KEYS     the pacer's two keys, the gate's HASH, the quota's four keys (once, for 's' and 'r'),
 --          of the parts present
@@ -30,4 +31,8 @@ if has('p') then limit = pacer_release(part(2)) end
 if has('g') then reply = gate(part(1)) end
 if has('s') then quota_settle(part(4, has('r'))) end
 if has('r') then quota_release(part(4)) end
+if has('w') then
+  local told = select(2, part(0))
+  redis.call('PUBLISH', told[1], told[2])
+end
 return { limit, reply }

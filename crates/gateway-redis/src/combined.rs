@@ -7,6 +7,7 @@
 
 use crate::connection::RedisConnection;
 use crate::gates::{RedisGates, parse_reply};
+use crate::keys;
 use crate::pacer::parse_acquire as parse_place;
 use crate::pacer::{RedisPacer, limit_of, pacer_keys};
 use crate::quota::parse_acquire as parse_permit;
@@ -138,6 +139,10 @@ impl RecordGate for RedisRecords {
             }
             plan.push('r');
             push_part(&mut args, self.quota.release_args(permit.permit));
+        }
+        if records.tell_others && (records.pace.is_some() || records.permit.is_some()) {
+            plan.push('w');
+            push_part(&mut args, [Value::String(keys::freed_channel(&key.scope).into()), Value::String(key.scope.to_string().into())]);
         }
         args[0] = Value::String(plan.into());
         let reply = match self.conn.run(&self.conn.scripts().settle, &keys, &[&args], key).await {

@@ -40,6 +40,16 @@ pub(crate) fn quota(key: &SourceKey) -> Result<[String; 4], BackendError> {
     Ok([format!("{base}:leases"), format!("{base}:starts"), format!("{base}:tokens"), format!("{base}:seq")])
 }
 
+/// The channel on which a scope's releases tell the other processes that capacity is free.
+pub(crate) fn freed_channel(scope: &str) -> String {
+    format!("gw:{{{scope}}}:freed")
+}
+
+/// The scope of a [`freed_channel`], if `channel` is one.
+pub(crate) fn freed_scope(channel: &str) -> Option<&str> {
+    channel.strip_prefix("gw:{")?.strip_suffix("}:freed").filter(|scope| is_key_part(scope))
+}
+
 /// The two keys of one account's pacer: state (limit, generation, lease sequence), leases.
 pub(crate) fn pacer(key: &SourceKey) -> Result<[String; 2], BackendError> {
     let base = base(key, "pacer")?;
@@ -56,6 +66,15 @@ mod tests {
         assert_eq!(gate(&SourceKey::new("chat", "s1").with_tenant("gold")).unwrap(), "gw:{chat}:gate:gold:s1");
         assert_eq!(quota(&SourceKey::new("chat", "s1")).unwrap()[3], "gw:{chat}:quota:s1:seq");
         assert_eq!(pacer(&SourceKey::new("chat", "k1").with_tenant("gold")).unwrap()[1], "gw:{chat}:pacer:gold:k1:leases");
+    }
+
+    #[test]
+    fn a_freed_channel_names_its_scope_and_nothing_else_is_read_as_one() {
+        assert_eq!(freed_channel("chat"), "gw:{chat}:freed");
+        assert_eq!(freed_scope(&freed_channel("chat")), Some("chat"));
+        assert_eq!(freed_scope("gw:{chat}:gate"), None);
+        assert_eq!(freed_scope("gw:{ch}at}:freed"), None);
+        assert_eq!(freed_scope("other"), None);
     }
 
     #[test]

@@ -26,6 +26,7 @@
 mod affinity;
 mod combined;
 mod connection;
+mod freed;
 mod gates;
 mod keys;
 mod pacer;
@@ -33,6 +34,7 @@ mod quota;
 mod scripts;
 
 pub use connection::{RedisConfig, RedisConnection};
+pub use freed::watch_freed;
 
 /// Incarnation ids (a gate's and a quota account's, chosen when Redis creates them) seeded from
 /// the process's hash keys, random per process: two processes never offer the same ones.

@@ -373,7 +373,19 @@ pub async fn build_state(
         .telemetry(telemetry.clone())
         .clock(clock)
         .build()?;
-    let mut state = AppState::new(Arc::new(client), gates, &telemetry, config, schemas).with_http(upstream);
+    let client = Arc::new(client);
+    if let Some(url) = &backend.redis_url {
+        // Capacity freed by another replica wakes this one's waiters (the poll stays the bound of
+        // a message lost).
+        let weak = Arc::downgrade(&client);
+        let watched = gateway_redis::RedisConfig { url: url.clone(), ..Default::default() };
+        drop(gateway_redis::watch_freed(&watched, move |scope| {
+            if let Some(client) = weak.upgrade() {
+                client.capacity_freed(scope);
+            }
+        }));
+    }
+    let mut state = AppState::new(client, gates, &telemetry, config, schemas).with_http(upstream);
     state.backstop = backstop;
     state.backend = backend;
     state.traces = traces;

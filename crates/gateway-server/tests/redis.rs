@@ -25,6 +25,9 @@ fn main() -> ExitCode {
         ("two_proxies_on_redis_keep_a_chain_on_its_first_source", |url| {
             multi_thread(2).block_on(two_proxies_on_redis_keep_a_chain_on_its_first_source(url))
         }),
+        ("a_place_freed_in_one_proxy_wakes_the_call_waiting_in_the_other", |url| {
+            multi_thread(2).block_on(a_place_freed_in_one_proxy_wakes_the_call_waiting_in_the_other(url))
+        }),
     ])
 }
 
@@ -117,4 +120,54 @@ async fn two_proxies_on_redis_keep_a_chain_on_its_first_source(url: String) {
     }
     let read = reqwest::Client::new().get(format!("{two}/v1/responses/{previous}")).bearer_auth(KEY).send().await.unwrap();
     assert_eq!(read.status(), 200, "the other process finds a stored response's source");
+}
+
+/// Two proxies on one Redis share an account of one place (concurrency 1), whose answers take
+/// 300 ms; their waiters poll only every 5 s. The first proxy's call takes the place; the second
+/// proxy's call, sent 50 ms later, waits for it. When the first call ends, its proxy has nobody
+/// waiting, so its settle tells the other: the waiting call is admitted at once, not at its
+/// poll (2.5-5 s later).
+async fn a_place_freed_in_one_proxy_wakes_the_call_waiting_in_the_other(url: String) {
+    let provider = gateway_mock::MockServer::answering(|_| {
+        gateway_mock::Answer::json(200, &gateway_mock::openai::completion("ok")).after(Duration::from_millis(300))
+    })
+    .await
+    .unwrap();
+    let scope = format!("woken{:x}", rand_suffix() & 0xffff_ffff);
+    let text = format!(
+        "[server.api_keys.ops]\nkey = \"{KEY}\"\n[backend]\nredis_url = \"{url}\"\n\
+         [{scope}]\nconcurrency = 1\npoll_interval_s = 5\n[{scope}.breaker]\nfail_threshold = 5\ncooldown_s = 60\n\
+         [{scope}.sources.one]\nbase_url = \"{}\"\nmodel = \"m\"\ntimeout_s = 30\n",
+        provider.base_url()
+    );
+    let mut bases = Vec::new();
+    for n in 0..2 {
+        let path = std::env::temp_dir().join(format!("gateway-redis-woken-{}-{n}.toml", std::process::id()));
+        std::fs::write(&path, &text).unwrap();
+        let (server, backend, scopes) = gateway_server::config::load_all(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        let state = gateway_server::build_with(server, backend, scopes).await.unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        bases.push(format!("http://{}", listener.local_addr().unwrap()));
+        tokio::spawn(gateway_server::serve(listener, state, std::future::pending()));
+    }
+    // Let both subscribers subscribe.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let call = |base: String, scope: String| async move {
+        let began = std::time::Instant::now();
+        let body = json!({"model": scope, "messages": [{"role": "user", "content": "hi"}]});
+        let response =
+            reqwest::Client::new().post(format!("{base}/v1/chat/completions")).bearer_auth(KEY).json(&body).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        began.elapsed()
+    };
+    let first = tokio::spawn(call(bases[0].clone(), scope.clone()));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let second = call(bases[1].clone(), scope.clone()).await;
+    let first = first.await.unwrap();
+    assert!(first < Duration::from_millis(1_000), "the first call had the place at once: {first:?}");
+    assert!(
+        second < Duration::from_millis(1_500),
+        "the second waited for the first's 300 ms and its own, not for its 5 s poll: {second:?}"
+    );
 }

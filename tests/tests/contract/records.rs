@@ -124,6 +124,8 @@ impl Side<'_> {
                 .permit
                 .as_ref()
                 .map(|permit| PermitRecord { permit, actual_tokens: (!tokens.is_multiple_of(3)).then_some(tokens) }),
+            // Some settles tell the other processes of the capacity freed (a message, no state).
+            tell_others: tokens.is_multiple_of(5),
         };
         let recorded = self.recorder.record(&records).await.unwrap();
         format!("limit {:?} gate {:?}", recorded.limit.map(f64::to_bits), recorded.gate.as_ref().map(shown))

@@ -23,6 +23,8 @@ pub(super) struct Gates {
     /// Where an attempt's admission and records go as one operation each (Redis: one script
     /// each), if not the three ports one by one.
     pub(super) combined: Option<(Arc<dyn AdmitGate>, Arc<dyn RecordGate>)>,
+    /// The Redis whose messages tell of capacity freed by the other processes.
+    pub(super) redis_url: Option<String>,
     pub(super) memory: Option<(Arc<MemoryGates>, Arc<MemoryQuota>)>,
     pub(super) redis: Option<(RedisGates, RedisQuota)>,
     pub(super) backstop: Option<Arc<Backstop>>,
@@ -41,6 +43,7 @@ impl Gates {
                     quota: quota.clone(),
                     pacer,
                     combined: None,
+                    redis_url: None,
                     memory: Some((gates, quota)),
                     redis: None,
                     backstop: None,
@@ -66,6 +69,7 @@ impl Gates {
                     quota: shared.1,
                     pacer: shared.2,
                     combined: Some((Arc::new(admitter), Arc::new(recorder))),
+                    redis_url: Some(url.clone()),
                     memory: None,
                     redis: Some((gates, quota)),
                     backstop: Some(backstop),

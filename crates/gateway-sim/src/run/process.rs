@@ -72,6 +72,15 @@ impl Part<'_> {
         let telemetry = Arc::new(Collector::new());
         let upstream_for_reload = upstream.clone();
         let client = Arc::new(build_client(config, self.policy, gates, upstream, telemetry.clone(), clock.clone(), u64::from(self.index))?);
+        // Capacity freed by the other processes wakes this one's waiters, as in the proxy.
+        let watch = gates.redis_url.as_ref().map(|url| {
+            let weak = Arc::downgrade(&client);
+            gateway_redis::watch_freed(&gateway_redis::RedisConfig { url: url.clone(), ..Default::default() }, move |scope| {
+                if let Some(client) = weak.upgrade() {
+                    client.capacity_freed(scope);
+                }
+            })
+        });
         let calls = config.calls.unwrap_or(scenario.calls);
         let workload = Workload {
             client: client.clone(),
@@ -111,6 +120,9 @@ impl Part<'_> {
         };
         result.call_events.iter_mut().for_each(|c| c.call_id = tag(c.call_id));
         result.attempt_events.iter_mut().for_each(|a| a.call_id = tag(a.call_id));
+        if let Some(watch) = watch {
+            watch.abort();
+        }
         Ok((result, ended))
     }
 }

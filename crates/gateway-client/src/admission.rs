@@ -8,10 +8,9 @@ use crate::error::CallError;
 use crate::partition::Partition;
 use crate::slot::{Holders, Slot};
 use gateway_core::admission::SkipReason;
-use gateway_core::breaker::{GateOp, Reply};
-use gateway_core::combined::{Admission, Admit, GateAsk, GateRecord, PaceAsk, PaceRecord, PermitAsk, PermitRecord, Records};
-use gateway_core::outcome::AimdEffect;
-use gateway_core::ports::{BackendError, PaceDecision, QuotaDecision, Telemetry};
+use gateway_core::breaker::Reply;
+use gateway_core::combined::{Admission, Admit, GateAsk, PaceAsk, PermitAsk, Records};
+use gateway_core::ports::{BackendError, Telemetry};
 use gateway_core::select::demote;
 use gateway_core::time::{Clock, Timestamp};
 use rand_chacha::ChaCha8Rng;
@@ -64,26 +63,26 @@ fn away(scope: &Partition, source: usize, now: Timestamp, remaining_stall: Durat
     }
 }
 
-/// `source`'s attempt in `scope` as the backend's one admission (sources without local limits
-/// ask for no permit).
-async fn admit_owned(holders: Arc<Holders>, scope: Arc<Partition>, source: usize, tokens: u32) -> Result<Admission, BackendError> {
+/// What `source`'s attempt in `scope` asks of the backend (sources without local limits ask
+/// for no permit).
+fn ask_of(scope: &Partition, source: usize, tokens: u32) -> Admit<'_> {
     let (key, params) = &scope.gates[source];
     let limits = &scope.policy.sources[source].quota;
     let limited = limits.max_concurrency.is_some() || limits.rpm.is_some() || limits.tpm.is_some();
-    let ask = Admit {
+    Admit {
         pace: scope.pacer.as_ref().map(|params| PaceAsk { key: scope.account(source), params, tokens }),
         gate: GateAsk { key, params },
         permit: limited.then_some(PermitAsk { key, limits, tokens }),
-    };
-    holders.admitter.admit(&ask).await
+    }
 }
 
 /// Admits `source`'s attempt in `scope`. An in-process backend answers at once, here. A remote
 /// one's admission goes on in a task of the client's tracker, so that a call dropped while it is
-/// in flight leaves nothing taken: what the task cannot deliver it hands back (the place with no
-/// effect, the probe lease, the permit) and the oldest waiter is woken.
+/// in flight leaves nothing taken: an admission the task cannot deliver it hands back, and the
+/// oldest waiter is woken.
 async fn admit(holders: &Arc<Holders>, scope: &Arc<Partition>, source: usize, tokens: u32) -> Result<Admission, BackendError> {
-    let mut admission = Box::pin(admit_owned(holders.clone(), scope.clone(), source, tokens));
+    let (owned, partition) = (holders.clone(), scope.clone());
+    let mut admission = Box::pin(async move { owned.attempts.admit(&ask_of(&partition, source, tokens)).await });
     if let Poll::Ready(answer) = std::future::poll_fn(|cx| Poll::Ready(admission.as_mut().poll(cx))).await {
         return answer;
     }
@@ -92,43 +91,18 @@ async fn admit(holders: &Arc<Holders>, scope: &Arc<Partition>, source: usize, to
     let key = scope.gates[source].0.to_string();
     let tracker = holders.releases.clone();
     drop(tracker.spawn(async move {
-        if let Err(Ok(undelivered)) = answer.send(admission.await) {
-            hand_back(&holders, &scope, source, undelivered).await;
+        if let Err(Ok(Admission::Admitted { lease, entry, permit })) = answer.send(admission.await) {
+            let records = Records {
+                tell_others: !scope.turns().anyone_waits(),
+                ..ask_of(&scope, source, tokens).hand_back(lease.as_ref(), Some(&entry), permit.as_ref())
+            };
+            let _ = holders.attempts.record(&records).await;
+            scope.turns().freed(&scope.tenant);
         }
     }));
     delivered.await.unwrap_or_else(|_| {
         Err(BackendError::BackendUnavailable { backend: "admission", key, detail: "its task ended without an answer".to_owned() })
     })
-}
-
-/// Hands back what a whole admission took, for a call that is gone.
-async fn hand_back(holders: &Holders, scope: &Arc<Partition>, source: usize, admission: Admission) {
-    let (Some(entry), Some(PaceDecision::Granted(_)) | None, Some(QuotaDecision::Granted(_)) | None) =
-        (admission.gate, &admission.pace, &admission.permit)
-    else {
-        // Refused: the backend handed back what the earlier parts took.
-        return;
-    };
-    if !entry.is_admitted() {
-        return;
-    }
-    let (key, params) = &scope.gates[source];
-    let lease = match &admission.pace {
-        Some(PaceDecision::Granted(lease)) => Some(lease),
-        _ => None,
-    };
-    let permit = match &admission.permit {
-        Some(QuotaDecision::Granted(permit)) => Some(permit),
-        _ => None,
-    };
-    let records = Records {
-        pace: lease.zip(scope.pacer.as_ref()).map(|(lease, params)| PaceRecord { lease, effect: AimdEffect::Nothing, rate: None, params }),
-        gate: entry.is_probe().then_some(GateRecord { key, params, op: GateOp::Release { fence: entry.fence() } }),
-        permit: permit.map(|permit| PermitRecord { permit, actual_tokens: None }),
-        tell_others: !scope.turns().anyone_waits(),
-    };
-    let _ = holders.recorder.record(&records).await;
-    scope.turns().freed(&scope.tenant);
 }
 
 pub(crate) struct SourceAdmission {
@@ -181,7 +155,7 @@ impl SourceAdmission {
     }
 
     /// One source through memo → AIMD → gate → quota: the memo here, the rest as one admission
-    /// of the backend's (`AdmitGate`: on Redis one script), which hands back what a refusal's
+    /// of the backend's (`AttemptGate::admit`: on Redis one script), which hands back what a refusal's
     /// earlier parts took.
     async fn try_source(&self, scope: &Arc<Partition>, call: &CallState, source: usize, estimated_tokens: u32) -> Result<Tried, CallError> {
         let now = self.clock.now();
@@ -190,31 +164,21 @@ impl SourceAdmission {
             return Ok(refused);
         }
         // 2.-4. the account's learned limit, the gate, the quota
-        let key = &scope.gates[source].0;
-        let admission = admit(&self.holders, scope, source, estimated_tokens).await.map_err(|e| call.backend(e))?;
-        let lease = match admission.pace {
-            Some(PaceDecision::Paced(_)) => return Ok(Tried::Skipped(SkipReason::AdaptivePaced)),
-            Some(PaceDecision::Granted(lease)) => Some(lease),
-            None => None,
-        };
-        let Some(entry) = admission.gate else {
-            return Err(call.backend(BackendError::Malformed {
-                backend: "admission",
-                key: key.to_string(),
-                detail: "the account granted a place and the gate did not answer".to_owned(),
-            }));
+        let (lease, entry, permit) = match admit(&self.holders, scope, source, estimated_tokens).await.map_err(|e| call.backend(e))? {
+            Admission::Paced(_) => return Ok(Tried::Skipped(SkipReason::AdaptivePaced)),
+            Admission::Denied(entry) => {
+                self.gate_event(scope, source, &entry);
+                // retry_after is 0 unless OPEN: a HALF_OPEN denial never memoes the source.
+                scope.local().memo.note_denial(source, self.clock.now(), entry.retry_after);
+                return Ok(Tried::Skipped(SkipReason::CircuitOpen));
+            }
+            Admission::Refused { entry, .. } => {
+                self.gate_event(scope, source, &entry);
+                return Ok(Tried::Skipped(SkipReason::RateLimited));
+            }
+            Admission::Admitted { lease, entry, permit } => (lease, entry, permit),
         };
         self.gate_event(scope, source, &entry);
-        if !entry.is_admitted() {
-            // retry_after is 0 unless OPEN: a HALF_OPEN denial never memoes the source.
-            scope.local().memo.note_denial(source, self.clock.now(), entry.retry_after);
-            return Ok(Tried::Skipped(SkipReason::CircuitOpen));
-        }
-        let permit = match admission.permit {
-            Some(QuotaDecision::Refused { .. }) => return Ok(Tried::Skipped(SkipReason::RateLimited)),
-            Some(QuotaDecision::Granted(permit)) => Some(permit),
-            None => None,
-        };
         // From here the slot holds the in-flight count, the account's place, the probe lease
         // and the permit: every exit hands them back.
         scope.local().inflight[source] += 1;

@@ -10,7 +10,7 @@ use crate::preset::Preset;
 use crate::reload::{Serving, checked};
 use crate::slot::Holders;
 use crate::telemetry::TracingTelemetry;
-use gateway_core::combined::{AdmitGate, InOrder, RecordGate};
+use gateway_core::combined::{AttemptGate, InOrder};
 use gateway_core::policy::ScopePolicy;
 use gateway_core::ports::{AffinityMap, BreakerGate, PacerGate, QuotaGate, Telemetry, Upstream};
 use gateway_core::time::Clock;
@@ -54,8 +54,7 @@ pub struct GatewayClientBuilder {
     gates: Option<Arc<dyn BreakerGate>>,
     quota: Option<Arc<dyn QuotaGate>>,
     pacer: Option<Arc<dyn PacerGate>>,
-    admitter: Option<Arc<dyn AdmitGate>>,
-    recorder: Option<Arc<dyn RecordGate>>,
+    attempts: Option<Arc<dyn AttemptGate>>,
     upstream: Option<Arc<dyn Upstream>>,
     telemetry: Option<Arc<dyn Telemetry>>,
     clock: Option<Arc<dyn Clock>>,
@@ -114,19 +113,11 @@ impl GatewayClientBuilder {
         self
     }
 
-    /// Where an attempt's admission goes as one operation (e.g. `RedisAdmit`: one script asks
-    /// the account, the gate and the quota). Default: the gates', quota's and pacers' own
-    /// operations one after another ([`InOrder`]).
-    pub fn admitter(mut self, admitter: Arc<dyn AdmitGate>) -> Self {
-        self.admitter = Some(admitter);
-        self
-    }
-
-    /// Where an attempt's records go as one operation (e.g. `RedisRecords`: one script a
-    /// settle). Default: the gates', quota's and pacers' own operations one after another
-    /// ([`InOrder`]).
-    pub fn recorder(mut self, recorder: Arc<dyn RecordGate>) -> Self {
-        self.recorder = Some(recorder);
+    /// Where an attempt's admission and its records go, one operation each (e.g.
+    /// `RedisAttempts`: one script admits, one settles). Default: the gates', quota's and
+    /// pacers' own operations one after another ([`InOrder`]).
+    pub fn attempts(mut self, attempts: Arc<dyn AttemptGate>) -> Self {
+        self.attempts = Some(attempts);
         self
     }
 
@@ -214,15 +205,13 @@ impl GatewayClientBuilder {
         let scopes = checked(scopes)?;
         let telemetry = self.telemetry.unwrap_or_else(|| Arc::new(TracingTelemetry));
         let (at_once, record_timeout) = self.background_records.unwrap_or((BACKGROUND_RECORDS, RECORD_TIMEOUT));
-        let in_order = Arc::new(InOrder { gates: gates.clone(), quota: quota.clone(), pacer: pacer.clone() });
-        let admitter = self.admitter.unwrap_or_else(|| in_order.clone());
-        let recorder = self.recorder.unwrap_or(in_order);
+        let attempts =
+            self.attempts.unwrap_or_else(|| Arc::new(InOrder { gates: gates.clone(), quota: quota.clone(), pacer: pacer.clone() }));
         let holders = Holders {
             gates,
             quota,
             pacer,
-            admitter,
-            recorder,
+            attempts,
             releases: TaskTracker::new(),
             records: Arc::new(tokio::sync::Semaphore::new(at_once)),
             record_timeout,

@@ -1,7 +1,8 @@
 //! An admitted attempt and everything it holds: the local in-flight count, the place on its
 //! account's learned limit (a pacer lease), the probe lease and the quota permit. A slot is made
 //! only for an attempt admitted whole (a refused admission hands back what it took itself:
-//! `AdmitGate`). `Slot` is a guard: `finish` settles what it holds (one `RecordGate::record`); if
+//! `AttemptGate::admit`). `Slot` is a guard: `finish` settles what it holds (one
+//! `AttemptGate::record`); if
 //! the call is dropped at any await point first, `Drop` releases what is still held (the
 //! in-flight count at once, the leases and the permit on a spawned task), so no path can leak
 //! them. The end of every attempt made wakes the partition's oldest waiter.
@@ -15,7 +16,7 @@
 
 use crate::partition::Partition;
 use gateway_core::breaker::{Fence, GateOp, Reply};
-use gateway_core::combined::{AdmitGate, GateRecord, PaceRecord, PermitRecord, RecordGate, Records};
+use gateway_core::combined::{AttemptGate, GateRecord, PaceRecord, PermitRecord, Records};
 use gateway_core::outcome::{AimdEffect, NextStep, OutcomeClass};
 use gateway_core::ports::Telemetry;
 use gateway_core::ports::{BreakerGate, PaceLease, PacerGate, Permit, QuotaGate};
@@ -37,10 +38,8 @@ pub(crate) struct Holders {
     pub(crate) gates: Arc<dyn BreakerGate>,
     pub(crate) quota: Arc<dyn QuotaGate>,
     pub(crate) pacer: Arc<dyn PacerGate>,
-    /// Where an attempt's admission goes, as one operation.
-    pub(crate) admitter: Arc<dyn AdmitGate>,
-    /// Where an attempt's records go, as one operation.
-    pub(crate) recorder: Arc<dyn RecordGate>,
+    /// Where an attempt's admission and its records go, one operation each.
+    pub(crate) attempts: Arc<dyn AttemptGate>,
     /// Where a dropped slot's releases and the background records run, so a shutdown can wait
     /// for them.
     pub(crate) releases: TaskTracker,
@@ -214,7 +213,7 @@ impl Slot {
         Finished { health, aimd_limit }
     }
 
-    /// The records of an attempt that ended with `class`, as one operation of the recorder (in
+    /// The records of an attempt that ended with `class`, as one `AttemptGate::record` (in
     /// order: the account's place, the gate's record, the permit); the slot goes at their end.
     async fn records(mut self, class: OutcomeClass, responsiveness: Duration, actual_tokens: Option<u32>, rate: Option<RateSignal>) {
         let effects = class.effects();
@@ -240,7 +239,7 @@ impl Slot {
             };
             // Records the backend cannot take are logged and counted by the adapter; the call
             // goes on.
-            self.holders.recorder.record(&records).await.unwrap_or_default()
+            self.holders.attempts.record(&records).await.unwrap_or_default()
         };
         if let Some(limit) = recorded.limit {
             // A 429 is what the pacer reads as noise or as our own load.

@@ -181,7 +181,7 @@ async fn records_past_their_bounds_are_dropped_and_counted_and_their_leases_expi
 struct SlowAnswer(gateway_core::combined::InOrder);
 
 #[async_trait::async_trait]
-impl gateway_core::combined::AdmitGate for SlowAnswer {
+impl gateway_core::combined::AttemptGate for SlowAnswer {
     async fn admit(
         &self,
         ask: &gateway_core::combined::Admit<'_>,
@@ -189,6 +189,13 @@ impl gateway_core::combined::AdmitGate for SlowAnswer {
         let admission = self.0.admit(ask).await;
         tokio::time::sleep(Duration::from_millis(10)).await;
         admission
+    }
+
+    async fn record(
+        &self,
+        records: &gateway_core::combined::Records<'_>,
+    ) -> Result<gateway_core::combined::Recorded, gateway_core::ports::BackendError> {
+        self.0.record(records).await
     }
 }
 
@@ -208,7 +215,7 @@ async fn a_call_dropped_while_its_admission_is_answered_leaves_nothing_taken() {
         .gates(gates)
         .quota(quota.clone())
         .pacer(pacer.clone())
-        .admitter(std::sync::Arc::new(admit))
+        .attempts(std::sync::Arc::new(admit))
         .clock(clock)
         .seed(5)
         .build()

@@ -1,19 +1,24 @@
-//! An attempt's admission and its records, each one operation of a port of its own, so that a
-//! shared backend can make each in one round trip (Redis: one script): [`AdmitGate`] asks the
-//! account, the gate and the quota in turn (SPEC §6), [`RecordGate`] makes what the end of an
-//! attempt hands back to the shared state, in this order: the account's place with the outcome's effect on its learned limit,
-//! the gate's record (or the probe's release), the permit's actual tokens and its release.
-//! [`InOrder`] is the reference every backend is held to, and what the in-process backend uses:
-//! the three ports' own operations one after another.
+//! An attempt's admission and its records, each one operation of one port, [`AttemptGate`], so
+//! that a shared backend can make each in one round trip (Redis: one script). `admit` asks the
+//! account, the gate and the quota in turn (SPEC §6); `record` makes what the end of an attempt
+//! hands back to the shared state, in this order: the account's place with the outcome's effect
+//! on its learned limit, the gate's record (or the probe's release), the permit's actual tokens
+//! and its release. A refused admission hands back what its earlier parts took as records too
+//! ([`Admit::hand_back`]). [`InOrder`] is the reference every backend is held to, and what the
+//! in-process backend uses: the three ports' own operations one after another.
 
+use crate::aimd::Paced;
 use crate::aimd::PacerParams;
 use crate::breaker::{GateOp, GateParams, Reply};
 use crate::outcome::AimdEffect;
 use crate::policy::QuotaLimits;
-use crate::ports::{BackendError, BreakerGate, PaceDecision, PaceLease, PacerGate, Permit, QuotaDecision, QuotaGate, SourceKey};
+use crate::ports::{
+    BackendError, BreakerGate, PaceDecision, PaceLease, PacerGate, Permit, QuotaDecision, QuotaGate, QuotaLimit, SourceKey,
+};
 use crate::request::RateSignal;
 use async_trait::async_trait;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The account's place to give back, with the outcome's effect and the provider's rate signal.
 #[derive(Clone, Copy, Debug)]
@@ -79,14 +84,6 @@ pub struct Recorded {
     pub gate: Option<Reply>,
 }
 
-/// Where an attempt's records go: one operation for all of them.
-#[async_trait]
-pub trait RecordGate: Send + Sync {
-    /// Makes `records` in order. An error says none of them may have been made (a backend that
-    /// makes them one by one goes on past a part that failed, and answers for those made).
-    async fn record(&self, records: &Records<'_>) -> Result<Recorded, BackendError>;
-}
-
 /// The records as the three ports' own operations, one after another: the reference, and what
 /// an in-process backend uses. A part that fails is left out of the answer (its adapter has
 /// counted it); the next is still made.
@@ -97,26 +94,6 @@ pub struct InOrder {
     pub quota: Arc<dyn QuotaGate>,
     /// The accounts' pacers.
     pub pacer: Arc<dyn PacerGate>,
-}
-
-#[async_trait]
-impl RecordGate for InOrder {
-    async fn record(&self, records: &Records<'_>) -> Result<Recorded, BackendError> {
-        let mut recorded = Recorded::default();
-        if let Some(pace) = records.pace {
-            recorded.limit = self.pacer.release(pace.lease, pace.effect, pace.rate, pace.params).await.ok();
-        }
-        if let Some(gate) = records.gate {
-            recorded.gate = self.gates.apply(gate.key, gate.params, gate.op).await.ok();
-        }
-        if let Some(permit) = records.permit {
-            if let Some(tokens) = permit.actual_tokens {
-                let _ = self.quota.settle(permit.permit, tokens).await;
-            }
-            let _ = self.quota.release(permit.permit).await;
-        }
-        Ok(recorded)
-    }
 }
 
 /// The account's place an attempt asks for.
@@ -162,85 +139,121 @@ pub struct Admit<'a> {
     pub permit: Option<PermitAsk<'a>>,
 }
 
-/// How far an admission got: each part's answer up to the first that refused (the parts after
-/// it were not asked). What the parts before a refusal took has been handed back: the place
-/// with no effect on the limit, a probe lease released.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Admission {
-    /// The account's answer.
-    pub pace: Option<PaceDecision>,
-    /// The gate's answer.
-    pub gate: Option<Reply>,
-    /// The quota's answer.
-    pub permit: Option<QuotaDecision>,
+/// What an admission came to. A refusal has handed back what the parts before it took: the
+/// place with no effect on the limit, a probe lease released.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Admission {
+    /// Every part let the attempt go: what it holds.
+    Admitted {
+        /// The account's place (when the scope paces).
+        lease: Option<PaceLease>,
+        /// The gate's admission (a probe's lease, when it is one).
+        entry: Reply,
+        /// The permit (when the source has local limits).
+        permit: Option<Permit>,
+    },
+    /// The account's learned limit or a reported budget refused.
+    Paced(Paced),
+    /// The gate denied (its reply says until when, if OPEN).
+    Denied(Reply),
+    /// The quota refused, after the gate let the attempt in.
+    Refused {
+        /// The gate's admission (handed back).
+        entry: Reply,
+        /// The limit that refused.
+        limit: QuotaLimit,
+        /// Hint until a permit could be had.
+        retry_after: Duration,
+    },
 }
 
-/// Where an attempt's admission goes: one operation for all of its parts.
-#[async_trait]
-pub trait AdmitGate: Send + Sync {
-    /// Admits the attempt `ask` describes, part by part, the first refusal ending it and handing
-    /// back what was taken before. An error says nothing was taken (a backend that asks part by
-    /// part hands back what it took before it returns one).
-    async fn admit(&self, ask: &Admit<'_>) -> Result<Admission, BackendError>;
-}
-
-impl InOrder {
-    /// Hands back what an admission took before a refusal or an error: the probe lease (when
-    /// `entry` granted one), then the account's place, with no effect on the limit. A
-    /// hand-back the backend does not take is counted by its adapter; its lease expires.
-    async fn hand_back(&self, ask: &Admit<'_>, lease: Option<&PaceLease>, entry: Option<&Reply>) {
-        if let Some(entry) = entry.filter(|e| e.is_probe()) {
-            let _ = self.gates.apply(ask.gate.key, ask.gate.params, GateOp::Release { fence: entry.fence() }).await;
-        }
-        if let (Some(lease), Some(pace)) = (lease, ask.pace) {
-            let _ = self.pacer.release(lease, AimdEffect::Nothing, None, pace.params).await;
+impl<'a> Admit<'a> {
+    /// The records that hand back what an admission of this took: `lease` with no effect on
+    /// the limit, the probe lease of `entry` if it granted one, `permit`.
+    pub fn hand_back(&self, lease: Option<&'a PaceLease>, entry: Option<&Reply>, permit: Option<&'a Permit>) -> Records<'a> {
+        Records {
+            pace: lease.zip(self.pace).map(|(lease, pace)| PaceRecord {
+                lease,
+                effect: AimdEffect::Nothing,
+                rate: None,
+                params: pace.params,
+            }),
+            gate: entry.filter(|e| e.is_probe()).map(|e| GateRecord {
+                key: self.gate.key,
+                params: self.gate.params,
+                op: GateOp::Release { fence: e.fence() },
+            }),
+            permit: permit.map(|permit| PermitRecord { permit, actual_tokens: None }),
+            tell_others: false,
         }
     }
 }
 
+/// Where an attempt's admission and records go: one operation for each.
 #[async_trait]
-impl AdmitGate for InOrder {
+pub trait AttemptGate: Send + Sync {
+    /// Admits the attempt `ask` describes, part by part, the first refusal ending it and handing
+    /// back what was taken before. An error says nothing was taken (a backend that asks part by
+    /// part hands back what it took before it returns one).
+    async fn admit(&self, ask: &Admit<'_>) -> Result<Admission, BackendError>;
+
+    /// Makes `records` in order. An error says none of them may have been made (a backend that
+    /// makes them one by one goes on past a part that failed, and answers for those made).
+    async fn record(&self, records: &Records<'_>) -> Result<Recorded, BackendError>;
+}
+
+#[async_trait]
+impl AttemptGate for InOrder {
     async fn admit(&self, ask: &Admit<'_>) -> Result<Admission, BackendError> {
-        let mut admission = Admission::default();
         let lease = match ask.pace {
             None => None,
             Some(pace) => match self.pacer.try_acquire(pace.key, pace.params, pace.tokens).await? {
-                PaceDecision::Granted(lease) => {
-                    admission.pace = Some(PaceDecision::Granted(lease.clone()));
-                    Some(lease)
-                }
-                paced => {
-                    admission.pace = Some(paced);
-                    return Ok(admission);
-                }
+                PaceDecision::Granted(lease) => Some(lease),
+                PaceDecision::Paced(paced) => return Ok(Admission::Paced(paced)),
             },
         };
         let entry = match self.gates.apply(ask.gate.key, ask.gate.params, GateOp::TryEnter).await {
             Ok(entry) => entry,
             Err(error) => {
-                self.hand_back(ask, lease.as_ref(), None).await;
+                let _ = self.record(&ask.hand_back(lease.as_ref(), None, None)).await;
                 return Err(error);
             }
         };
-        admission.gate = Some(entry);
         if !entry.is_admitted() {
-            self.hand_back(ask, lease.as_ref(), None).await;
-            return Ok(admission);
+            let _ = self.record(&ask.hand_back(lease.as_ref(), None, None)).await;
+            return Ok(Admission::Denied(entry));
         }
-        if let Some(permit) = ask.permit {
-            match self.quota.acquire(permit.key, permit.limits, permit.tokens).await {
-                Ok(decision) => {
-                    if !matches!(decision, QuotaDecision::Granted(_)) {
-                        self.hand_back(ask, lease.as_ref(), Some(&entry)).await;
-                    }
-                    admission.permit = Some(decision);
+        let permit = match ask.permit {
+            None => None,
+            Some(permit) => match self.quota.acquire(permit.key, permit.limits, permit.tokens).await {
+                Ok(QuotaDecision::Granted(permit)) => Some(permit),
+                Ok(QuotaDecision::Refused { limit, retry_after }) => {
+                    let _ = self.record(&ask.hand_back(lease.as_ref(), Some(&entry), None)).await;
+                    return Ok(Admission::Refused { entry, limit, retry_after });
                 }
                 Err(error) => {
-                    self.hand_back(ask, lease.as_ref(), Some(&entry)).await;
+                    let _ = self.record(&ask.hand_back(lease.as_ref(), Some(&entry), None)).await;
                     return Err(error);
                 }
-            }
+            },
+        };
+        Ok(Admission::Admitted { lease, entry, permit })
+    }
+
+    async fn record(&self, records: &Records<'_>) -> Result<Recorded, BackendError> {
+        let mut recorded = Recorded::default();
+        if let Some(pace) = records.pace {
+            recorded.limit = self.pacer.release(pace.lease, pace.effect, pace.rate, pace.params).await.ok();
         }
-        Ok(admission)
+        if let Some(gate) = records.gate {
+            recorded.gate = self.gates.apply(gate.key, gate.params, gate.op).await.ok();
+        }
+        if let Some(permit) = records.permit {
+            if let Some(tokens) = permit.actual_tokens {
+                let _ = self.quota.settle(permit.permit, tokens).await;
+            }
+            let _ = self.quota.release(permit.permit).await;
+        }
+        Ok(recorded)
     }
 }

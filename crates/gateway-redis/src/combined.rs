@@ -1,4 +1,4 @@
-//! `AdmitGate` and `RecordGate` on Redis: an attempt's admission (the account's place, the
+//! `AttemptGate` on Redis: an attempt's admission (the account's place, the
 //! gate, the permit) in one EVALSHA of `admit.lua`, and its records (the pacer release, the
 //! gate's record, the permit's settle and release) in one of `settle.lua`; each runs every part's
 //! own script in turn. The keys of one attempt share its scope's hash tag, so one script may
@@ -15,87 +15,31 @@ use crate::quota::{RedisQuota, quota_keys};
 use async_trait::async_trait;
 use fred::prelude::*;
 use gateway_core::breaker::GateOp;
-use gateway_core::combined::{Admission, Admit, AdmitGate, InOrder, RecordGate, Recorded, Records};
-use gateway_core::ports::{BackendError, SourceKey};
+use gateway_core::combined::{Admission, Admit, AttemptGate, InOrder, Recorded, Records};
+use gateway_core::ports::{BackendError, PaceDecision, QuotaDecision, SourceKey};
 use std::sync::Arc;
 
-/// An attempt's admission on Redis, one round trip for all of its parts.
-pub struct RedisAdmit(RedisRecords);
+/// An attempt's admission and its records on Redis, one round trip each.
+pub struct RedisAttempts {
+    conn: Arc<RedisConnection>,
+    gates: RedisGates,
+    quota: RedisQuota,
+    pacer: RedisPacer,
+    /// Attempts whose keys are not of one scope: the parts one by one.
+    in_order: InOrder,
+}
 
-impl RedisAdmit {
-    /// The admissions of `gates`, `quota` and `pacer` (one connection's), made together.
+impl RedisAttempts {
+    /// The admissions and records of `gates`, `quota` and `pacer` (one connection's).
     pub fn new(gates: RedisGates, quota: RedisQuota, pacer: RedisPacer) -> Self {
-        RedisAdmit(RedisRecords::new(gates, quota, pacer))
+        let conn = gates.connection().clone();
+        let in_order = InOrder { gates: Arc::new(gates.clone()), quota: Arc::new(quota.clone()), pacer: Arc::new(pacer.clone()) };
+        RedisAttempts { conn, gates, quota, pacer, in_order }
     }
 }
 
 fn malformed(key: &SourceKey, detail: String) -> BackendError {
     BackendError::Malformed { backend: "redis", key: key.to_string(), detail }
-}
-
-#[async_trait]
-impl AdmitGate for RedisAdmit {
-    async fn admit(&self, ask: &Admit<'_>) -> Result<Admission, BackendError> {
-        let Self(r) = self;
-        let key = ask.gate.key;
-        let scopes = [ask.pace.map(|p| p.key), ask.permit.map(|p| p.key)];
-        if !scopes.into_iter().flatten().all(|k| k.scope == key.scope) {
-            return r.in_order.admit(ask).await;
-        }
-        let (mut plan, mut keys, mut args) = (String::new(), Vec::with_capacity(7), vec![Value::Null]);
-        if let Some(pace) = ask.pace {
-            plan.push('p');
-            keys.extend(pacer_keys(pace.key)?);
-            push_part(&mut args, r.pacer.acquire_args(pace.params, pace.tokens));
-            push_part(&mut args, RedisPacer::hand_back_args(pace.params));
-        }
-        plan.push('g');
-        let (hash, op_args, param_args) = r.gates.op_call(key, ask.gate.params, GateOp::TryEnter)?;
-        keys.push(hash);
-        push_part(&mut args, std::iter::once(r.conn.now_arg()).chain(op_args).chain(param_args.iter().cloned()));
-        if let Some(permit) = ask.permit {
-            plan.push('q');
-            keys.extend(quota_keys(permit.key)?);
-            push_part(&mut args, r.quota.acquire_args(permit.limits, permit.tokens));
-        }
-        args[0] = Value::String(plan.into());
-        let items = match r.conn.run(&r.conn.scripts().admit, &keys, &[&args], key).await? {
-            Value::Array(items) => items,
-            other => return Err(malformed(key, format!("admit reply {other:?}"))),
-        };
-        let mut items = items.into_iter().map(|item| Some(item).filter(|v| !v.is_null()));
-        let (pace, gate, permit) = (items.next().flatten(), items.next().flatten(), items.next().flatten());
-        Ok(Admission {
-            pace: match (ask.pace, pace) {
-                (Some(ask), Some(reply)) => Some(parse_place(ask.key, reply)?),
-                _ => None,
-            },
-            gate: gate.map(|reply| parse_reply(key, reply)).transpose()?,
-            permit: match (ask.permit, permit) {
-                (Some(ask), Some(reply)) => Some(parse_permit(ask.key, reply, ask.tokens)?),
-                _ => None,
-            },
-        })
-    }
-}
-
-/// An attempt's records on Redis, one round trip for all of them.
-pub struct RedisRecords {
-    conn: Arc<RedisConnection>,
-    gates: RedisGates,
-    quota: RedisQuota,
-    pacer: RedisPacer,
-    /// Records whose keys are not of one scope: the parts one by one.
-    in_order: InOrder,
-}
-
-impl RedisRecords {
-    /// The records of `gates`, `quota` and `pacer` (one connection's), made together.
-    pub fn new(gates: RedisGates, quota: RedisQuota, pacer: RedisPacer) -> Self {
-        let conn = gates.connection().clone();
-        let in_order = InOrder { gates: Arc::new(gates.clone()), quota: Arc::new(quota.clone()), pacer: Arc::new(pacer.clone()) };
-        RedisRecords { conn, gates, quota, pacer, in_order }
-    }
 }
 
 /// Whether every part's key is of one scope (one hash tag).
@@ -113,7 +57,59 @@ fn push_part(args: &mut Vec<Value>, part: impl IntoIterator<Item = Value>) {
 }
 
 #[async_trait]
-impl RecordGate for RedisRecords {
+impl AttemptGate for RedisAttempts {
+    async fn admit(&self, ask: &Admit<'_>) -> Result<Admission, BackendError> {
+        let key = ask.gate.key;
+        let scopes = [ask.pace.map(|p| p.key), ask.permit.map(|p| p.key)];
+        if !scopes.into_iter().flatten().all(|k| k.scope == key.scope) {
+            return self.in_order.admit(ask).await;
+        }
+        let (mut plan, mut keys, mut args) = (String::new(), Vec::with_capacity(7), vec![Value::Null]);
+        if let Some(pace) = ask.pace {
+            plan.push('p');
+            keys.extend(pacer_keys(pace.key)?);
+            push_part(&mut args, self.pacer.acquire_args(pace.params, pace.tokens));
+            push_part(&mut args, RedisPacer::hand_back_args(pace.params));
+        }
+        plan.push('g');
+        let (hash, op_args, param_args) = self.gates.op_call(key, ask.gate.params, GateOp::TryEnter)?;
+        keys.push(hash);
+        push_part(&mut args, std::iter::once(self.conn.now_arg()).chain(op_args).chain(param_args.iter().cloned()));
+        if let Some(permit) = ask.permit {
+            plan.push('q');
+            keys.extend(quota_keys(permit.key)?);
+            push_part(&mut args, self.quota.acquire_args(permit.limits, permit.tokens));
+        }
+        args[0] = Value::String(plan.into());
+        let items = match self.conn.run(&self.conn.scripts().admit, &keys, &[&args], key).await? {
+            Value::Array(items) => items,
+            other => return Err(malformed(key, format!("admit reply {other:?}"))),
+        };
+        let mut items = items.into_iter().map(|item| Some(item).filter(|v| !v.is_null()));
+        let (pace, gate, permit) = (items.next().flatten(), items.next().flatten(), items.next().flatten());
+        let lease = match (ask.pace, pace) {
+            (None, _) => None,
+            (Some(ask), Some(reply)) => match parse_place(ask.key, reply)? {
+                PaceDecision::Granted(lease) => Some(lease),
+                PaceDecision::Paced(paced) => return Ok(Admission::Paced(paced)),
+            },
+            (Some(_), None) => return Err(malformed(key, "admit reply without the account's answer".to_owned())),
+        };
+        let entry = parse_reply(key, gate.ok_or_else(|| malformed(key, "admit reply without the gate's answer".to_owned()))?)?;
+        if !entry.is_admitted() {
+            return Ok(Admission::Denied(entry));
+        }
+        let permit = match (ask.permit, permit) {
+            (None, _) => None,
+            (Some(ask), Some(reply)) => match parse_permit(ask.key, reply, ask.tokens)? {
+                QuotaDecision::Granted(permit) => Some(permit),
+                QuotaDecision::Refused { limit, retry_after } => return Ok(Admission::Refused { entry, limit, retry_after }),
+            },
+            (Some(_), None) => return Err(malformed(key, "admit reply without the quota's answer".to_owned())),
+        };
+        Ok(Admission::Admitted { lease, entry, permit })
+    }
+
     async fn record(&self, records: &Records<'_>) -> Result<Recorded, BackendError> {
         let Some(key) = records.key() else { return Ok(Recorded::default()) };
         if !one_scope(records, key) {
@@ -154,9 +150,7 @@ impl RecordGate for RedisRecords {
         };
         let items = match reply {
             Value::Array(items) => items,
-            other => {
-                return Err(BackendError::Malformed { backend: "redis", key: key.to_string(), detail: format!("settle reply {other:?}") });
-            }
+            other => return Err(malformed(key, format!("settle reply {other:?}"))),
         };
         let mut items = items.into_iter();
         let (limit, gate) = (items.next(), items.next());

@@ -5,7 +5,7 @@
 //!   restart, a failover or SCRIPT FLUSH): `gate.lua` is every breaker operation and mirrors
 //!   `gateway_core::breaker::Gate::apply`, the quota scripts `gateway_core::quota` and the pacer
 //!   scripts `gateway_core::aimd`, rule for rule; the contract suite replays random sequences
-//!   on both sides. `settle.lua` makes an attempt's records (`RedisRecords`: the pacer release,
+//!   on both sides. `settle.lua` makes an attempt's records (`RedisAttempts`: the pacer release,
 //!   the gate's record, the permit's settle and release) in one round trip, each part its own
 //!   script run as a function.
 //! - Every gate and quota account has an incarnation, chosen when the script creates it; a record
@@ -43,7 +43,7 @@ fn incarnations() -> gateway_core::random::Incarnations {
     gateway_core::random::Incarnations::seeded(std::collections::hash_map::RandomState::new().hash_one(std::process::id()))
 }
 pub use affinity::RedisAffinity;
-pub use combined::{RedisAdmit, RedisRecords};
+pub use combined::RedisAttempts;
 pub use gates::RedisGates;
 pub use pacer::RedisPacer;
 pub use quota::RedisQuota;

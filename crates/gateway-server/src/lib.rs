@@ -46,7 +46,7 @@ use gateway_client::{GatewayClient, TracingTelemetry};
 use gateway_core::ports::{AffinityMap, BreakerGate, SourceKey, Telemetry};
 use gateway_core::telemetry::{AttemptEvent, CallEvent, GateEvent};
 use gateway_http::structured::{SchemaLimits, Schemas};
-use gateway_memory::backstop::{Backstop, BackstopAdmit, BackstopGates, BackstopPacer, BackstopQuota, BackstopRecords, OnUnavailable};
+use gateway_memory::backstop::{Backstop, BackstopAttempts, BackstopGates, BackstopPacer, BackstopQuota, OnUnavailable};
 use gateway_metrics::Metrics;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
@@ -281,14 +281,12 @@ async fn shared_backend(
         gateway_redis::RedisPacer::new(conn.clone()),
     );
     // An attempt's admission in one script, its records in another.
-    let admit = Arc::new(gateway_redis::RedisAdmit::new(redis.0.clone(), redis.1.clone(), redis.2.clone()));
-    let records = Arc::new(gateway_redis::RedisRecords::new(redis.0.clone(), redis.1.clone(), redis.2.clone()));
+    let attempts = Arc::new(gateway_redis::RedisAttempts::new(redis.0.clone(), redis.1.clone(), redis.2.clone()));
     let gates = Arc::new(BackstopGates::new(Arc::new(redis.0), backstop.clone()));
     let quota = Arc::new(BackstopQuota::new(Arc::new(redis.1), backstop.clone()));
     let pacer = Arc::new(BackstopPacer::new(Arc::new(redis.2), backstop.clone()));
-    let admitter = Arc::new(BackstopAdmit::new(admit, gates.clone(), quota.clone(), pacer.clone(), backstop.clone()));
-    let recorder = Arc::new(BackstopRecords::new(records, gates.clone(), quota.clone(), pacer.clone(), backstop.clone()));
-    let shared: Shared = (gates, quota, pacer, Some((admitter, recorder)));
+    let attempts = Arc::new(BackstopAttempts::new(attempts, gates.clone(), quota.clone(), pacer.clone(), backstop.clone()));
+    let shared: Shared = (gates, quota, pacer, Some(attempts));
     // Where stored state lives must be one answer for every replica: no local stand-in.
     let affinity: Arc<dyn AffinityMap> = Arc::new(gateway_redis::RedisAffinity::new(conn));
     Ok((shared, backstop, affinity))
@@ -300,7 +298,7 @@ type Shared = (
     Arc<dyn BreakerGate>,
     Arc<dyn gateway_core::ports::QuotaGate>,
     Arc<dyn gateway_core::ports::PacerGate>,
-    Option<(Arc<dyn gateway_core::combined::AdmitGate>, Arc<dyn gateway_core::combined::RecordGate>)>,
+    Option<Arc<dyn gateway_core::combined::AttemptGate>>,
 );
 
 /// Builds the state from a loaded configuration: the Redis gates, quota and pacers when
@@ -354,8 +352,8 @@ pub async fn build_state(
         ),
     };
     let mut client = GatewayClient::builder();
-    if let Some((admitter, recorder)) = combined {
-        client = client.admitter(admitter).recorder(recorder);
+    if let Some(attempts) = combined {
+        client = client.attempts(attempts);
     }
     if traces {
         let contents = config.telemetry.record_contents;

@@ -1,7 +1,7 @@
 //! The differential suite's combined part: random attempts admitted (the account's place, the
 //! gate, a quota permit) and ended, on two backends of one kind side by side, each on a scope of
-//! its own and the same times. One admits each attempt with the backend's `AdmitGate` and makes
-//! its records with its `RecordGate` (on Redis `RedisAdmit` and `RedisRecords`: `admit.lua` and
+//! its own and the same times. One admits each attempt and makes its records with the backend's
+//! `AttemptGate` (on Redis `RedisAttempts`: `admit.lua` and
 //! `settle.lua`, one script each); the other with the ports' own operations one after another
 //! (`InOrder`, the reference: each of those operations is held to the pure rules by the other
 //! sequences). Every admission, every record's answer (the limit
@@ -18,11 +18,11 @@ use crate::support::{Backend, Kind, START, params, runtime};
 use gateway_core::aimd::PacerParams;
 use gateway_core::breaker::Reply;
 use gateway_core::combined::{
-    Admit, AdmitGate, GateAsk, GateRecord, InOrder, PaceAsk, PaceRecord, PermitAsk, PermitRecord, RecordGate, Records,
+    Admission, Admit, AttemptGate, GateAsk, GateRecord, InOrder, PaceAsk, PaceRecord, PermitAsk, PermitRecord, Records,
 };
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::policy::{BreakerConfig, QuotaLimits};
-use gateway_core::ports::{PaceDecision, PaceLease, Permit, QuotaDecision, SourceKey};
+use gateway_core::ports::{PaceLease, Permit, SourceKey};
 use gateway_core::time::Timestamp;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -43,7 +43,7 @@ const CLASSES: [OutcomeClass; 6] = [
     OutcomeClass::SourceDead,
 ];
 
-/// `cases` random sequences on two backends of `kind`: one's records made by its `RecordGate`,
+/// `cases` random sequences on two backends of `kind`: one's attempts made by its `AttemptGate`,
 /// the other's one by one.
 pub fn records_sequences(kind: Kind<'_>, cases: u32) {
     let rt = runtime();
@@ -64,18 +64,17 @@ struct Held {
     permit: Option<Permit>,
 }
 
-/// One side of the comparison: a backend, its keys and its recorder.
+/// One side of the comparison: a backend, its keys and where its attempts go.
 struct Side<'a> {
     b: &'a Backend,
     gate: SourceKey,
     account: SourceKey,
-    admitter: Arc<dyn AdmitGate>,
-    recorder: Arc<dyn RecordGate>,
+    attempts: Arc<dyn AttemptGate>,
     held: Vec<Held>,
 }
 
 impl Side<'_> {
-    /// Admits an attempt through the side's admitter (the account, the gate, the permit, a
+    /// Admits an attempt through the side's `AttemptGate` (the account, the gate, the permit, a
     /// refusal handing back what was taken); what it came to, as text.
     async fn admit(&mut self, pacer: &PacerParams, limits: &QuotaLimits, tokens: u32) -> String {
         let p = params(breaker(), 3);
@@ -85,32 +84,23 @@ impl Side<'_> {
             // Every other attempt asks for no permit, as a source without local limits does.
             permit: tokens.is_multiple_of(2).then_some(PermitAsk { key: &self.gate, limits, tokens }),
         };
-        let admission = self.admitter.admit(&ask).await.unwrap();
-        let text = format!(
-            "{:?} {:?} {:?}",
-            admission.pace.as_ref().map(|p| match p {
-                PaceDecision::Granted(lease) => format!("{:?}", lease.lease),
-                paced => format!("{paced:?}"),
-            }),
-            admission.gate.as_ref().map(shown),
-            admission.permit.as_ref().map(|p| match p {
-                QuotaDecision::Granted(permit) => format!("permit {}", permit.id),
-                refused => format!("{refused:?}"),
-            })
-        );
-        let (Some(PaceDecision::Granted(lease)), Some(entry)) = (admission.pace, admission.gate) else { return text };
-        if !entry.is_admitted() {
-            return text;
-        }
-        match admission.permit {
-            Some(QuotaDecision::Granted(permit)) => self.held.push(Held { lease, entry, permit: Some(permit) }),
-            None => self.held.push(Held { lease, entry, permit: None }),
-            Some(QuotaDecision::Refused { .. }) => {}
+        let admission = self.attempts.admit(&ask).await.unwrap();
+        // Without the keys (each side has its own scope) and the incarnations (drawn per handle).
+        let text = match &admission {
+            Admission::Admitted { lease, entry, permit } => {
+                format!("admitted {:?} {} permit {:?}", lease.as_ref().map(|l| l.lease), shown(entry), permit.as_ref().map(|p| p.id))
+            }
+            Admission::Paced(paced) => format!("paced {paced:?}"),
+            Admission::Denied(entry) => format!("denied {}", shown(entry)),
+            Admission::Refused { entry, limit, retry_after } => format!("refused {} {limit:?} {retry_after:?}", shown(entry)),
+        };
+        if let Admission::Admitted { lease: Some(lease), entry, permit } = admission {
+            self.held.push(Held { lease, entry, permit });
         }
         text
     }
 
-    /// Ends attempt `pick` with `class`: its records through the side's recorder; the answer,
+    /// Ends attempt `pick` with `class`: its records through the side's `AttemptGate`; the answer,
     /// as text.
     async fn end(&mut self, pick: usize, class: OutcomeClass, rate: u16, tokens: u32, pacer: &PacerParams) -> String {
         let held = self.held.swap_remove(pick % self.held.len());
@@ -127,7 +117,7 @@ impl Side<'_> {
             // Some settles tell the other processes of the capacity freed (a message, no state).
             tell_others: tokens.is_multiple_of(5),
         };
-        let recorded = self.recorder.record(&records).await.unwrap();
+        let recorded = self.attempts.record(&records).await.unwrap();
         format!("limit {:?} gate {:?}", recorded.limit.map(f64::to_bits), recorded.gate.as_ref().map(shown))
     }
 
@@ -182,18 +172,10 @@ async fn records_sequence(combined: &Backend, reference: &Backend, steps: &[Step
         b: combined,
         gate: combined.key(&gate),
         account: combined.key(&account),
-        admitter: combined.admit.clone(),
-        recorder: combined.records.clone(),
+        attempts: combined.attempts.clone(),
         held: Vec::new(),
     };
-    let mut two = Side {
-        b: reference,
-        gate: reference.key(&gate),
-        account: reference.key(&account),
-        admitter: in_order.clone(),
-        recorder: in_order,
-        held: Vec::new(),
-    };
+    let mut two = Side { b: reference, gate: reference.key(&gate), account: reference.key(&account), attempts: in_order, held: Vec::new() };
     let mut now: Timestamp = START;
     let mut trace = String::new();
     for (i, &(advance_ms, op, pick, class, rate, tokens)) in steps.iter().enumerate() {

@@ -5,13 +5,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use gateway_core::breaker::{Gate, GateOp, GateParams, Reply};
-use gateway_core::combined::{AdmitGate, InOrder, RecordGate};
+use gateway_core::combined::{AttemptGate, InOrder};
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::policy::{BreakerConfig, BreakerPolicy};
 use gateway_core::ports::{AffinityMap, BreakerGate, PacerGate, QuotaGate, SourceKey};
 use gateway_core::time::{Clock, ManualClock, Timestamp};
 use gateway_memory::{MemoryAffinity, MemoryGates, MemoryPacer, MemoryQuota};
-use gateway_redis::{RedisAdmit, RedisAffinity, RedisConfig, RedisConnection, RedisGates, RedisPacer, RedisQuota, RedisRecords};
+use gateway_redis::{RedisAffinity, RedisAttempts, RedisConfig, RedisConnection, RedisGates, RedisPacer, RedisQuota};
 use std::future::Future;
 use std::hash::BuildHasher;
 use std::pin::Pin;
@@ -35,12 +35,9 @@ pub struct Backend {
     pub gates: Arc<dyn BreakerGate>,
     pub quota: Arc<dyn QuotaGate>,
     pub pacer: Arc<dyn PacerGate>,
-    /// Where an attempt's records go as one operation: on Redis one script, in memory the
-    /// ports one by one.
-    pub records: Arc<dyn RecordGate>,
-    /// Where an attempt's admission goes as one operation: on Redis one script, in memory the
-    /// ports one by one.
-    pub admit: Arc<dyn AdmitGate>,
+    /// Where an attempt's admission and records go, one operation each: on Redis one script
+    /// each, in memory the ports one by one.
+    pub attempts: Arc<dyn AttemptGate>,
     pub clock: Arc<ManualClock>,
     pub scope: String,
     memory: Option<(Arc<MemoryGates>, Arc<MemoryQuota>)>,
@@ -79,8 +76,7 @@ impl Backend {
                     gates: gates.clone(),
                     quota: quota.clone(),
                     pacer: pacer.clone(),
-                    records: Arc::new(InOrder { gates: gates.clone(), quota: quota.clone(), pacer: pacer.clone() }),
-                    admit: Arc::new(InOrder { gates: gates.clone(), quota: quota.clone(), pacer }),
+                    attempts: Arc::new(InOrder { gates: gates.clone(), quota: quota.clone(), pacer }),
                     clock,
                     scope,
                     memory: Some((gates, quota)),
@@ -95,8 +91,7 @@ impl Backend {
                     gates: Arc::new(gates.clone()),
                     quota: Arc::new(quota.clone()),
                     pacer: Arc::new(pacer.clone()),
-                    records: Arc::new(RedisRecords::new(gates.clone(), quota.clone(), pacer.clone())),
-                    admit: Arc::new(RedisAdmit::new(gates.clone(), quota.clone(), pacer)),
+                    attempts: Arc::new(RedisAttempts::new(gates.clone(), quota.clone(), pacer)),
                     clock,
                     scope,
                     memory: None,

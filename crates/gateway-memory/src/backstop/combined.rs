@@ -1,21 +1,22 @@
-//! `AdmitGate` and `RecordGate` on the shared backend with the local state behind it. An
-//! admission goes to the shared backend's one operation; while that cannot answer, part by part
-//! through the backstop's ports, each of which does what `on_unavailable` says (`fail_closed`
-//! refuses, `local` admits on the process's own state). An attempt the shared backend admitted has its records made there in one operation (asked again while it cannot
-//! answer, as every record is); an attempt any part of which a local gate, quota or pacer
-//! admitted (a degraded period's) has them made part by part through the backstop's ports,
-//! each of which sends its part where its admission was made.
+//! `AttemptGate` on the shared backend with the local state behind it.
+//! - An admission goes to the shared backend's one operation; while that cannot answer, part by
+//!   part through the backstop's ports, each of which does what `on_unavailable` says
+//!   (`fail_closed` refuses, `local` admits on the process's own state).
+//! - An attempt the shared backend admitted has its records made there in one operation (asked
+//!   again while it cannot answer, as every record is); an attempt any part of which a local
+//!   gate, quota or pacer admitted (a degraded period's) has them made part by part through the
+//!   backstop's ports, each of which sends its part where its admission was made.
 
 use super::ask::{Shared, ask, record};
 use super::{Backstop, BackstopGates, BackstopPacer, BackstopQuota, LOCAL_LEASE};
 use async_trait::async_trait;
-use gateway_core::combined::{Admission, Admit, AdmitGate, InOrder, RecordGate, Recorded, Records};
+use gateway_core::combined::{Admission, Admit, AttemptGate, InOrder, Recorded, Records};
 use gateway_core::ports::BackendError;
 use std::sync::Arc;
 
-/// `RecordGate` on a shared backend, with the backstop's ports behind it.
-pub struct BackstopRecords {
-    shared: Arc<dyn RecordGate>,
+/// `AttemptGate` on a shared backend, with the backstop's ports behind it.
+pub struct BackstopAttempts {
+    shared: Arc<dyn AttemptGate>,
     gates: Arc<BackstopGates>,
     quota: Arc<BackstopQuota>,
     backstop: Arc<Backstop>,
@@ -23,17 +24,18 @@ pub struct BackstopRecords {
     in_order: InOrder,
 }
 
-impl BackstopRecords {
-    /// The records of `shared`, with the backstop's `gates`, `quota` and `pacer` behind them.
+impl BackstopAttempts {
+    /// The admissions and records of `shared`, with the backstop's `gates`, `quota` and `pacer`
+    /// behind them.
     pub fn new(
-        shared: Arc<dyn RecordGate>,
+        shared: Arc<dyn AttemptGate>,
         gates: Arc<BackstopGates>,
         quota: Arc<BackstopQuota>,
         pacer: Arc<BackstopPacer>,
         backstop: Arc<Backstop>,
     ) -> Self {
         let in_order = InOrder { gates: gates.clone(), quota: quota.clone(), pacer };
-        BackstopRecords { shared, gates, quota, backstop, in_order }
+        BackstopAttempts { shared, gates, quota, backstop, in_order }
     }
 
     /// Whether a local admission made any part of `records`.
@@ -45,7 +47,19 @@ impl BackstopRecords {
 }
 
 #[async_trait]
-impl RecordGate for BackstopRecords {
+impl AttemptGate for BackstopAttempts {
+    async fn admit(&self, asked: &Admit<'_>) -> Result<Admission, BackendError> {
+        match ask(&self.backstop, self.shared.admit(asked)).await {
+            Shared::Answer(answer) => {
+                if let Ok(Admission::Admitted { entry, .. } | Admission::Denied(entry) | Admission::Refused { entry, .. }) = &answer {
+                    self.gates.remember(asked.gate.key, entry);
+                }
+                answer
+            }
+            Shared::Local => self.in_order.admit(asked).await,
+        }
+    }
+
     async fn record(&self, records: &Records<'_>) -> Result<Recorded, BackendError> {
         let Some(key) = records.key() else { return Ok(Recorded::default()) };
         if self.any_local(records) {
@@ -56,43 +70,5 @@ impl RecordGate for BackstopRecords {
             self.gates.remember(gate.key, reply);
         }
         Ok(recorded)
-    }
-}
-
-/// `AdmitGate` on a shared backend, with the backstop's ports behind it.
-pub struct BackstopAdmit {
-    shared: Arc<dyn AdmitGate>,
-    gates: Arc<BackstopGates>,
-    backstop: Arc<Backstop>,
-    /// The backstop's ports one by one.
-    in_order: InOrder,
-}
-
-impl BackstopAdmit {
-    /// The admissions of `shared`, with the backstop's `gates`, `quota` and `pacer` behind them.
-    pub fn new(
-        shared: Arc<dyn AdmitGate>,
-        gates: Arc<BackstopGates>,
-        quota: Arc<BackstopQuota>,
-        pacer: Arc<BackstopPacer>,
-        backstop: Arc<Backstop>,
-    ) -> Self {
-        let in_order = InOrder { gates: gates.clone(), quota, pacer };
-        BackstopAdmit { shared, gates, backstop, in_order }
-    }
-}
-
-#[async_trait]
-impl AdmitGate for BackstopAdmit {
-    async fn admit(&self, asked: &Admit<'_>) -> Result<Admission, BackendError> {
-        match ask(&self.backstop, self.shared.admit(asked)).await {
-            Shared::Answer(answer) => {
-                if let Ok(Admission { gate: Some(reply), .. }) = &answer {
-                    self.gates.remember(asked.gate.key, reply);
-                }
-                answer
-            }
-            Shared::Local => self.in_order.admit(asked).await,
-        }
     }
 }

@@ -31,7 +31,7 @@ mod quota;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-pub use combined::{BackstopAdmit, BackstopRecords};
+pub use combined::BackstopAttempts;
 pub use gates::BackstopGates;
 pub use outage::{Backstop, BackstopStats};
 pub use pacer::BackstopPacer;

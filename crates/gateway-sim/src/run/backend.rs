@@ -3,15 +3,13 @@
 
 use super::{Backend, RunConfig, RunError};
 use gateway_core::breaker::CircuitState;
-use gateway_core::combined::{AdmitGate, RecordGate};
+use gateway_core::combined::AttemptGate;
 use gateway_core::policy::ScopePolicy;
 use gateway_core::ports::{BreakerGate, PacerGate, QuotaGate, SourceKey};
 use gateway_core::time::{Clock, Timestamp};
-use gateway_memory::backstop::{
-    Backstop, BackstopAdmit, BackstopGates, BackstopPacer, BackstopQuota, BackstopRecords, OnUnavailable, RETRY_EVERY,
-};
+use gateway_memory::backstop::{Backstop, BackstopAttempts, BackstopGates, BackstopPacer, BackstopQuota, OnUnavailable, RETRY_EVERY};
 use gateway_memory::{MemoryGates, MemoryPacer, MemoryQuota};
-use gateway_redis::{RedisAdmit, RedisConfig, RedisConnection, RedisGates, RedisPacer, RedisQuota, RedisRecords};
+use gateway_redis::{RedisAttempts, RedisConfig, RedisConnection, RedisGates, RedisPacer, RedisQuota};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,7 +20,7 @@ pub(super) struct Gates {
     pub(super) pacer: Arc<dyn PacerGate>,
     /// Where an attempt's admission and records go as one operation each (Redis: one script
     /// each), if not the three ports one by one.
-    pub(super) combined: Option<(Arc<dyn AdmitGate>, Arc<dyn RecordGate>)>,
+    pub(super) attempts: Option<Arc<dyn AttemptGate>>,
     /// The Redis whose messages tell of capacity freed by the other processes.
     pub(super) redis_url: Option<String>,
     pub(super) memory: Option<(Arc<MemoryGates>, Arc<MemoryQuota>)>,
@@ -42,7 +40,7 @@ impl Gates {
                     gates: gates.clone(),
                     quota: quota.clone(),
                     pacer,
-                    combined: None,
+                    attempts: None,
                     redis_url: None,
                     memory: Some((gates, quota)),
                     redis: None,
@@ -55,20 +53,18 @@ impl Gates {
                 let conn = RedisConnection::connect(config).await?;
                 let (gates, quota, pacer) = (RedisGates::new(conn.clone()), RedisQuota::new(conn.clone()), RedisPacer::new(conn));
                 let backstop = Backstop::new(on_unavailable, clock, RETRY_EVERY);
-                let admit = Arc::new(RedisAdmit::new(gates.clone(), quota.clone(), pacer.clone()));
-                let records = Arc::new(RedisRecords::new(gates.clone(), quota.clone(), pacer.clone()));
+                let attempts = Arc::new(RedisAttempts::new(gates.clone(), quota.clone(), pacer.clone()));
                 let shared = (
                     Arc::new(BackstopGates::new(Arc::new(gates.clone()), backstop.clone())),
                     Arc::new(BackstopQuota::new(Arc::new(quota.clone()), backstop.clone())),
                     Arc::new(BackstopPacer::new(Arc::new(pacer), backstop.clone())),
                 );
-                let admitter = BackstopAdmit::new(admit, shared.0.clone(), shared.1.clone(), shared.2.clone(), backstop.clone());
-                let recorder = BackstopRecords::new(records, shared.0.clone(), shared.1.clone(), shared.2.clone(), backstop.clone());
+                let attempts = BackstopAttempts::new(attempts, shared.0.clone(), shared.1.clone(), shared.2.clone(), backstop.clone());
                 Ok(Gates {
                     gates: shared.0,
                     quota: shared.1,
                     pacer: shared.2,
-                    combined: Some((Arc::new(admitter), Arc::new(recorder))),
+                    attempts: Some(Arc::new(attempts)),
                     redis_url: Some(url.clone()),
                     memory: None,
                     redis: Some((gates, quota)),

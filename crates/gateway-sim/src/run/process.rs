@@ -27,8 +27,8 @@ fn build_client(
     salt: u64,
 ) -> Result<GatewayClient, RunError> {
     let mut builder = GatewayClient::builder();
-    if let Some((admitter, recorder)) = &gates.combined {
-        builder = builder.admitter(admitter.clone()).recorder(recorder.clone());
+    if let Some(attempts) = &gates.attempts {
+        builder = builder.attempts(attempts.clone());
     }
     builder
         .preset(config.preset)

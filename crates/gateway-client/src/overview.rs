@@ -112,12 +112,14 @@ impl GatewayClient {
             let gate = holders.gates.read(&key).await?;
             let retry_after = holders.gates.retry_after(std::slice::from_ref(&(key.clone(), params))).await?;
             let aimd_limit = match &account {
-                Some((account, _)) if limits.contains_key(account) => limits.get(account).copied(),
-                Some((account, pacer)) => {
-                    let limit = holders.pacer.read(account, pacer).await?.limit;
-                    limits.insert(account.clone(), limit);
-                    Some(limit)
-                }
+                Some((account, pacer)) => match limits.get(account) {
+                    Some(&limit) => Some(limit),
+                    None => {
+                        let limit = holders.pacer.read(account, pacer).await?.limit;
+                        limits.insert(account.clone(), limit);
+                        Some(limit)
+                    }
+                },
                 None => None,
             };
             all.push(SourceStatus {

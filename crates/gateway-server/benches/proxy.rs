@@ -7,8 +7,8 @@
 //! requests a second arrive evenly, one every 0.39 ms, as 64 clients offset over the period
 //! send them: the row the target is read on) and on tokio's 1 ms timer tick (the same offsets,
 //! which the tick gathers into bursts of two or three requests at once: what the bench measured
-//! until 2026-12-04, kept to show the bursts' cost). `cargo bench -p gateway-server --bench proxy`;
-//! the figures go to docs/PERFORMANCE.md. (Not criterion: the question is latency percentiles
+//! until 2026-12-04, kept to show the bursts' cost). `cargo bench -p gateway-server --bench proxy`
+//! (`-- 64 closed` for the rows whose label holds those words); the figures go to docs/PERFORMANCE.md. (Not criterion: the question is latency percentiles
 //! under concurrency, which criterion's sampling does not measure.) The latency rows (one
 //! client, and 64 paced) run on one thread, the saturation row on two workers (see `main`).
 
@@ -151,6 +151,13 @@ fn ms(d: Duration) -> f64 {
 /// One row of the table: `clients` on `runtime` (a fresh mock and proxy served there), direct
 /// and through the proxy, in the same run.
 fn row(runtime: &tokio::runtime::Runtime, clients: usize, name: &str, load: Load, total: usize) {
+    // `cargo bench --bench proxy -- WORD…`: only the rows whose "clients load" holds every word
+    // (to profile one row).
+    let label = format!("{clients} {name}");
+    let words: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    if !words.iter().all(|word| label.contains(word.as_str())) {
+        return;
+    }
     runtime.block_on(async {
         let mock = mock_provider().await;
         let provider = mock.root();

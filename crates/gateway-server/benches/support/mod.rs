@@ -1,6 +1,11 @@
 //! What the proxy benchmarks share: the proxy on loopback in front of a mock provider (each
 //! bench serves its own with gateway-mock).
 
+/// The allocator the `gateway-server` binary runs with: a bench in this process measures the
+/// proxy as deployed (both paths of a row share it).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A gateway-server with one scope `chat` whose one source `mock` is `provider` (plus the
 /// source keys of `extra`, TOML lines); its root URL.
 pub async fn proxy(provider: &str, extra: &str) -> String {

@@ -32,6 +32,10 @@ pub(crate) enum Pick {
         pushed_back: Vec<(usize, Duration)>,
         /// Some account's learned limit refused a source (not only the tenant's own quota).
         paced: bool,
+        /// The soonest that time alone lifts a refusal (a gate's cooldown, a budget's refill or
+        /// reset, the spacing below one in flight, a quota's rate window); `None` when only
+        /// releases free what refused (they wake the line).
+        ready_in: Option<Duration>,
     },
 }
 
@@ -41,8 +45,9 @@ pub(crate) enum Pick {
 enum Tried {
     /// Admitted: the attempt's slot.
     Admitted(Slot),
-    /// Skipped for this reason.
-    Skipped(SkipReason),
+    /// Skipped for this reason; time alone lifts it after `ready_in`, when that is known (a
+    /// gate's cooldown, a budget's refill, a quota's window).
+    Skipped { reason: SkipReason, ready_in: Option<Duration> },
     /// Its account asked, by a 429's Retry-After, to be left alone this long.
     PushedBack(Duration),
 }
@@ -54,8 +59,8 @@ fn away(scope: &Partition, source: usize, now: Timestamp, remaining_stall: Durat
     let away = scope.pushed_back(source).saturating_since(now);
     if away > remaining_stall {
         Some(Tried::PushedBack(away))
-    } else if scope.local().memo.active(source, now) {
-        Some(Tried::Skipped(SkipReason::Cooldown))
+    } else if let Some(left) = scope.local().memo.remaining(source, now) {
+        Some(Tried::Skipped { reason: SkipReason::Cooldown, ready_in: Some(left) })
     } else if !away.is_zero() {
         Some(Tried::PushedBack(away))
     } else {
@@ -137,6 +142,7 @@ impl SourceAdmission {
         // A source whose answer was more than the call can hold is not asked again.
         order.retain(|&source| !call.machine.is_spent(source));
         let (mut gate_rejections, mut pushed_back, mut paced) = (0, Vec::new(), false);
+        let mut ready_in: Option<Duration> = None;
         for source in order {
             match self.try_source(scope, call, source, estimated_tokens).await? {
                 Tried::Admitted(slot) => return Ok(Pick::Slot(slot)),
@@ -144,14 +150,18 @@ impl SourceAdmission {
                     pushed_back.push((source, away));
                     call.skipped(scope.source_name(source), SkipReason::RateLimited);
                 }
-                Tried::Skipped(reason) => {
+                Tried::Skipped { reason, ready_in: timed } => {
                     gate_rejections += usize::from(reason.is_gate_rejection());
                     paced |= reason == SkipReason::AdaptivePaced;
+                    ready_in = match (ready_in, timed) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
                     call.skipped(scope.source_name(source), reason);
                 }
             }
         }
-        Ok(Pick::Blocked { gate_rejections, pushed_back, paced })
+        Ok(Pick::Blocked { gate_rejections, pushed_back, paced, ready_in })
     }
 
     /// One source through memo → AIMD → gate → quota: the memo here, the rest as one admission
@@ -165,16 +175,19 @@ impl SourceAdmission {
         }
         // 2.-4. the account's learned limit, the gate, the quota
         let (lease, entry, permit) = match admit(&self.holders, scope, source, estimated_tokens).await.map_err(|e| call.backend(e))? {
-            Admission::Paced(_) => return Ok(Tried::Skipped(SkipReason::AdaptivePaced)),
+            Admission::Paced(paced) => return Ok(Tried::Skipped { reason: SkipReason::AdaptivePaced, ready_in: paced.ready_in }),
             Admission::Denied(entry) => {
                 self.gate_event(scope, source, &entry);
                 // retry_after is 0 unless OPEN: a HALF_OPEN denial never memoes the source.
                 scope.local().memo.note_denial(source, self.clock.now(), entry.retry_after);
-                return Ok(Tried::Skipped(SkipReason::CircuitOpen));
+                let ready_in = Some(entry.retry_after).filter(|wait| !wait.is_zero());
+                return Ok(Tried::Skipped { reason: SkipReason::CircuitOpen, ready_in });
             }
-            Admission::Refused { entry, .. } => {
+            Admission::Refused { entry, retry_after, .. } => {
                 self.gate_event(scope, source, &entry);
-                return Ok(Tried::Skipped(SkipReason::RateLimited));
+                // A rate window's wait; a concurrency limit alone says 0: a release frees it.
+                let ready_in = Some(retry_after).filter(|wait| !wait.is_zero());
+                return Ok(Tried::Skipped { reason: SkipReason::RateLimited, ready_in });
             }
             Admission::Admitted { lease, entry, permit } => (lease, entry, permit),
         };

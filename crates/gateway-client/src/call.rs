@@ -287,7 +287,7 @@ impl CallLoop<'_> {
                                 return Ok(Delivered::Stream(stream));
                             }
                         }
-                        Pick::Blocked { gate_rejections, pushed_back, paced } => {
+                        Pick::Blocked { gate_rejections, pushed_back, paced, ready_in } => {
                             turn.blocked(paced);
                             waiting_for = if paced || !pushed_back.is_empty() {
                                 "account"
@@ -296,7 +296,7 @@ impl CallLoop<'_> {
                             } else {
                                 "quota"
                             };
-                            let (blocked, progress) = (Picked::Blocked { gate_rejections, pushed_back }, scope.local().progress);
+                            let (blocked, progress) = (Picked::Blocked { gate_rejections, pushed_back, ready_in }, scope.local().progress);
                             call.machine.on_pick(blocked, clock.now(), progress, &mut *self.admission.rng());
                         }
                     }

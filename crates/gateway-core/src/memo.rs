@@ -33,6 +33,11 @@ impl Memo {
         }
     }
 
+    /// How long `source` is still skipped at `now`, if it is.
+    pub fn remaining(&self, source: usize, now: Timestamp) -> Option<Duration> {
+        self.until.get(source).filter(|&&until| now < until).map(|until| until.saturating_since(now))
+    }
+
     /// Whether `source` is skipped at `now`.
     pub fn active(&self, source: usize, now: Timestamp) -> bool {
         self.until.get(source).is_some_and(|&until| now < until)

@@ -52,6 +52,17 @@ local function left(b, t, spent)
   return math.min(b.rem + b.refill * elapsed, b.full) - math.max(spent - b.spent, 0)
 end
 
+-- When `need` is left of budget b again, if less is left at t (budget.rs's ready_at): the
+-- refill's first whole millisecond that covers it, or the reset; nil when enough is left.
+local function ready_at(b, t, spent, need)
+  local short = need - left(b, t, spent)
+  if short <= 0 then return nil end
+  if b.refill > 0 and need + math.max(spent - b.spent, 0) <= b.full then
+    return math.min(t + math.ceil(short / b.refill), b.till)
+  end
+  return b.till
+end
+
 local function int(x) if x == nil then return nil end return string.format('%d', x) end
 local function flt(x) if x == nil then return nil end return fmt(x) end
 

@@ -123,7 +123,12 @@ pub(crate) fn parse_acquire(key: &SourceKey, reply: Value) -> Result<PaceDecisio
         return Ok(PaceDecision::Granted(PaceLease { key: key.clone(), lease }));
     }
     let inflight = u32::try_from(count(key, items.get(2))?).unwrap_or(u32::MAX);
-    Ok(PaceDecision::Paced(Paced { limit: limit_of(key, items.get(1))?, inflight }))
+    let ready_in = match items.get(3).and_then(Value::as_i64) {
+        Some(-1) => None,
+        Some(ms) => Some(Duration::from_millis(u64::try_from(ms).map_err(|_| malformed(key, format!("ready_in {ms}")))?)),
+        None => return Err(malformed(key, format!("acquire reply without ready_in: {items:?}"))),
+    };
+    Ok(PaceDecision::Paced(Paced { limit: limit_of(key, items.get(1))?, inflight, ready_in }))
 }
 
 /// A reported budget as the release script reads it: limit, remaining, reset in ms ('' each

@@ -77,7 +77,7 @@ pub fn check(run: &RunResult) -> Vec<Invariant> {
 /// stall window plus the last sleep it may start (a poll, or a back-off of at most its cap).
 fn waited_past_the_bound(run: &RunResult, counted: impl Fn(&gateway_core::telemetry::CallEvent) -> bool) -> Option<String> {
     let p = &run.policy;
-    let bound = p.stall_window + p.poll_interval.max(p.backoff.cap);
+    let bound = p.stall_window + p.nap_jitter.max(p.backoff.cap);
     run.call_events
         .iter()
         .find(|c| counted(c) && c.waited > bound)

@@ -105,7 +105,7 @@ fn the_report_reads_throughput_against_capacity_and_waits_apart_from_call_time()
     assert!(summary.wait_p50_s <= summary.wait_p95_s && summary.wait_p95_s <= summary.wait_p99_s);
     assert!(summary.wait_p99_s <= summary.call_time_p99_s, "a wait is part of its call: {summary:?}");
     // Invariant 9 catches a call that waited past the stall bound, naming it.
-    let bound = result.policy.stall_window + result.policy.poll_interval.max(result.policy.backoff.cap);
+    let bound = result.policy.stall_window + result.policy.nap_jitter.max(result.policy.backoff.cap);
     let call = &mut result.call_events[7];
     call.waited = bound + std::time::Duration::from_millis(1);
     let id = call.call_id;

@@ -68,12 +68,12 @@ pub async fn pacer_starts_at_eight_or_its_ceiling_and_grants_up_to_its_limit(b: 
     for _ in 0..8 {
         granted(&*b.pacer, &b, "k1", &PARAMS).await;
     }
-    assert_eq!(paced(&*b.pacer, &b, "k1", &PARAMS).await, Paced { limit: 8.0, inflight: 8 });
+    assert_eq!(paced(&*b.pacer, &b, "k1", &PARAMS).await, Paced { limit: 8.0, inflight: 8, ready_in: None });
     let narrow = PacerParams { ceiling: 3.0, ..PARAMS };
     for _ in 0..3 {
         granted(&*b.pacer, &b, "k2", &narrow).await;
     }
-    assert_eq!(paced(&*b.pacer, &b, "k2", &narrow).await, Paced { limit: 3.0, inflight: 3 }, "accounts are separate");
+    assert_eq!(paced(&*b.pacer, &b, "k2", &narrow).await, Paced { limit: 3.0, inflight: 3, ready_in: None }, "accounts are separate");
     let fresh = AccountReading { limit: 8.0, inflight: 0, learned: None };
     assert_eq!(b.pacer.read(&b.key("never-used"), &PARAMS).await.unwrap(), fresh);
     assert_eq!(b.pacer.read(&b.key("k1"), &PARAMS).await.unwrap(), AccountReading { inflight: 8, ..fresh });
@@ -154,7 +154,7 @@ pub async fn pacer_leases_of_a_crashed_worker_expire(b: Backend) {
     b.at(0.0);
     granted(&*b.pacer, &b, "k1", &one).await; // never released
     b.at(59.999);
-    assert_eq!(paced(&*b.pacer, &b, "k1", &one).await, Paced { limit: 1.0, inflight: 1 });
+    assert_eq!(paced(&*b.pacer, &b, "k1", &one).await, Paced { limit: 1.0, inflight: 1, ready_in: None });
     b.at(60.0);
     assert_eq!(b.pacer.read(&b.key("k1"), &one).await.unwrap().inflight, 0);
     granted(&*b.pacer, &b, "k1", &one).await;
@@ -180,8 +180,8 @@ pub async fn pacer_two_processes_respect_one_limit(b: Backend) {
     assert_eq!(other.release(&theirs[1], Decrease, None, &PARAMS).await.unwrap(), cut, "no second cut in one round trip");
     // Four in flight against 4.2: one more fits, on either side, then neither.
     granted(&*other, &b, "k1", &PARAMS).await;
-    assert_eq!(paced(&*other, &b, "k1", &PARAMS).await, Paced { limit: cut, inflight: 5 });
-    assert_eq!(paced(&*b.pacer, &b, "k1", &PARAMS).await, Paced { limit: cut, inflight: 5 });
+    assert_eq!(paced(&*other, &b, "k1", &PARAMS).await, Paced { limit: cut, inflight: 5, ready_in: None });
+    assert_eq!(paced(&*b.pacer, &b, "k1", &PARAMS).await, Paced { limit: cut, inflight: 5, ready_in: None });
     assert!(matches!(b.pacer.try_acquire(&b.key("k2"), &PARAMS, 1).await.unwrap(), PaceDecision::Granted(_)), "another account is its own");
 }
 

@@ -112,7 +112,8 @@ async fn pacer_sequence(b: &Backend, ceiling: f64, share: u8, steps: &[Step], re
             match (expected, got) {
                 (Ok(lease), PaceDecision::Granted(granted)) if granted.lease == lease => leases.push(granted),
                 (Err(paced), PaceDecision::Paced(got))
-                    if got.inflight == paced.inflight && got.limit.to_bits() == paced.limit.to_bits() => {}
+                    if got.inflight == paced.inflight && got.limit.to_bits() == paced.limit.to_bits() && got.ready_in == paced.ready_in => {
+                }
                 (_, got) => return Err(fail(&trace, i, format!("the backend decided {got:?}"))),
             }
         } else {

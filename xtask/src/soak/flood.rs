@@ -16,8 +16,9 @@ pub(super) fn run_flood(o: &Options, flood: &Flood, runs: &mut Runs, failures: &
     let alone = flooded.alone(&flood.tenant).ok_or_else(|| format!("flood.tenant: no tenant {:?}", flood.tenant))?;
     let own = Options { calls: None, callers: None, isolation: None, ..o.clone() };
     let wait = |summary: &gateway_sim::report::Summary| summary.tenants.get(&flood.tenant).map_or(0.0, |t| t.wait_p95_s);
-    // Waits shorter than one poll are no wait to compare (a ratio of two near-zeros is noise).
-    let floor = flooded.scope().map_err(|e| e.to_string())?.poll_interval.as_secs_f64();
+    // Waits shorter than a nap's spread are no wait to compare (a ratio of two near-zeros is
+    // noise).
+    let floor = flooded.scope().map_err(|e| e.to_string())?.nap_jitter.as_secs_f64();
     for &seed in &o.seeds {
         let mut pair = Vec::new();
         for (label, scenario) in [("alone", &alone), ("flooded", &flooded)] {

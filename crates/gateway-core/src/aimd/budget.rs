@@ -10,6 +10,7 @@
 
 use crate::request::RateReport;
 use crate::time::Timestamp;
+use std::time::Duration;
 
 /// What an advertised request limit lets the account's limit reach: this many times the
 /// requests per round trip it allows (Little's law, with room for the round trip's spread).
@@ -57,6 +58,24 @@ impl Budget {
         }
         let elapsed = now.saturating_since(self.at).as_millis() as f64;
         (self.remaining + self.refill * elapsed).min(self.full) - spent.saturating_sub(self.spent) as f64
+    }
+}
+
+impl Budget {
+    /// When `need` is left again, if less is left at `now` (the account having spent `spent` in
+    /// all): the refill's first whole millisecond that covers it, or the reset when the refill
+    /// cannot (none, or more than the budget holds).
+    pub(crate) fn ready_at(&self, now: Timestamp, spent: u64, need: f64) -> Option<Timestamp> {
+        let short = need - self.left(now, spent);
+        if short <= 0.0 {
+            return None;
+        }
+        let drawn = spent.saturating_sub(self.spent) as f64;
+        if self.refill > 0.0 && need + drawn <= self.full {
+            let refilled = now.saturating_add(Duration::from_millis((short / self.refill).ceil() as u64));
+            return Some(refilled.min(self.until));
+        }
+        Some(self.until)
     }
 }
 

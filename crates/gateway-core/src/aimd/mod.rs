@@ -120,6 +120,10 @@ pub struct Paced {
     pub limit: f64,
     /// Leases in flight.
     pub inflight: u32,
+    /// How long until time alone lifts what refused (below one in flight, the spacing since the
+    /// last attempt; a reported budget, its refill or its reset), when that refused; `None`
+    /// when only a release frees a place (its waiters are woken by it, SPEC §6).
+    pub ready_in: Option<Duration>,
 }
 
 /// An account as a status page reads it: its learned limit, the leases in flight, and the
@@ -233,12 +237,15 @@ impl AccountPacer {
     pub fn try_acquire(&mut self, params: &PacerParams, tokens: u32, now: Timestamp) -> Result<Lease, Paced> {
         self.leases.retain(|(_, expires)| *expires > now);
         let inflight = u32::try_from(self.leases.len()).unwrap_or(u32::MAX);
-        let early = self.limit < 1.0 && self.ready_at.is_some_and(|ready| now < ready);
+        let early = self.ready_at.filter(|ready| self.limit < 1.0 && now < *ready);
         let cost = f64::from(tokens.max(1));
-        let spent = self.requests.is_some_and(|b| b.left(now, self.next_id) < 1.0)
-            || self.tokens.is_some_and(|b| b.left(now, self.tokens_spent) < cost);
-        if f64::from(inflight) >= self.limit || early || spent {
-            return Err(Paced { limit: self.limit, inflight });
+        let requests = self.requests.and_then(|b| b.ready_at(now, self.next_id, 1.0));
+        let tokens_ready = self.tokens.and_then(|b| b.ready_at(now, self.tokens_spent, cost));
+        // Time lifts a refusal of these when the last of them lifts.
+        let timed = [early, requests, tokens_ready].into_iter().flatten().max();
+        if f64::from(inflight) >= self.limit || timed.is_some() {
+            let ready_in = timed.map(|ready| ready.saturating_since(now));
+            return Err(Paced { limit: self.limit, inflight, ready_in });
         }
         self.next_id += 1;
         self.tokens_spent = self.tokens_spent.saturating_add(u64::from(tokens.max(1)));

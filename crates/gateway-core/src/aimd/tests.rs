@@ -158,7 +158,8 @@ fn below_one_in_flight_the_account_is_paced_and_cut_without_a_burst() {
     assert_eq!(round(&mut p, 4020, 5, Decrease), 0.7);
     // One at a time, the next (1/0.7 − 1) × 1000 ms = 428 ms after the last ended.
     assert_eq!(p.ready_at, Some(ms(4025 + 428)));
-    assert_eq!(p.try_acquire(&PARAMS, 1, ms(4452)), Err(Paced { limit: 0.7, inflight: 0 }));
+    let spacing = Paced { limit: 0.7, inflight: 0, ready_in: Some(Duration::from_millis(1)) };
+    assert_eq!(p.try_acquire(&PARAMS, 1, ms(4452)), Err(spacing), "time alone lifts the spacing: its end is told");
     let lease = p.try_acquire(&PARAMS, 1, ms(4453)).unwrap();
     assert!(p.try_acquire(&PARAMS, 1, ms(4453)).is_err(), "one at a time");
     // Below one a current 429 cuts alone, down to the floor.
@@ -179,7 +180,8 @@ fn a_lease_left_unreleased_expires() {
     let one = PacerParams { ceiling: 1.0, ..PARAMS };
     let mut p = AccountPacer::new(&one);
     let _lost = p.try_acquire(&one, 1, ms(0)).unwrap();
-    assert_eq!(p.try_acquire(&one, 1, ms(30_000)), Err(Paced { limit: 1.0, inflight: 1 }));
+    let full = Paced { limit: 1.0, inflight: 1, ready_in: None };
+    assert_eq!(p.try_acquire(&one, 1, ms(30_000)), Err(full), "a release frees the place: no time is told");
     assert_eq!(p.inflight(ms(59_999)), 1);
     assert!(p.try_acquire(&one, 1, ms(60_000)).is_ok(), "a crashed worker's lease ended by itself");
 }
@@ -194,7 +196,9 @@ fn no_requests_left_grants_nothing_until_the_reset() {
     let lease = p.try_acquire(&PARAMS, 1, ms(0)).unwrap();
     // Counted at the grant (0 ms): none left, full again 2 s later; no limit advertised.
     p.release(lease, Increase, Some(&requests(None, 0, 2000)), &PARAMS, ms(500));
-    assert_eq!(p.try_acquire(&PARAMS, 1, ms(1999)), Err(Paced { limit: p.limit(), inflight: 0 }), "a certain 429 is not sent");
+    let spent = Paced { limit: p.limit(), inflight: 0, ready_in: Some(Duration::from_millis(1)) };
+    assert_eq!(p.try_acquire(&PARAMS, 1, ms(1999)), Err(spent), "a certain 429 is not sent; the reset is told");
+    assert_eq!(p.try_acquire(&PARAMS, 1, ms(500)).unwrap_err().ready_in, Some(Duration::from_millis(1500)));
     assert!(p.try_acquire(&PARAMS, 1, ms(2000)).is_ok(), "at the reset the account grants again");
 }
 
@@ -209,8 +213,9 @@ fn what_is_left_refills_and_is_drawn_down_by_later_leases() {
     p.release(reporting, Increase, Some(&requests(Some(6000), 2, 5_998_000)), &PARAMS, ms(100));
     // `later`, granted after it was counted, spent one of the two.
     assert!(p.try_acquire(&PARAMS, 1, ms(100)).is_ok(), "the last one left");
-    assert!(p.try_acquire(&PARAMS, 1, ms(100)).is_err(), "none left");
-    assert!(p.try_acquire(&PARAMS, 1, ms(999)).is_err());
+    let none_left = p.try_acquire(&PARAMS, 1, ms(100)).unwrap_err();
+    assert_eq!(none_left.ready_in, Some(Duration::from_millis(900)), "none left; the refill's next one is told");
+    assert_eq!(p.try_acquire(&PARAMS, 1, ms(999)).unwrap_err().ready_in, Some(Duration::from_millis(1)));
     assert!(p.try_acquire(&PARAMS, 1, ms(1000)).is_ok(), "one refilled after a second");
     // A report counted before the one kept changes nothing.
     p.release(older, Increase, Some(&requests(Some(6000), 6000, 0)), &PARAMS, ms(1100));
@@ -224,7 +229,8 @@ fn tokens_left_are_weighed_against_the_calls_estimate() {
     let lease = p.try_acquire(&PARAMS, 100, ms(0)).unwrap();
     let tokens = RateSignal { requests: None, tokens: Some(RateReport { limit: None, remaining: 500, reset: Duration::from_secs(10) }) };
     p.release(lease, Increase, Some(&tokens), &PARAMS, ms(10));
-    assert!(p.try_acquire(&PARAMS, 600, ms(20)).is_err(), "600 estimated, 500 left");
+    let too_many = p.try_acquire(&PARAMS, 600, ms(20)).unwrap_err();
+    assert_eq!(too_many.ready_in, Some(Duration::from_millis(9980)), "600 estimated, 500 left: no refill, the reset is told");
     assert!(p.try_acquire(&PARAMS, 300, ms(20)).is_ok());
     assert!(p.try_acquire(&PARAMS, 300, ms(20)).is_err(), "the first 300 were drawn from it");
     assert!(p.try_acquire(&PARAMS, 200, ms(20)).is_ok());

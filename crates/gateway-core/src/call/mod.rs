@@ -31,8 +31,10 @@ pub struct CallRules {
     pub structured_max_retries: u32,
     /// How long a call may go without an attempt in flight while its scope makes no progress.
     pub stall_window: Duration,
-    /// The poll interval of a waiting call.
+    /// The fallback poll of a call waiting in line for capacity.
     pub poll_interval: Duration,
+    /// The spread added to a hinted nap; also how far past its stall bound a call may sleep.
+    pub nap_jitter: Duration,
     /// The back-off between attempts.
     pub backoff: Backoff,
     /// What a call does when the breaker refused every source.
@@ -53,6 +55,7 @@ impl CallRules {
             structured_max_retries: policy.structured_max_retries,
             stall_window: policy.stall_window,
             poll_interval: policy.poll_interval,
+            nap_jitter: policy.nap_jitter,
             backoff: policy.backoff,
             circuit_open: policy.circuit_open,
             quota_full: policy.quota_full,
@@ -76,6 +79,10 @@ pub enum Picked {
         gate_rejections: usize,
         /// Sources a 429 asked to be left alone, with the time left.
         pushed_back: Vec<(usize, Duration)>,
+        /// The soonest that time alone lifts a source's refusal (a gate's cooldown, a reported
+        /// budget, a quota's window, the spacing below one in flight); `None` when only
+        /// releases can, which wake the line.
+        ready_in: Option<Duration>,
     },
 }
 
@@ -226,16 +233,16 @@ impl CallMachine {
                 Next::AskRetryAfter { except }
             }
             Phase::Ready if self.stall.stalled(&progress, self.rules.stall_window, now) => Next::Fail(Failure::Stalled),
-            Phase::Ready => Next::Pick { patience: self.remaining_stall(now) + self.rules.poll_interval },
+            Phase::Ready => Next::Pick { patience: self.remaining_stall(now) + self.rules.nap_jitter },
         }
     }
 
     /// The pick's result. A source starts an attempt now; a pick that found none decides, by
     /// the reason the sources were refused, between failing fast and napping (SPEC §6).
     pub fn on_pick<R: Rng + ?Sized>(&mut self, picked: Picked, now: Timestamp, progress: ScopeProgress, rng: &mut R) {
-        let (gate_rejections, pushed_back) = match picked {
+        let (gate_rejections, pushed_back, ready_in) = match picked {
             Picked::Source(_) => return self.on_attempt_started(now),
-            Picked::Blocked { gate_rejections, pushed_back } => (gate_rejections, pushed_back),
+            Picked::Blocked { gate_rejections, pushed_back, ready_in } => (gate_rejections, pushed_back, ready_in),
         };
         let rules = &self.rules;
         let stalled = self.stall.stalled(&progress, rules.stall_window, now);
@@ -250,8 +257,9 @@ impl CallMachine {
             Blocked::FailRateLimited => Phase::Decided(Next::Fail(Failure::RateLimited { retry_after: shortest(&past) })),
             Blocked::FailQuotaExhausted => Phase::Decided(Next::Fail(Failure::QuotaExhausted)),
             Blocked::FailStalled => Phase::Decided(Next::Fail(Failure::Stalled)),
-            // Some source is only quota- or AIMD-blocked: wait in line for capacity.
-            Blocked::Wait { gate_hint: false, pushback: false } => Phase::Decided(self.nap(Duration::ZERO, now, true, rng)),
+            // Some source is only quota- or AIMD-blocked: wait in line for capacity, until a
+            // release wakes the line, time gives some back, or the fallback poll.
+            Blocked::Wait { gate_hint: false, pushback: false } => Phase::Decided(self.wait_in_line(ready_in, now)),
             // Only 429 pushbacks within the stall budget: wait out the shortest, out of line.
             Blocked::Wait { gate_hint: false, pushback: true } => Phase::Decided(self.nap(shortest(&within), now, false, rng)),
             // The pushed-back sources' gates are closed (a 0 hint): the wait is for the others,
@@ -283,8 +291,17 @@ impl CallMachine {
     }
 
     fn nap<R: Rng + ?Sized>(&self, hint: Duration, now: Timestamp, in_line: bool, rng: &mut R) -> Next {
-        let duration = nap(hint, self.rules.poll_interval, self.remaining_stall(now), rng);
+        let duration = nap(hint, self.rules.nap_jitter, self.remaining_stall(now), rng);
         Next::Sleep { duration, in_line }
+    }
+
+    /// A wait in line for capacity: until `ready_in` (when time gives some back), else the
+    /// fallback poll; never more than a nap's spread past the stall bound. A release wakes the
+    /// line sooner (SPEC §6).
+    fn wait_in_line(&self, ready_in: Option<Duration>, now: Timestamp) -> Next {
+        let poll = self.rules.poll_interval;
+        let until = ready_in.map_or(poll, |ready| ready.min(poll));
+        Next::Sleep { duration: until.min(self.remaining_stall(now) + self.rules.nap_jitter), in_line: true }
     }
 
     /// Whether an attempt of `class` spends one of the call's retries.
@@ -348,7 +365,7 @@ impl CallMachine {
         let backoff = self.rules.backoff;
         let delay = if honour_retry_after { backoff.pushback(self.backoffs, retry_after, rng) } else { backoff.delay(self.backoffs, rng) };
         self.backoffs += 1;
-        let bound = (self.remaining_stall(at) + self.rules.poll_interval).max(backoff.cap);
+        let bound = (self.remaining_stall(at) + self.rules.nap_jitter).max(backoff.cap);
         Next::Sleep { duration: delay.min(bound), in_line: false }
     }
 

@@ -44,8 +44,12 @@ pub struct ScopeConfig {
     pub structured_stream: Option<crate::stream::StructuredStream>,
     /// Stall bound in seconds (default 300).
     pub stall_window_s: Option<f64>,
-    /// Poll interval of a waiting call in seconds (default 0.05).
+    /// The fallback poll of a call waiting in line for capacity, in seconds (default 1, at most
+    /// the stall window): releases and time's own hints wake it; the poll covers a lost wake.
     pub poll_interval_s: Option<f64>,
+    /// The spread added to a nap whose end a hint says (a gate's retry, a 429's pushback), in
+    /// seconds (default 0.05).
+    pub nap_jitter_s: Option<f64>,
     /// Concurrency of the scope: the AIMD ceiling (default 64).
     pub concurrency: Option<u32>,
     /// The window of the limits providers advertise in their rate-limit headers, in seconds
@@ -146,8 +150,10 @@ pub struct ScopePolicy {
     pub structured_stream: crate::stream::StructuredStream,
     /// Stall bound of a waiting call.
     pub stall_window: Duration,
-    /// Poll interval of a waiting call.
+    /// The fallback poll of a call waiting in line.
     pub poll_interval: Duration,
+    /// The spread added to a hinted nap.
+    pub nap_jitter: Duration,
     /// Scope concurrency: the AIMD ceiling.
     pub concurrency: u32,
     /// The window of the limits providers advertise.
@@ -211,7 +217,8 @@ impl ScopeConfig {
             structured_max_retries: f.int("structured_max_retries", self.structured_max_retries.unwrap_or(2), 0, 100)?,
             structured_stream: self.structured_stream.unwrap_or_default(),
             stall_window,
-            poll_interval: f.secs("poll_interval_s", self.poll_interval_s.unwrap_or(stall_window_s.min(0.05)), 0.001, stall_window_s)?,
+            poll_interval: f.secs("poll_interval_s", self.poll_interval_s.unwrap_or(stall_window_s.min(1.0)), 0.001, stall_window_s)?,
+            nap_jitter: f.secs("nap_jitter_s", self.nap_jitter_s.unwrap_or(stall_window_s.min(0.05)), 0.001, stall_window_s)?,
             concurrency: f.int("concurrency", self.concurrency.unwrap_or(64), 1, 1_000_000)?,
             rate_limit_window: f.secs("rate_limit_window_s", self.rate_limit_window_s.unwrap_or(60.0), 0.001, DAY_S)?,
             backoff,

@@ -28,7 +28,8 @@ fn defaults_follow_the_spec() {
     assert_eq!((p.circuit_open, p.quota_full), (WaitMode::FailFast, WaitMode::Wait));
     assert_eq!((p.max_retries, p.structured_max_retries), (3, 2));
     assert_eq!(p.stall_window, Duration::from_secs(300));
-    assert_eq!(p.poll_interval, Duration::from_millis(50));
+    assert_eq!(p.poll_interval, Duration::from_secs(1));
+    assert_eq!(p.nap_jitter, Duration::from_millis(50));
     assert_eq!(p.selector, SelectorKind::HealthAware);
     assert_eq!(p.sources[0].timeout, Duration::from_secs(60));
 }
@@ -77,6 +78,9 @@ fn scope_and_source_errors_are_named() {
     let mut bad_poll = scope(required());
     bad_poll.poll_interval_s = Some(400.0);
     assert!(err(&bad_poll).starts_with("chat.poll_interval_s: value 400 is out of range"));
+    let mut bad_jitter = scope(required());
+    bad_jitter.nap_jitter_s = Some(0.0);
+    assert!(err(&bad_jitter).starts_with("chat.nap_jitter_s: value 0 is out of range"), "{}", err(&bad_jitter));
     let mut bad_backoff = scope(required());
     bad_backoff.backoff_cap_s = Some(0.1);
     assert!(err(&bad_backoff).starts_with("chat.backoff_cap_s: value 0.1 is out of range"));
@@ -133,7 +137,10 @@ fn defaults_follow_the_keys_they_depend_on() {
     config.backoff_base_s = Some(10.0);
     config.stall_window_s = Some(0.01);
     let p = config.resolve("chat").unwrap();
-    assert_eq!((p.backoff.cap, p.poll_interval), (Duration::from_secs(10), Duration::from_millis(10)));
+    assert_eq!(
+        (p.backoff.cap, p.poll_interval, p.nap_jitter),
+        (Duration::from_secs(10), Duration::from_millis(10), Duration::from_millis(10))
+    );
 }
 
 #[test]

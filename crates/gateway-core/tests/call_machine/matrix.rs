@@ -231,17 +231,18 @@ fn quota_full_or_aimd_limit_is_governed_by_quota_full_whatever_circuit_open() {
         > blocked gates=0
           t=0s       fail: quota_exhausted
     ");
+    // No time hint: releases wake the line, the fallback poll (1 s) covers a lost wake.
     assert_snapshot!(waiting[0], @r"
           t=0s       pick (a turn waits at most 300.05s)
         > blocked gates=0
-          t=0s       sleep 0.035s in line
-          t=0.035s   pick (a turn waits at most 300.015s)
+          t=0s       sleep 1s in line
+          t=1s       pick (a turn waits at most 299.05s)
         > blocked gates=0
-          t=0.035s   sleep 0.027s in line
-          t=0.062s   pick (a turn waits at most 299.988s)
+          t=1s       sleep 1s in line
+          t=2s       pick (a turn waits at most 298.05s)
         > pick s1
         > s1 success after 50ms
-          t=0.112s   return the answer
+          t=2.05s    return the answer
     ");
 }
 

@@ -377,3 +377,35 @@ fn an_answer_past_the_size_budget_spends_its_source_for_the_call() {
           t=0.2s     fail: retry_exhausted
     ");
 }
+
+#[test]
+fn a_call_waiting_for_capacity_sleeps_until_time_gives_some_back_or_the_fallback_poll() {
+    // A quota's window or a budget's refill says when: the call sleeps exactly that, in line (a
+    // release wakes it sooner). Only releases can free what refused: the fallback poll (1 s by
+    // default), no hot loop. Near the stall bound neither sleeps past it by more than a nap's
+    // spread.
+    let script = "
+        blocked ready=300ms
+        blocked
+        blocked ready=5s
+        idle 297s
+        blocked ready=5s
+    ";
+    assert_snapshot!(trace(rules(1, json!({})), script), @r"
+          t=0s       pick (a turn waits at most 300.05s)
+        > blocked ready=300ms
+          t=0s       sleep 0.3s in line
+          t=0.3s     pick (a turn waits at most 299.75s)
+        > blocked
+          t=0.3s     sleep 1s in line
+          t=1.3s     pick (a turn waits at most 298.75s)
+        > blocked ready=5s
+          t=1.3s     sleep 1s in line
+          t=2.3s     pick (a turn waits at most 297.75s)
+        > idle 297s
+          t=299.3s   pick (a turn waits at most 0.75s)
+        > blocked ready=5s
+          t=299.3s   sleep 0.75s in line
+          t=300.05s  fail: stalled
+    ");
+}

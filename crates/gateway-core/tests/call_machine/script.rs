@@ -234,9 +234,11 @@ fn class_named(name: &str) -> OutcomeClass {
 }
 
 fn blocked(words: &[&str]) -> Picked {
-    let (mut gate_rejections, mut pushed_back) = (0, Vec::new());
+    let (mut gate_rejections, mut pushed_back, mut ready_in) = (0, Vec::new(), None);
     for word in words {
-        if let Some(n) = word.strip_prefix("gates=") {
+        if let Some(ready) = word.strip_prefix("ready=") {
+            ready_in = Some(duration(ready));
+        } else if let Some(n) = word.strip_prefix("gates=") {
             gate_rejections = n.parse().unwrap();
         } else if let Some(list) = word.strip_prefix("pushed=") {
             for entry in list.split(',') {
@@ -247,7 +249,7 @@ fn blocked(words: &[&str]) -> Picked {
             panic!("not a blocked pick: {word}");
         }
     }
-    Picked::Blocked { gate_rejections, pushed_back }
+    Picked::Blocked { gate_rejections, pushed_back, ready_in }
 }
 
 fn ending(words: &[&str]) -> (Duration, Option<Duration>) {

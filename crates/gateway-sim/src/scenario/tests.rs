@@ -59,6 +59,7 @@ fn check_scaled(unscaled: &ScopePolicy, scaled: &ScopePolicy, scale: f64) {
     assert_eq!(scaled.tiers.len(), unscaled.tiers.len());
     assert_eq!(scaled.stall_window, t(unscaled.stall_window), "stall_window");
     assert_eq!(scaled.poll_interval, t(unscaled.poll_interval), "poll_interval");
+    assert_eq!(scaled.nap_jitter, t(unscaled.nap_jitter), "nap_jitter");
     assert_eq!((scaled.backoff.base, scaled.backoff.cap), (t(unscaled.backoff.base), t(unscaled.backoff.cap)), "backoff");
     assert_eq!(scaled.tenant_idle, t(unscaled.tenant_idle), "tenant_idle");
     for (a, b) in unscaled.sources.iter().zip(&scaled.sources) {

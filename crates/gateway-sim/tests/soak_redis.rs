@@ -49,21 +49,21 @@ fn two_processes_share_the_redis_gates_and_one_provider_server(url: String) {
 }
 
 /// Two processes with `on_unavailable = "local"` through a kill of their Redis (20 scenario
-/// seconds in, down for 5, back empty): no call fails closed, the processes admit on their own
+/// seconds in, down for 15, back empty): no call fails closed, the processes admit on their own
 /// state meanwhile, and every invariant holds. (The Redis is the run's own: `url` only says
 /// that Redis runs here.)
 fn a_local_soak_serves_through_a_redis_kill(url: String) {
     let scenario = Scenario::load("p6").unwrap();
     let config = RunConfig {
         on_unavailable: OnUnavailable::Local,
-        fault: Some(Fault::Kill { at: 20.0, down: 5.0 }),
+        fault: Some(Fault::Kill { at: 20.0, down: 15.0 }),
         ..real_time(Backend::Redis(url), 400)
     };
     let result = run_processes("p6", &scenario, &config, 2, &launch, Arc::new(|_| {})).unwrap();
     let summary = Summary::of(&result, "local", 3, Some(Bounds::of(&scenario.scaled(0.02))), invariants::check(&result));
     assert!(summary.invariants_hold(), "{:?}", summary.invariants);
     let backend = summary.backend.unwrap();
-    assert_eq!(backend.fault.as_deref(), Some("kill@20+5"));
+    assert_eq!(backend.fault.as_deref(), Some("kill@20+15"));
     assert!(backend.fault_window_s.is_some(), "the fault came before the run ended");
     assert_eq!(backend.failed_closed_calls, 0, "{backend:?}");
     assert!(backend.outages >= 1 && backend.local_admissions > 0, "{backend:?}");

@@ -10,7 +10,7 @@ use crate::slot::{Holders, Slot};
 use gateway_core::admission::SkipReason;
 use gateway_core::breaker::Reply;
 use gateway_core::combined::{Admission, Admit, GateAsk, PaceAsk, PermitAsk, Records};
-use gateway_core::ports::{BackendError, Telemetry};
+use gateway_core::ports::{BackendError, PaceLease, Permit, Telemetry};
 use gateway_core::select::demote;
 use gateway_core::time::{Clock, Timestamp};
 use rand_chacha::ChaCha8Rng;
@@ -92,22 +92,35 @@ async fn admit(holders: &Arc<Holders>, scope: &Arc<Partition>, source: usize, to
         return answer;
     }
     let (answer, delivered) = tokio::sync::oneshot::channel();
-    let (holders, scope) = (holders.clone(), scope.clone());
-    let key = scope.gates[source].0.to_string();
-    let tracker = holders.releases.clone();
-    drop(tracker.spawn(async move {
+    let (owned, partition) = (holders.clone(), scope.clone());
+    drop(holders.releases.spawn(async move {
         if let Err(Ok(Admission::Admitted { lease, entry, permit })) = answer.send(admission.await) {
-            let records = Records {
-                tell_others: !scope.turns().anyone_waits(),
-                ..ask_of(&scope, source, tokens).hand_back(lease.as_ref(), Some(&entry), permit.as_ref())
-            };
-            let _ = holders.attempts.record(&records).await;
-            scope.turns().freed(&scope.tenant);
+            hand_back(&owned, &partition, source, lease, Some(entry), permit).await;
         }
     }));
     delivered.await.unwrap_or_else(|_| {
+        let key = scope.gates[source].0.to_string();
         Err(BackendError::BackendUnavailable { backend: "admission", key, detail: "its task ended without an answer".to_owned() })
     })
+}
+
+/// Hands back what an attempt of `source` holds and never used (its account's place, its
+/// probe lease when `entry` granted one, its permit), through the attempt gate (on Redis one
+/// script, telling the other processes when nobody here waits), and wakes the oldest waiter.
+pub(crate) async fn hand_back(
+    holders: &Holders,
+    scope: &Partition,
+    source: usize,
+    lease: Option<PaceLease>,
+    entry: Option<Reply>,
+    permit: Option<Permit>,
+) {
+    let records = Records {
+        tell_others: !scope.turns().anyone_waits(),
+        ..ask_of(scope, source, 0).hand_back(lease.as_ref(), entry.as_ref(), permit.as_ref())
+    };
+    let _ = holders.attempts.record(&records).await;
+    scope.turns().freed(&scope.tenant);
 }
 
 pub(crate) struct SourceAdmission {
@@ -153,10 +166,7 @@ impl SourceAdmission {
                 Tried::Skipped { reason, ready_in: timed } => {
                     gate_rejections += usize::from(reason.is_gate_rejection());
                     paced |= reason == SkipReason::AdaptivePaced;
-                    ready_in = match (ready_in, timed) {
-                        (Some(a), Some(b)) => Some(a.min(b)),
-                        (a, b) => a.or(b),
-                    };
+                    ready_in = ready_in.into_iter().chain(timed).min();
                     call.skipped(scope.source_name(source), reason);
                 }
             }

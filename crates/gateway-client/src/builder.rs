@@ -205,11 +205,10 @@ impl GatewayClientBuilder {
         let scopes = checked(scopes)?;
         let telemetry = self.telemetry.unwrap_or_else(|| Arc::new(TracingTelemetry));
         let (at_once, record_timeout) = self.background_records.unwrap_or((BACKGROUND_RECORDS, RECORD_TIMEOUT));
-        let attempts =
-            self.attempts.unwrap_or_else(|| Arc::new(InOrder { gates: gates.clone(), quota: quota.clone(), pacer: pacer.clone() }));
+        let attempts = self.attempts.unwrap_or_else(|| Arc::new(InOrder { gates: gates.clone(), quota, pacer: pacer.clone() }));
         let holders = Holders {
             gates,
-            quota,
+
             pacer,
             attempts,
             releases: TaskTracker::new(),

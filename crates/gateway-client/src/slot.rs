@@ -15,11 +15,11 @@
 //! time, is dropped and counted (its leases then expire by themselves).
 
 use crate::partition::Partition;
-use gateway_core::breaker::{Fence, GateOp, Reply};
+use gateway_core::breaker::{Fence, Reply};
 use gateway_core::combined::{AttemptGate, GateRecord, PaceRecord, PermitRecord, Records};
 use gateway_core::outcome::{AimdEffect, NextStep, OutcomeClass};
 use gateway_core::ports::Telemetry;
-use gateway_core::ports::{BreakerGate, PaceLease, PacerGate, Permit, QuotaGate};
+use gateway_core::ports::{BreakerGate, PaceLease, PacerGate, Permit};
 use gateway_core::request::RateSignal;
 use gateway_core::telemetry::GateEvent;
 use gateway_core::time::Clock;
@@ -36,7 +36,6 @@ use tokio_util::task::TaskTracker;
 /// The adapters a slot releases to.
 pub(crate) struct Holders {
     pub(crate) gates: Arc<dyn BreakerGate>,
-    pub(crate) quota: Arc<dyn QuotaGate>,
     pub(crate) pacer: Arc<dyn PacerGate>,
     /// Where an attempt's admission and its records go, one operation each.
     pub(crate) attempts: Arc<dyn AttemptGate>,
@@ -275,19 +274,9 @@ impl Drop for Slot {
         }
         let (holders, scope, source) = (self.holders.clone(), self.scope.clone(), self.source);
         let releases = self.holders.releases.clone();
-        let release = async move {
-            let (key, params) = &scope.gates[source];
-            if let Some(fence) = probe {
-                let _ = holders.gates.apply(key, params, GateOp::Release { fence }).await;
-            }
-            if let (Some(pace), Some(pacer)) = (pace, &scope.pacer) {
-                let _ = holders.pacer.release(&pace, AimdEffect::Nothing, None, pacer).await;
-            }
-            if let Some(permit) = permit {
-                let _ = holders.quota.release(&permit).await;
-            }
-            scope.turns().freed(&scope.tenant);
-        };
+        // The probe lease is still held only while `probe` is (the records clear it).
+        let entry = self.entry.filter(|_| self.probe);
+        let release = async move { crate::admission::hand_back(&holders, &scope, source, pace, entry, permit).await };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => drop(releases.spawn_on(release, &runtime)),
             // No runtime to release on: the probe lease and the permit lease expire by themselves.

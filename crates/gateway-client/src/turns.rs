@@ -37,6 +37,18 @@ struct Lane {
     own_block: bool,
 }
 
+impl Lane {
+    /// Wakes its first waiter if it waits for its tenant's own limits only (a freed place may
+    /// be its quota's).
+    fn wake_own_block(&self) {
+        if self.own_block
+            && let Some((_, wake)) = self.waiting.first_key_value()
+        {
+            wake.notify_one();
+        }
+    }
+}
+
 /// Who heads the line: a lane and its oldest waiter.
 type Head = (Tenant, Order);
 
@@ -175,10 +187,13 @@ impl Turns {
         self.lock().lanes.values().any(|lane| !lane.waiting.is_empty())
     }
 
-    /// Capacity was freed in another process (its release said so): the head of the line tries
-    /// again.
+    /// Capacity was freed in another process (its release said so, not whose): the head of the
+    /// line tries again, and so does the first of every lane that waits for its own limits (the
+    /// place may be its tenant's quota).
     pub(crate) fn freed_elsewhere(&self) {
-        self.lock().wake_head();
+        let line = self.lock();
+        line.wake_head();
+        line.lanes.values().for_each(Lane::wake_own_block);
     }
 
     /// Whether a call of `tenant` that started at `order` may pick now: nobody waits, or it
@@ -223,10 +238,8 @@ impl Turns {
     pub(crate) fn freed(&self, tenant: &Tenant) {
         let line = self.lock();
         line.wake_head();
-        if let Some(lane) = line.lanes.get(tenant).filter(|lane| lane.own_block)
-            && let Some((_, wake)) = lane.waiting.first_key_value()
-        {
-            wake.notify_one();
+        if let Some(lane) = line.lanes.get(tenant) {
+            lane.wake_own_block();
         }
     }
 }

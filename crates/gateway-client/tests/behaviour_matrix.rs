@@ -157,6 +157,20 @@ async fn quota_full_is_governed_by_quota_full(circuit_open: &str) {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_call_waiting_for_a_rate_window_goes_when_the_window_frees_not_at_the_next_poll() {
+    let narrow = json!({"rpm": 1, "timeout_s": 30});
+    let h = Harness::new(sources(1, json!({"quota_full": "wait", "sources": {"s1": narrow}})), Preset::Default);
+    h.call().await.unwrap();
+    // 0.3 s before the first start leaves the window the quota refuses, saying so: the call
+    // sleeps those 0.3 s in line (not the 1 s fallback poll) and sends at 60 s.
+    tokio::time::sleep(Duration::from_secs_f64(59.7 - h.now_s())).await;
+    h.call().await.unwrap();
+    let t = h.now_s();
+    assert!((60.0..=60.0 + 0.05 + 0.001).contains(&t), "sent when the window freed (+ 50 ms attempt): {t}");
+    assert_eq!(h.upstream.sent(), ["s1", "s1"]);
+}
+
+#[tokio::test(start_paused = true)]
 async fn quota_full_or_aimd_limit_fail_fast_is_governed_by_quota_full() {
     quota_full_is_governed_by_quota_full("fail_fast").await;
 }

@@ -37,11 +37,6 @@ impl Memo {
     pub fn remaining(&self, source: usize, now: Timestamp) -> Option<Duration> {
         self.until.get(source).filter(|&&until| now < until).map(|until| until.saturating_since(now))
     }
-
-    /// Whether `source` is skipped at `now`.
-    pub fn active(&self, source: usize, now: Timestamp) -> bool {
-        self.until.get(source).is_some_and(|&until| now < until)
-    }
 }
 
 #[cfg(test)]
@@ -53,17 +48,17 @@ mod tests {
         let mut memo = Memo::new(2);
         memo.set_until(0, Timestamp::from_secs(60));
         memo.set_until(0, Timestamp::from_secs(10));
-        assert!(memo.active(0, Timestamp::from_secs(59)));
-        assert!(!memo.active(0, Timestamp::from_secs(60)));
-        assert!(!memo.active(1, Timestamp::ZERO));
+        assert_eq!(memo.remaining(0, Timestamp::from_secs(59)), Some(Duration::from_secs(1)));
+        assert_eq!(memo.remaining(0, Timestamp::from_secs(60)), None);
+        assert_eq!(memo.remaining(1, Timestamp::ZERO), None);
         memo.set_until(7, Timestamp::from_secs(60));
-        assert!(!memo.active(7, Timestamp::ZERO));
+        assert_eq!(memo.remaining(7, Timestamp::ZERO), None);
     }
 
     #[test]
     fn a_half_open_denial_never_blacklists() {
         let mut memo = Memo::new(1);
         memo.note_denial(0, Timestamp::from_secs(5), Duration::ZERO);
-        assert!(!memo.active(0, Timestamp::from_secs(5)));
+        assert_eq!(memo.remaining(0, Timestamp::from_secs(5)), None);
     }
 }

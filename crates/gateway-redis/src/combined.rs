@@ -8,6 +8,7 @@
 use crate::connection::RedisConnection;
 use crate::gates::{RedisGates, parse_reply};
 use crate::keys;
+use crate::keys::malformed;
 use crate::pacer::parse_acquire as parse_place;
 use crate::pacer::{RedisPacer, limit_of, pacer_keys};
 use crate::quota::parse_acquire as parse_permit;
@@ -36,10 +37,6 @@ impl RedisAttempts {
         let in_order = InOrder { gates: Arc::new(gates.clone()), quota: Arc::new(quota.clone()), pacer: Arc::new(pacer.clone()) };
         RedisAttempts { conn, gates, quota, pacer, in_order }
     }
-}
-
-fn malformed(key: &SourceKey, detail: String) -> BackendError {
-    BackendError::Malformed { backend: "redis", key: key.to_string(), detail }
 }
 
 /// Whether every part's key is of one scope (one hash tag).

@@ -2,6 +2,7 @@
 
 use crate::connection::RedisConnection;
 use crate::keys;
+use crate::keys::{malformed, unavailable};
 use async_trait::async_trait;
 use fred::prelude::*;
 use gateway_core::breaker::{Cause, CircuitState, Gate, GateOp, GateParams, Reply, SuccessKind, Transition, Verdict};
@@ -96,14 +97,6 @@ impl RedisGates {
         let fields: HashMap<String, String> = self.conn.pool().hgetall(&hash).await.map_err(|e| unavailable(key, e))?;
         gate_from_fields(key, &fields)
     }
-}
-
-fn unavailable(key: &SourceKey, e: Error) -> BackendError {
-    BackendError::BackendUnavailable { backend: "redis", key: key.to_string(), detail: e.to_string() }
-}
-
-fn malformed(key: &SourceKey, detail: String) -> BackendError {
-    BackendError::Malformed { backend: "redis", key: key.to_string(), detail }
 }
 
 /// ARGV[5..] of `gate.lua`: the parameters, in the order of its constants `THRESHOLD..SLA_CAP`.

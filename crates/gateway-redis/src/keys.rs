@@ -56,6 +56,16 @@ pub(crate) fn pacer(key: &SourceKey) -> Result<[String; 2], BackendError> {
     Ok([format!("{base}:state"), format!("{base}:leases")])
 }
 
+/// A reply of Redis's that the script for `key` should not have given.
+pub(crate) fn malformed(key: &SourceKey, detail: String) -> BackendError {
+    BackendError::Malformed { backend: "redis", key: key.to_string(), detail }
+}
+
+/// Redis could not be asked about `key`.
+pub(crate) fn unavailable(key: &SourceKey, e: fred::error::Error) -> BackendError {
+    BackendError::BackendUnavailable { backend: "redis", key: key.to_string(), detail: e.to_string() }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,6 +4,7 @@
 
 use crate::connection::RedisConnection;
 use crate::keys;
+use crate::keys::malformed;
 use async_trait::async_trait;
 use fred::prelude::*;
 use gateway_core::aimd::{AccountReading, LearnedCeiling, Lease, Paced, PacerParams};
@@ -81,10 +82,6 @@ impl RedisPacer {
         let initial = params.initial_limit();
         vec![self.conn.now_arg(), Value::Integer(ms(params.keep_for())), Value::String(format!("{initial:?}").into())]
     }
-}
-
-fn malformed(key: &SourceKey, detail: String) -> BackendError {
-    BackendError::Malformed { backend: "redis", key: key.to_string(), detail }
 }
 
 pub(crate) fn pacer_keys(key: &SourceKey) -> Result<Vec<Value>, BackendError> {

@@ -3,6 +3,7 @@
 
 use crate::connection::RedisConnection;
 use crate::keys;
+use crate::keys::{malformed, unavailable};
 use async_trait::async_trait;
 use fred::prelude::*;
 use gateway_core::policy::QuotaLimits;
@@ -82,14 +83,6 @@ impl RedisQuota {
     fn base_args(&self, keep_for: Duration) -> Vec<Value> {
         vec![self.conn.now_arg(), Value::Integer(i64::try_from(keep_for.as_millis()).unwrap_or(i64::MAX))]
     }
-}
-
-fn unavailable(key: &SourceKey, e: Error) -> BackendError {
-    BackendError::BackendUnavailable { backend: "redis", key: key.to_string(), detail: e.to_string() }
-}
-
-fn malformed(key: &SourceKey, detail: String) -> BackendError {
-    BackendError::Malformed { backend: "redis", key: key.to_string(), detail }
 }
 
 /// `quota_acquire.lua`'s reply: a permit charging `estimated_tokens`, or the limit that refused

@@ -8,8 +8,9 @@
 //! send them: the row the target is read on) and on tokio's 1 ms timer tick (the same offsets,
 //! which the tick gathers into bursts of two or three requests at once: what the bench measured
 //! until 2026-12-04, kept to show the bursts' cost). `cargo bench -p gateway-server --bench proxy`
-//! (`-- 64 closed` for the rows whose label holds those words); the figures go to docs/PERFORMANCE.md. (Not criterion: the question is latency percentiles
-//! under concurrency, which criterion's sampling does not measure.) The latency rows (one
+//! (`-- 64 closed`: only the rows whose label holds those words); the figures go to
+//! docs/PERFORMANCE.md. (Not criterion: the question is latency percentiles under concurrency,
+//! which criterion's sampling does not measure.) The latency rows (one
 //! client, and 64 paced) run on one thread, the saturation row on two workers (see `main`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]

@@ -10,14 +10,14 @@
 //! when it answers 200 within 3 s, else 1: a container's `HEALTHCHECK` without curl in the image.
 
 use clap::Parser;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
 
 /// mimalloc, not glibc's malloc: a request's buffers are allocated on one worker and freed on
 /// another, and glibc's arena locks made a fifth of the proxy's CPU at 64 clients (PERFORMANCE.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use std::path::PathBuf;
-use std::process::ExitCode;
-use std::sync::Arc;
 
 /// An OpenAI-compatible proxy in front of the gateway's scopes.
 #[derive(Parser, Debug)]

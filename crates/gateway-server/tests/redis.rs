@@ -126,7 +126,7 @@ async fn two_proxies_on_redis_keep_a_chain_on_its_first_source(url: String) {
 /// 300 ms; their waiters poll only every 5 s. The first proxy's call takes the place; the second
 /// proxy's call, sent 50 ms later, waits for it. When the first call ends, its proxy has nobody
 /// waiting, so its settle tells the other: the waiting call is admitted at once, not at its
-/// poll (2.5-5 s later).
+/// poll (5 s later).
 async fn a_place_freed_in_one_proxy_wakes_the_call_waiting_in_the_other(url: String) {
     let provider = gateway_mock::MockServer::answering(|_| {
         gateway_mock::Answer::json(200, &gateway_mock::openai::completion("ok")).after(Duration::from_millis(300))

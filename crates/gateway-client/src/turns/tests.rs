@@ -152,3 +152,19 @@ fn a_lane_held_by_its_own_quota_holds_no_other_lane_back() {
     let bronze = turns.join(&tenant("bronze"), 1, at(1, 1), Some(bronze), false);
     assert!(bronze.is_first() && !turns.may_pick(&tenant("gold"), at(9, 9)));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_place_freed_elsewhere_wakes_the_head_and_every_lane_held_by_its_own_quota() {
+    let turns = Arc::new(Turns::default());
+    let gold = turns.join(&tenant("gold"), 1, at(1, 1), None, false);
+    let bronze = turns.join(&tenant("bronze"), 1, at(2, 2), None, true);
+    let behind = turns.join(&tenant("bronze"), 1, at(3, 3), None, true);
+    turns.freed_elsewhere();
+    let woken = |place: &Place| {
+        let wake = place.wake.clone();
+        async move { tokio::time::timeout(Duration::from_millis(1), wake.notified()).await.is_ok() }
+    };
+    assert!(woken(&gold).await, "the head");
+    assert!(woken(&bronze).await, "the message does not say whose place it was: it may be bronze's quota");
+    assert!(!woken(&behind).await, "first come, first served within the lane");
+}

@@ -59,9 +59,7 @@ impl Budget {
         let elapsed = now.saturating_since(self.at).as_millis() as f64;
         (self.remaining + self.refill * elapsed).min(self.full) - spent.saturating_sub(self.spent) as f64
     }
-}
 
-impl Budget {
     /// When `need` is left again, if less is left at `now` (the account having spent `spent` in
     /// all): the refill's first whole millisecond that covers it, or the reset when the refill
     /// cannot (none, or more than the budget holds).

@@ -258,8 +258,12 @@ impl CallMachine {
             Blocked::FailQuotaExhausted => Phase::Decided(Next::Fail(Failure::QuotaExhausted)),
             Blocked::FailStalled => Phase::Decided(Next::Fail(Failure::Stalled)),
             // Some source is only quota- or AIMD-blocked: wait in line for capacity, until a
-            // release wakes the line, time gives some back, or the fallback poll.
-            Blocked::Wait { gate_hint: false, pushback: false } => Phase::Decided(self.wait_in_line(ready_in, now)),
+            // release wakes the line, time gives some back (a pushback's end among it), or the
+            // fallback poll.
+            Blocked::Wait { gate_hint: false, pushback: false } => {
+                let ready_in = ready_in.into_iter().chain(within.iter().map(|(_, away)| *away)).min();
+                Phase::Decided(self.wait_in_line(ready_in, now))
+            }
             // Only 429 pushbacks within the stall budget: wait out the shortest, out of line.
             Blocked::Wait { gate_hint: false, pushback: true } => Phase::Decided(self.nap(shortest(&within), now, false, rng)),
             // The pushed-back sources' gates are closed (a 0 hint): the wait is for the others,

@@ -408,4 +408,14 @@ fn a_call_waiting_for_capacity_sleeps_until_time_gives_some_back_or_the_fallback
           t=299.3s   sleep 0.75s in line
           t=300.05s  fail: stalled
     ");
+    // One source full, the other pushed back by a 429 for 300 ms: its end is time's too.
+    let script = "
+        blocked pushed=s1:300ms
+    ";
+    assert_snapshot!(trace(rules(2, json!({})), script), @r"
+          t=0s       pick (a turn waits at most 300.05s)
+        > blocked pushed=s1:300ms
+          t=0s       sleep 0.3s in line
+          t=0.3s     pick (a turn waits at most 299.75s)
+    ");
 }

@@ -9,7 +9,7 @@ use crate::partition::Partition;
 use crate::slot::{Holders, Slot};
 use gateway_core::admission::SkipReason;
 use gateway_core::breaker::Reply;
-use gateway_core::combined::{Admission, Admit, GateAsk, PaceAsk, PermitAsk, Records};
+use gateway_core::combined::{Admission, Admit, Freed, GateAsk, InLine, PaceAsk, PermitAsk, Records};
 use gateway_core::ports::{BackendError, PaceLease, Permit, Telemetry};
 use gateway_core::select::demote;
 use gateway_core::time::{Clock, Timestamp};
@@ -69,8 +69,8 @@ fn away(scope: &Partition, source: usize, now: Timestamp, remaining_stall: Durat
 }
 
 /// What `source`'s attempt in `scope` asks of the backend (sources without local limits ask
-/// for no permit).
-fn ask_of(scope: &Partition, source: usize, tokens: u32) -> Admit<'_> {
+/// for no permit); `line`: the call's standing in the line across processes.
+fn ask_of(scope: &Partition, source: usize, tokens: u32, line: Option<InLine>) -> Admit<'_> {
     let (key, params) = &scope.gates[source];
     let limits = &scope.policy.sources[source].quota;
     let limited = limits.max_concurrency.is_some() || limits.rpm.is_some() || limits.tpm.is_some();
@@ -78,16 +78,30 @@ fn ask_of(scope: &Partition, source: usize, tokens: u32) -> Admit<'_> {
         pace: scope.pacer.as_ref().map(|params| PaceAsk { key: scope.account(source), params, tokens }),
         gate: GateAsk { key, params },
         permit: limited.then_some(PermitAsk { key, limits, tokens }),
+        line: line.filter(|_| limited || scope.pacer.is_some()),
     }
+}
+
+/// The standing in its scope's line across processes of a call that has waited `waited`: it
+/// lasts three fallback polls unless a refusal renews it (a waiter in line asks again at least
+/// once a poll).
+fn in_line(scope: &Partition, waited: Duration) -> InLine {
+    InLine { waited, lasts: scope.policy.poll_interval.saturating_mul(3) }
 }
 
 /// Admits `source`'s attempt in `scope`. An in-process backend answers at once, here. A remote
 /// one's admission goes on in a task of the client's tracker, so that a call dropped while it is
 /// in flight leaves nothing taken: an admission the task cannot deliver it hands back, and the
 /// oldest waiter is woken.
-async fn admit(holders: &Arc<Holders>, scope: &Arc<Partition>, source: usize, tokens: u32) -> Result<Admission, BackendError> {
+async fn admit(
+    holders: &Arc<Holders>,
+    scope: &Arc<Partition>,
+    source: usize,
+    tokens: u32,
+    line: InLine,
+) -> Result<Admission, BackendError> {
     let (owned, partition) = (holders.clone(), scope.clone());
-    let mut admission = Box::pin(async move { owned.attempts.admit(&ask_of(&partition, source, tokens)).await });
+    let mut admission = Box::pin(async move { owned.attempts.admit(&ask_of(&partition, source, tokens, Some(line))).await });
     if let Poll::Ready(answer) = std::future::poll_fn(|cx| Poll::Ready(admission.as_mut().poll(cx))).await {
         return answer;
     }
@@ -104,9 +118,17 @@ async fn admit(holders: &Arc<Holders>, scope: &Arc<Partition>, source: usize, to
     })
 }
 
+/// What a release of `scope`'s tells its line across processes: whether a call waits here, and
+/// the grace of one fallback poll (the line's resolution: a waiter in line asks again at least
+/// once a poll).
+pub(crate) fn freed(scope: &Partition) -> Freed {
+    Freed { waiting_here: scope.turns().anyone_waits(), grace: scope.policy.poll_interval }
+}
+
 /// Hands back what an attempt of `source` holds and never used (its account's place, its
 /// probe lease when `entry` granted one, its permit), through the attempt gate (on Redis one
-/// script, telling the other processes when nobody here waits), and wakes the oldest waiter.
+/// script, which hands what it frees to the process whose waiter is oldest), and wakes the
+/// oldest waiter here unless another process's was told.
 pub(crate) async fn hand_back(
     holders: &Holders,
     scope: &Partition,
@@ -115,12 +137,10 @@ pub(crate) async fn hand_back(
     entry: Option<Reply>,
     permit: Option<Permit>,
 ) {
-    let records = Records {
-        tell_others: !scope.turns().anyone_waits(),
-        ..ask_of(scope, source, 0).hand_back(lease.as_ref(), entry.as_ref(), permit.as_ref())
-    };
-    let _ = holders.attempts.record(&records).await;
-    scope.turns().freed(&scope.tenant);
+    let records =
+        Records { freed: Some(freed(scope)), ..ask_of(scope, source, 0, None).hand_back(lease.as_ref(), entry.as_ref(), permit.as_ref()) };
+    let recorded = holders.attempts.record(&records).await.unwrap_or_default();
+    scope.turns().freed(&scope.tenant, !recorded.elsewhere);
 }
 
 pub(crate) struct SourceAdmission {
@@ -184,7 +204,8 @@ impl SourceAdmission {
             return Ok(refused);
         }
         // 2.-4. the account's learned limit, the gate, the quota
-        let (lease, entry, permit) = match admit(&self.holders, scope, source, estimated_tokens).await.map_err(|e| call.backend(e))? {
+        let line = in_line(scope, now.saturating_since(call.order().0));
+        let (lease, entry, permit) = match admit(&self.holders, scope, source, estimated_tokens, line).await.map_err(|e| call.backend(e))? {
             Admission::Paced(paced) => return Ok(Tried::Skipped { reason: SkipReason::AdaptivePaced, ready_in: paced.ready_in }),
             Admission::Denied(entry) => {
                 self.gate_event(scope, source, &entry);

@@ -118,13 +118,15 @@ pub(crate) struct Slot {
     /// The probe lease is held and not yet settled or released.
     probe: bool,
     permit: Option<Permit>,
+    /// Its records handed what it freed to an older waiter of another process.
+    freed_elsewhere: bool,
 }
 
 impl Slot {
     /// A slot holding the local in-flight count of `source` (already counted by the caller) and,
     /// when the scope paces, its account's lease, before the gate is asked.
     pub(crate) fn counted(scope: Arc<Partition>, holders: Arc<Holders>, source: usize, pace: Option<PaceLease>) -> Self {
-        Slot { scope, holders, source, entry: None, inflight: true, pace, probe: false, permit: None }
+        Slot { scope, holders, source, entry: None, inflight: true, pace, probe: false, permit: None, freed_elsewhere: false }
     }
 
     /// The gate admitted the attempt with `entry`.
@@ -234,7 +236,7 @@ impl Slot {
                 }),
                 gate: op.map(|op| GateRecord { key, params, op }),
                 permit: self.permit.as_ref().map(|permit| PermitRecord { permit, actual_tokens }),
-                tell_others: !self.scope.turns().anyone_waits(),
+                freed: Some(crate::admission::freed(&self.scope)),
             };
             // Records the backend cannot take are logged and counted by the adapter; the call
             // goes on.
@@ -247,6 +249,7 @@ impl Slot {
         if let Some(reply) = &recorded.gate {
             self.holders.gate_event(key, reply);
         }
+        self.freed_elsewhere = recorded.elsewhere;
         (self.pace, self.permit) = (None, None);
     }
 }
@@ -268,7 +271,7 @@ impl Drop for Slot {
         let made = self.entry.is_some();
         if probe.is_none() && permit.is_none() && pace.is_none() {
             if made {
-                self.scope.turns().freed(&self.scope.tenant);
+                self.scope.turns().freed(&self.scope.tenant, !self.freed_elsewhere);
             }
             return;
         }

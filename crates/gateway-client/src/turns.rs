@@ -233,11 +233,14 @@ impl Turns {
         place
     }
 
-    /// A slot of `tenant`'s was freed: the head of the line tries again, and so does the first
-    /// of `tenant`'s lane if it waits for its own limits (the slot may be its quota's).
-    pub(crate) fn freed(&self, tenant: &Tenant) {
+    /// A slot of `tenant`'s was freed: the head of the line tries again (`head`: unless the
+    /// shared backend handed the place to an older waiter of another process), and so does the
+    /// first of `tenant`'s lane if it waits for its own limits (the slot may be its quota's).
+    pub(crate) fn freed(&self, tenant: &Tenant, head: bool) {
         let line = self.lock();
-        line.wake_head();
+        if head {
+            line.wake_head();
+        }
         if let Some(lane) = line.lanes.get(tenant) {
             lane.wake_own_block();
         }

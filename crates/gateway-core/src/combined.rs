@@ -62,9 +62,23 @@ pub struct Records<'a> {
     pub gate: Option<GateRecord<'a>>,
     /// The permit.
     pub permit: Option<PermitRecord<'a>>,
-    /// Nobody in this process waits for what the place and the permit free: a shared backend
-    /// tells the other processes (Redis: a message on the scope's channel), whose waiters may.
-    pub tell_others: bool,
+    /// What the place and the permit free, told to the line across processes (`None`: the
+    /// line is not told).
+    pub freed: Option<Freed>,
+}
+
+/// A release told to its scope's line across processes (SPEC §6). A shared backend hands what
+/// it frees to the process whose waiter refused by an account or a quota started first,
+/// telling it (Redis: a message on the scope's channel); with no such waiter and nobody waiting
+/// here, it tells every process, whose waiters not yet in that line may use it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Freed {
+    /// A call waits in this process's line.
+    pub waiting_here: bool,
+    /// How much earlier than this process's own a waiter elsewhere must have started to be
+    /// handed the capacity: handing it over costs a message and an admission's round trip, so
+    /// waiters that started within this of each other are as good as tied.
+    pub grace: Duration,
 }
 
 impl Records<'_> {
@@ -82,6 +96,9 @@ pub struct Recorded {
     pub limit: Option<f64>,
     /// The gate's reply to its record.
     pub gate: Option<Reply>,
+    /// What the place and the permit freed went to an older waiter of another process (it was
+    /// told): nobody here is woken for it.
+    pub elsewhere: bool,
 }
 
 /// The records as the three ports' own operations, one after another: the reference, and what
@@ -137,6 +154,22 @@ pub struct Admit<'a> {
     pub gate: GateAsk<'a>,
     /// The permit.
     pub permit: Option<PermitAsk<'a>>,
+    /// The call's standing in its scope's line across processes, for a shared backend (`None`:
+    /// it stands in no line).
+    pub line: Option<InLine>,
+}
+
+/// A call's standing in its scope's line across processes (SPEC §6: first come, first served by
+/// the calls' start). A shared backend keeps, per process, how long its oldest waiter refused by
+/// an account or a quota has waited, and hands capacity freed anywhere to the process whose
+/// waiter is oldest; an admission ends that process's standing, the next refusal renews it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InLine {
+    /// How long the call has waited: since it started.
+    pub waited: Duration,
+    /// How long the process's standing lasts unless a refusal renews it (a process that died,
+    /// or whose waiters left, stops being told).
+    pub lasts: Duration,
 }
 
 /// What an admission came to. A refusal has handed back what the parts before it took: the
@@ -184,7 +217,7 @@ impl<'a> Admit<'a> {
                 op: GateOp::Release { fence: e.fence() },
             }),
             permit: permit.map(|permit| PermitRecord { permit, actual_tokens: None }),
-            tell_others: false,
+            freed: None,
         }
     }
 }

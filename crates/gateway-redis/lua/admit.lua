@@ -5,11 +5,16 @@
 -- client would: a probe lease released (gate.lua's release), then the account's place with no
 -- effect (pacer_release.lua). A part that fails hands back the same before the error goes on.
 --
--- ARGV[1]  the parts present, in order: 'p' the account, 'g' the gate (always), 'q' the permit
--- ARGV[2..] for each part, the count of its arguments, then its arguments; after the account's,
---          what its hand-back needs that the grant does not say: a count of 2, the ceiling and
---          the advertised limits' window in ms
--- KEYS     the pacer's two keys, the gate's HASH, the quota's four, of the parts present
+-- ARGV[1]  the parts present, in order: 'l' the call's standing in the line across processes
+--          (line.lua: a refusal by the account or the quota renews its process's standing
+--          'waits', an admission ends it 'served'; a gate's denial leaves it), 'p' the account,
+--          'g' the gate (always), 'q' the permit
+-- ARGV[2..] for each part, the count of its arguments, then its arguments; the line's are now,
+--          the process, the ms its call has waited and the ms its standing lasts; after the
+--          account's, what its hand-back needs that the grant does not say: a count of 2, the
+--          ceiling and the advertised limits' window in ms
+-- KEYS     the line's two keys, the pacer's two keys, the gate's HASH, the quota's four, of the
+--          parts present
 --
 -- Returns { the account's reply or false, the gate's reply or false, the quota's or false }.
 
@@ -27,6 +32,14 @@ local function part(count)
 end
 
 local pace, entry, permit = false, false, false
+local line_keys, line_args
+if has('l') then line_keys, line_args = part(2) end
+
+-- The call's standing in the line after the admission came to `op` ('waits' or 'served').
+local function stand(op)
+  if not line_keys then return end
+  line(line_keys, { line_args[1], op, line_args[2], line_args[3], line_args[4] })
+end
 local pace_keys, pace_args, extra
 local gate_keys, gate_args
 
@@ -52,7 +65,10 @@ if has('p') then
   pace_keys, pace_args = part(2)
   extra = select(2, part(0))
   pace = pacer_acquire(pace_keys, pace_args)
-  if pace[1] ~= 1 then return { pace, false, false } end
+  if pace[1] ~= 1 then
+    stand('waits')
+    return { pace, false, false }
+  end
 end
 
 gate_keys, gate_args = part(1)
@@ -78,6 +94,11 @@ if has('q') then
     return answer
   end
   permit = answer
-  if permit[1] ~= 1 then hand_back(verdict == 'probe') end
+  if permit[1] ~= 1 then
+    hand_back(verdict == 'probe')
+    stand('waits')
+    return { pace, entry, permit }
+  end
 end
+stand('served')
 return { pace, entry, permit }

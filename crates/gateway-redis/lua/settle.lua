@@ -4,13 +4,15 @@
 -- its KEYS and ARGV (scripts.rs builds them above this), run in that order.
 --
 -- ARGV[1]  the parts present, in order: 'p' the account's place, 'g' the gate's record, 's' the
---          permit's tokens, 'r' the permit's release, 'w' a message telling the other processes
---          that capacity is free (its two arguments: the channel, the message)
+--          permit's tokens, 'r' the permit's release, 'w' the capacity freed handed on in the
+--          line across processes (line.lua's 'freed': now, the process, '1' when a call waits
+--          in it, the scope's channel, the grace in ms)
 -- ARGV[2..] for each part, the count of its arguments, then its arguments
 -- KEYS     the pacer's two keys, the gate's HASH, the quota's four keys (once, for 's' and 'r'),
---          of the parts present
+--          the line's two keys, of the parts present
 --
--- Returns { the limit after the release or false, the gate's reply or false }.
+-- Returns { the limit after the release or false, the gate's reply or false, 1 when another
+-- process was handed the capacity freed else 0 }.
 
 local plan = ARGV[1]
 local next_key, next_arg = 1, 2
@@ -26,13 +28,13 @@ local function part(count, again)
   return keys, args
 end
 
-local limit, reply = false, false
+local limit, reply, elsewhere = false, false, 0
 if has('p') then limit = pacer_release(part(2)) end
 if has('g') then reply = gate(part(1)) end
 if has('s') then quota_settle(part(4, has('r'))) end
 if has('r') then quota_release(part(4)) end
 if has('w') then
-  local told = select(2, part(0))
-  redis.call('PUBLISH', told[1], told[2])
+  local keys, args = part(2)
+  elsewhere = line(keys, { args[1], 'freed', args[2], args[3], args[4], args[5] })
 end
-return { limit, reply }
+return { limit, reply, elsewhere }

@@ -1,7 +1,9 @@
 //! `AttemptGate` on Redis: an attempt's admission (the account's place, the
 //! gate, the permit) in one EVALSHA of `admit.lua`, and its records (the pacer release, the
 //! gate's record, the permit's settle and release) in one of `settle.lua`; each runs every part's
-//! own script in turn. The keys of one attempt share its scope's hash tag, so one script may
+//! own script in turn, and `line.lua` for the scope's line across processes: an admission
+//! renews or ends the process's standing, a settle hands what it frees to the process whose
+//! waiter is oldest (telling it). The keys of one attempt share its scope's hash tag, so one script may
 //! touch them all on a cluster; an attempt whose keys do not (none the client makes) is asked
 //! part by part.
 
@@ -39,6 +41,18 @@ impl RedisAttempts {
     }
 }
 
+/// Whole milliseconds of `d`, as a script argument.
+fn ms(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl RedisAttempts {
+    /// This process's line id, as a script argument.
+    fn line_id(&self) -> Value {
+        Value::String(self.conn.line_id().to_string().into())
+    }
+}
+
 /// Whether every part's key is of one scope (one hash tag).
 fn one_scope(records: &Records<'_>, key: &SourceKey) -> bool {
     let scopes = [records.pace.map(|p| &p.lease.key), records.gate.map(|g| g.key), records.permit.map(|p| &p.permit.key)];
@@ -61,7 +75,12 @@ impl AttemptGate for RedisAttempts {
         if !scopes.into_iter().flatten().all(|k| k.scope == key.scope) {
             return self.in_order.admit(ask).await;
         }
-        let (mut plan, mut keys, mut args) = (String::new(), Vec::with_capacity(7), vec![Value::Null]);
+        let (mut plan, mut keys, mut args) = (String::new(), Vec::with_capacity(9), vec![Value::Null]);
+        if let Some(line) = ask.line {
+            plan.push('l');
+            keys.extend(keys::line(key)?.map(|k| Value::String(k.into())));
+            push_part(&mut args, [self.conn.now_arg(), self.line_id(), Value::Integer(ms(line.waited)), Value::Integer(ms(line.lasts))]);
+        }
         if let Some(pace) = ask.pace {
             plan.push('p');
             keys.extend(pacer_keys(pace.key)?);
@@ -112,7 +131,7 @@ impl AttemptGate for RedisAttempts {
         if !one_scope(records, key) {
             return self.in_order.record(records).await;
         }
-        let (mut plan, mut keys, mut args) = (String::new(), Vec::with_capacity(7), vec![Value::Null]);
+        let (mut plan, mut keys, mut args) = (String::new(), Vec::with_capacity(9), vec![Value::Null]);
         if let Some(pace) = records.pace {
             plan.push('p');
             keys.extend(pacer_keys(&pace.lease.key)?);
@@ -133,9 +152,12 @@ impl AttemptGate for RedisAttempts {
             plan.push('r');
             push_part(&mut args, self.quota.release_args(permit.permit));
         }
-        if records.tell_others && (records.pace.is_some() || records.permit.is_some()) {
+        if let Some(freed) = records.freed.filter(|_| records.pace.is_some() || records.permit.is_some()) {
             plan.push('w');
-            push_part(&mut args, [Value::String(keys::freed_channel(&key.scope).into()), Value::String(key.scope.to_string().into())]);
+            keys.extend(keys::line(key)?.map(|k| Value::String(k.into())));
+            let channel = Value::String(keys::freed_channel(&key.scope).into());
+            let (here, grace) = (Value::Integer(i64::from(freed.waiting_here)), Value::Integer(ms(freed.grace)));
+            push_part(&mut args, [self.conn.now_arg(), self.line_id(), here, channel, grace]);
         }
         args[0] = Value::String(plan.into());
         let reply = match self.conn.run(&self.conn.scripts().settle, &keys, &[&args], key).await {
@@ -150,8 +172,9 @@ impl AttemptGate for RedisAttempts {
             other => return Err(malformed(key, format!("settle reply {other:?}"))),
         };
         let mut items = items.into_iter();
-        let (limit, gate) = (items.next(), items.next());
+        let (limit, gate, elsewhere) = (items.next(), items.next(), items.next());
         Ok(Recorded {
+            elsewhere: matches!(elsewhere, Some(Value::Integer(1))),
             limit: match records.pace {
                 Some(pace) => Some(limit_of(&pace.lease.key, limit.as_ref())?),
                 None => None,

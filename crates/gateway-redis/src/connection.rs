@@ -105,6 +105,27 @@ pub struct RedisConnection {
     clock: Option<Arc<dyn Clock>>,
     degraded: AtomicU64,
     url: String,
+    /// How it was asked to connect (the watch for freed capacity connects the same way).
+    config: RedisConfig,
+    /// This process's name in the scopes' lines across processes (random: unique per pool).
+    line_id: Arc<str>,
+}
+
+/// A name no other pool shares: the process and the random keys of std's hasher (drawn per
+/// process, and different for each `RandomState` made in it).
+fn new_line_id() -> Arc<str> {
+    use std::hash::BuildHasher;
+    let random = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
+    format!("{:x}-{random:016x}", std::process::id()).into()
+}
+
+impl RedisConfig {
+    /// Reconnection by this configuration: from `reconnect_min`, doubling up to
+    /// `reconnect_max`, for ever.
+    pub(crate) fn reconnect_policy(&self) -> ReconnectPolicy {
+        let ms = |d: Duration| ms(d).min(u64::from(u32::MAX)) as u32;
+        ReconnectPolicy::new_exponential(0, ms(self.reconnect_min), ms(self.reconnect_max), 2)
+    }
 }
 
 fn ms(d: Duration) -> u64 {
@@ -117,12 +138,7 @@ impl RedisConnection {
     pub async fn connect(config: RedisConfig) -> Result<Arc<Self>, BackendError> {
         let url = redact(&config.url);
         let unavailable = |e: Error| BackendError::BackendUnavailable { backend: "redis", key: url.clone(), detail: e.to_string() };
-        let policy = ReconnectPolicy::new_exponential(
-            0,
-            ms(config.reconnect_min).min(u64::from(u32::MAX)) as u32,
-            ms(config.reconnect_max).min(u64::from(u32::MAX)) as u32,
-            2,
-        );
+        let policy = config.reconnect_policy();
         let mut fred_config = Config::from_url(&config.url).map_err(unavailable)?;
         // fred's `fail_fast` is about the first connection only: off, it follows the reconnection
         // policy (for ever) instead of ending the pool's tasks. Commands fail fast either way (their
@@ -159,9 +175,11 @@ impl RedisConnection {
             clustered,
             options: Options { fail_fast: true, timeout: Some(config.command_timeout), max_attempts: Some(1), ..Options::default() },
             scripts: Scripts::new(),
-            clock: config.clock,
+            clock: config.clock.clone(),
             degraded: AtomicU64::new(0),
             url: url.clone(),
+            config,
+            line_id: new_line_id(),
         };
         if connected {
             for script in connection.scripts.all() {
@@ -180,6 +198,17 @@ impl RedisConnection {
     /// The underlying pool, for tests and tools (e.g. to inspect a gate's HASH).
     pub fn pool(&self) -> &Pool {
         &self.pool
+    }
+
+    /// How the pool was asked to connect.
+    pub(crate) fn config(&self) -> &RedisConfig {
+        &self.config
+    }
+
+    /// This process's name in the scopes' lines across processes: what a settle elsewhere
+    /// tells when this process's waiter is the oldest.
+    pub fn line_id(&self) -> &Arc<str> {
+        &self.line_id
     }
 
     pub(crate) fn scripts(&self) -> &Scripts {

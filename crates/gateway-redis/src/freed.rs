@@ -1,25 +1,30 @@
 //! Capacity freed in another process (SPEC §6: a release made elsewhere wakes a waiter too).
-//! The settle script publishes on its scope's channel (`gw:{<scope>}:freed`, the scope's hash
-//! tag) when the releasing process had nobody waiting, so its place and permit are free for
-//! another's waiters; each process keeps one subscriber connection on the pattern of every
-//! scope's channel and hands the scope named to its callback (the client's `capacity_freed`,
-//! which wakes the head of that scope's line). A message lost (a reconnect, a subscriber that
-//! fell behind) costs a waiter one poll.
+//! The settle script hands what a release frees to the process whose waiter is the oldest in
+//! its scope's line across processes, publishing that process's line id on the scope's channel
+//! (`gw:{<scope>}:freed`, the scope's hash tag); with nobody in that line and nobody waiting in
+//! the releasing process, it publishes `*`, for every process. Each process keeps one subscriber
+//! connection on the pattern of every scope's channel and hands the scope of each message meant
+//! for it to its callback (the client's `capacity_freed`, which wakes the head of that scope's
+//! line). A message lost (a reconnect, a subscriber that fell behind) costs a waiter one poll.
 
-use crate::connection::RedisConfig;
+use crate::connection::RedisConnection;
 use crate::keys;
 use fred::prelude::*;
-use fred::types::config::ReconnectPolicy;
 
 /// The pattern every scope's channel matches.
 const PATTERN: &str = "gw:{*}:freed";
 
-/// Watches the channels of every scope on the Redis of `config` on a task of its own,
-/// reconnecting and subscribing again as the pool does, and calls `on_freed` with the scope of
-/// each message. The task ends with the runtime.
-pub fn watch_freed(config: &RedisConfig, on_freed: impl Fn(&str) + Send + Sync + 'static) -> tokio::task::JoinHandle<()> {
-    let (url, connect_timeout) = (config.url.clone(), config.connect_timeout);
-    let policy = ReconnectPolicy::new_exponential(0, 100, 5_000, 2);
+/// What a message for every process says.
+pub(crate) const EVERYONE: &str = "*";
+
+/// Watches the channels of every scope on the Redis of `conn` on a task of its own, connecting
+/// as `conn` did, reconnecting and subscribing again by its policy, and calls `on_freed` with the
+/// scope of each message for `conn`'s process (its line id) or for every process. The task ends
+/// with the runtime.
+pub fn watch_freed(conn: &RedisConnection, on_freed: impl Fn(&str) + Send + Sync + 'static) -> tokio::task::JoinHandle<()> {
+    let config = conn.config();
+    let (url, connect_timeout, policy) = (config.url.clone(), config.connect_timeout, config.reconnect_policy());
+    let me = conn.line_id().clone();
     tokio::spawn(async move {
         let subscriber = match Config::from_url(&url).and_then(|mut c| {
             // Not there yet: keep trying, by the policy (the first connection included).
@@ -45,7 +50,9 @@ pub fn watch_freed(config: &RedisConfig, on_freed: impl Fn(&str) + Send + Sync +
         loop {
             match messages.recv().await {
                 Ok(message) => {
-                    if let Some(scope) = keys::freed_scope(&message.channel) {
+                    let to = message.value.as_str();
+                    let for_me = to.as_deref().is_some_and(|to| to == EVERYONE || to == &*me);
+                    if for_me && let Some(scope) = keys::freed_scope(&message.channel) {
                         on_freed(scope);
                     }
                 }

@@ -40,6 +40,13 @@ pub(crate) fn quota(key: &SourceKey) -> Result<[String; 4], BackendError> {
     Ok([format!("{base}:leases"), format!("{base}:starts"), format!("{base}:tokens"), format!("{base}:seq")])
 }
 
+/// The two keys of `key`'s scope's line across processes: each process's oldest refused
+/// waiter's start, and until when its standing lasts.
+pub(crate) fn line(key: &SourceKey) -> Result<[String; 2], BackendError> {
+    check(&key.scope, "scope", key)?;
+    Ok([format!("gw:{{{}}}:line", key.scope), format!("gw:{{{}}}:line:lasts", key.scope)])
+}
+
 /// The channel on which a scope's releases tell the other processes that capacity is free.
 pub(crate) fn freed_channel(scope: &str) -> String {
     format!("gw:{{{scope}}}:freed")
@@ -76,6 +83,7 @@ mod tests {
         assert_eq!(gate(&SourceKey::new("chat", "s1").with_tenant("gold")).unwrap(), "gw:{chat}:gate:gold:s1");
         assert_eq!(quota(&SourceKey::new("chat", "s1")).unwrap()[3], "gw:{chat}:quota:s1:seq");
         assert_eq!(pacer(&SourceKey::new("chat", "k1").with_tenant("gold")).unwrap()[1], "gw:{chat}:pacer:gold:k1:leases");
+        assert_eq!(line(&SourceKey::new("chat", "s1").with_tenant("gold")).unwrap(), ["gw:{chat}:line", "gw:{chat}:line:lasts"]);
     }
 
     #[test]

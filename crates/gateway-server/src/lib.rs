@@ -261,12 +261,12 @@ pub async fn build(config: ServerConfig, scopes: Vec<gateway_core::policy::Scope
 
 /// The shared gates, quota and pacers of `[backend]`: on Redis with a backstop that does what
 /// `on_unavailable` says while Redis cannot answer (`local`: the process's own state, and a
-/// replica then starts even when Redis does not answer yet).
+/// replica then starts even when Redis does not answer yet); and the connection they share.
 async fn shared_backend(
     backend: &BackendConfig,
     url: &str,
     clock: Arc<dyn gateway_core::time::Clock>,
-) -> Result<(Shared, Arc<Backstop>, Arc<dyn AffinityMap>), BuildError> {
+) -> Result<(Shared, Arc<Backstop>, Arc<dyn AffinityMap>, Arc<gateway_redis::RedisConnection>), BuildError> {
     let redis = gateway_redis::RedisConfig {
         url: url.to_owned(),
         command_timeout: Duration::from_millis(backend.command_timeout_ms),
@@ -288,8 +288,8 @@ async fn shared_backend(
     let attempts = Arc::new(BackstopAttempts::new(attempts, gates.clone(), quota.clone(), pacer.clone(), backstop.clone()));
     let shared: Shared = (gates, quota, pacer, Some(attempts));
     // Where stored state lives must be one answer for every replica: no local stand-in.
-    let affinity: Arc<dyn AffinityMap> = Arc::new(gateway_redis::RedisAffinity::new(conn));
-    Ok((shared, backstop, affinity))
+    let affinity: Arc<dyn AffinityMap> = Arc::new(gateway_redis::RedisAffinity::new(conn.clone()));
+    Ok((shared, backstop, affinity, conn))
 }
 
 /// The gates, quota and pacers, and where an attempt's admission and records go as one
@@ -335,10 +335,10 @@ pub async fn build_state(
     let upstream = Arc::new(upstream);
     let telemetry = Arc::new(ServerTelemetry::new(Arc::new(Metrics::new(config.metrics_max_tenants))));
     let clock: Arc<dyn gateway_core::time::Clock> = Arc::new(gateway_client::TokioClock::new());
-    let ((gates, quota, pacer, combined), backstop, affinity): (Shared, _, Arc<dyn AffinityMap>) = match &backend.redis_url {
+    let ((gates, quota, pacer, combined), backstop, affinity, redis): (Shared, _, Arc<dyn AffinityMap>, _) = match &backend.redis_url {
         Some(url) => {
-            let (shared, backstop, affinity) = shared_backend(&backend, url, clock.clone()).await?;
-            (shared, Some(backstop), affinity)
+            let (shared, backstop, affinity, conn) = shared_backend(&backend, url, clock.clone()).await?;
+            (shared, Some(backstop), affinity, Some(conn))
         }
         None => (
             (
@@ -349,6 +349,7 @@ pub async fn build_state(
             ),
             None,
             Arc::new(gateway_memory::MemoryAffinity::new(clock.clone(), config.affinity_max_ids)),
+            None,
         ),
     };
     let mut client = GatewayClient::builder();
@@ -372,12 +373,11 @@ pub async fn build_state(
         .clock(clock)
         .build()?;
     let client = Arc::new(client);
-    if let Some(url) = &backend.redis_url {
+    if let Some(conn) = &redis {
         // Capacity freed by another replica wakes this one's waiters (the poll stays the bound of
         // a message lost).
         let weak = Arc::downgrade(&client);
-        let watched = gateway_redis::RedisConfig { url: url.clone(), ..Default::default() };
-        drop(gateway_redis::watch_freed(&watched, move |scope| {
+        drop(gateway_redis::watch_freed(conn, move |scope| {
             if let Some(client) = weak.upgrade() {
                 client.capacity_freed(scope);
             }

@@ -24,6 +24,7 @@
 mod affinity;
 mod concurrency;
 mod differential;
+mod line;
 mod pacer;
 mod pacer_sequences;
 mod quota;
@@ -73,6 +74,9 @@ const REDIS_CASES: &[(&str, Case)] = &[
     }),
     ("the_encoded_arguments_are_bounded_with_churning_gates", |b| {
         Box::pin(redis_only::the_encoded_arguments_are_bounded_with_churning_gates(b))
+    }),
+    ("freed_capacity_goes_to_the_process_whose_waiter_is_oldest", |b| {
+        Box::pin(line::freed_capacity_goes_to_the_process_whose_waiter_is_oldest(b))
     }),
 ];
 

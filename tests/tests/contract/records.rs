@@ -18,7 +18,7 @@ use crate::support::{Backend, Kind, START, params, runtime};
 use gateway_core::aimd::PacerParams;
 use gateway_core::breaker::Reply;
 use gateway_core::combined::{
-    Admission, Admit, AttemptGate, GateAsk, GateRecord, InOrder, PaceAsk, PaceRecord, PermitAsk, PermitRecord, Records,
+    Admission, Admit, AttemptGate, Freed, GateAsk, GateRecord, InLine, InOrder, PaceAsk, PaceRecord, PermitAsk, PermitRecord, Records,
 };
 use gateway_core::outcome::OutcomeClass;
 use gateway_core::policy::{BreakerConfig, QuotaLimits};
@@ -83,6 +83,10 @@ impl Side<'_> {
             gate: GateAsk { key: &self.gate, params: &p },
             // Every other attempt asks for no permit, as a source without local limits does.
             permit: tokens.is_multiple_of(2).then_some(PermitAsk { key: &self.gate, limits, tokens }),
+            // Some calls stand in the line across processes (a standing, no state the rules read).
+            line: tokens
+                .is_multiple_of(3)
+                .then_some(InLine { waited: Duration::from_millis(u64::from(tokens)), lasts: Duration::from_secs(3) }),
         };
         let admission = self.attempts.admit(&ask).await.unwrap();
         // Without the keys (each side has its own scope) and the incarnations (drawn per handle).
@@ -114,8 +118,8 @@ impl Side<'_> {
                 .permit
                 .as_ref()
                 .map(|permit| PermitRecord { permit, actual_tokens: (!tokens.is_multiple_of(3)).then_some(tokens) }),
-            // Some settles tell the other processes of the capacity freed (a message, no state).
-            tell_others: tokens.is_multiple_of(5),
+            // Some settles hand what they free on in the line (a message, no state the rules read).
+            freed: (!tokens.is_multiple_of(7)).then_some(Freed { waiting_here: tokens.is_multiple_of(5), grace: Duration::ZERO }),
         };
         let recorded = self.attempts.record(&records).await.unwrap();
         format!("limit {:?} gate {:?}", recorded.limit.map(f64::to_bits), recorded.gate.as_ref().map(shown))

@@ -30,7 +30,7 @@ async fn a_freed_slot_wakes_the_head_and_a_leaving_head_wakes_the_next() {
     let turns = Arc::new(Turns::default());
     let first = turns.join(&None, 1, at(1, 1), None, false);
     let second = turns.join(&None, 1, at(2, 2), None, false);
-    turns.freed(&None);
+    turns.freed(&None, true);
     first.woken().await; // a stored wake-up: returns at once
     drop(first);
     second.woken().await; // woken by the head leaving

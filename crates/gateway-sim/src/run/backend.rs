@@ -21,9 +21,9 @@ pub(super) struct Gates {
     /// Where an attempt's admission and records go as one operation each (Redis: one script
     /// each), if not the three ports one by one.
     pub(super) attempts: Option<Arc<dyn AttemptGate>>,
-    /// The Redis whose messages tell of capacity freed by the other processes.
-    pub(super) redis_url: Option<String>,
     pub(super) memory: Option<(Arc<MemoryGates>, Arc<MemoryQuota>)>,
+    /// The Redis gates and quota (their connection's messages tell of capacity freed by the
+    /// other processes).
     pub(super) redis: Option<(RedisGates, RedisQuota)>,
     pub(super) backstop: Option<Arc<Backstop>>,
 }
@@ -41,7 +41,6 @@ impl Gates {
                     quota: quota.clone(),
                     pacer,
                     attempts: None,
-                    redis_url: None,
                     memory: Some((gates, quota)),
                     redis: None,
                     backstop: None,
@@ -65,7 +64,6 @@ impl Gates {
                     quota: shared.1,
                     pacer: shared.2,
                     attempts: Some(Arc::new(attempts)),
-                    redis_url: Some(url.clone()),
                     memory: None,
                     redis: Some((gates, quota)),
                     backstop: Some(backstop),

@@ -73,9 +73,9 @@ impl Part<'_> {
         let upstream_for_reload = upstream.clone();
         let client = Arc::new(build_client(config, self.policy, gates, upstream, telemetry.clone(), clock.clone(), u64::from(self.index))?);
         // Capacity freed by the other processes wakes this one's waiters, as in the proxy.
-        let watch = gates.redis_url.as_ref().map(|url| {
+        let watch = gates.redis.as_ref().map(|(redis, _)| {
             let weak = Arc::downgrade(&client);
-            gateway_redis::watch_freed(&gateway_redis::RedisConfig { url: url.clone(), ..Default::default() }, move |scope| {
+            gateway_redis::watch_freed(redis.connection(), move |scope| {
                 if let Some(client) = weak.upgrade() {
                     client.capacity_freed(scope);
                 }

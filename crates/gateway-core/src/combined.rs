@@ -69,8 +69,8 @@ pub struct Records<'a> {
 
 /// A release told to its scope's line across processes (SPEC §6). A shared backend hands what
 /// it frees to the process whose waiter refused by an account or a quota started first,
-/// telling it (Redis: a message on the scope's channel); with no such waiter and nobody waiting
-/// here, it tells every process, whose waiters not yet in that line may use it.
+/// telling it (Redis: a message on the scope's channel); with nobody standing in that line it
+/// tells nobody (a waiter for capacity stands in it from its first refusal on).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Freed {
     /// A call waits in this process's line.

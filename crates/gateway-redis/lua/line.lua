@@ -14,7 +14,8 @@
 --          'freed': process ARGV[3] freed capacity; ARGV[4] '1' when a call waits in it,
 --          ARGV[5] the scope's channel, ARGV[6] the grace (ms). Publishes the line id of the
 --          process whose waiter is the oldest, if another's that started more than the grace
---          before ARGV[3]'s own, or '*' when nobody stands in line and nobody waits in ARGV[3]
+--          before ARGV[3]'s own. Nobody standing in line, nobody is told: every waiter for
+--          capacity was refused once and renews its standing at least once a fallback poll
 --
 -- Returns 1 when another process was handed the capacity, else 0.
 
@@ -42,13 +43,9 @@ end
 
 -- 'freed': standings that lapsed leave first (a process that died, or whose waiters left).
 for _, process in ipairs(redis.call('ZRANGEBYSCORE', lasts, '-inf', now)) do leave(process) end
-local waits_here = ARGV[4] == '1'
-if not waits_here then leave(me) end
+if ARGV[4] ~= '1' then leave(me) end
 local first = redis.call('ZRANGE', line, 0, 0, 'WITHSCORES')
-if first[1] == nil then
-  if not waits_here then redis.call('PUBLISH', ARGV[5], '*') end
-  return 0
-end
+if first[1] == nil then return 0 end
 local mine = redis.call('ZSCORE', line, me)
 if first[1] == me or (mine and tonumber(mine) - tonumber(first[2]) <= tonumber(ARGV[6])) then return 0 end
 redis.call('PUBLISH', ARGV[5], first[1])

@@ -1,8 +1,8 @@
 //! Capacity freed in another process (SPEC §6: a release made elsewhere wakes a waiter too).
 //! The settle script hands what a release frees to the process whose waiter is the oldest in
 //! its scope's line across processes, publishing that process's line id on the scope's channel
-//! (`gw:{<scope>}:freed`, the scope's hash tag); with nobody in that line and nobody waiting in
-//! the releasing process, it publishes `*`, for every process. Each process keeps one subscriber
+//! (`gw:{<scope>}:freed`, the scope's hash tag); with nobody in that line, nobody is told (a
+//! waiter for capacity stands in it from its first refusal on). Each process keeps one subscriber
 //! connection on the pattern of every scope's channel and hands the scope of each message meant
 //! for it to its callback (the client's `capacity_freed`, which wakes the head of that scope's
 //! line). A message lost (a reconnect, a subscriber that fell behind) costs a waiter one poll.
@@ -14,12 +14,9 @@ use fred::prelude::*;
 /// The pattern every scope's channel matches.
 const PATTERN: &str = "gw:{*}:freed";
 
-/// What a message for every process says.
-pub(crate) const EVERYONE: &str = "*";
-
 /// Watches the channels of every scope on the Redis of `conn` on a task of its own, connecting
 /// as `conn` did, reconnecting and subscribing again by its policy, and calls `on_freed` with the
-/// scope of each message for `conn`'s process (its line id) or for every process. The task ends
+/// scope of each message for `conn`'s process (its line id). The task ends
 /// with the runtime.
 pub fn watch_freed(conn: &RedisConnection, on_freed: impl Fn(&str) + Send + Sync + 'static) -> tokio::task::JoinHandle<()> {
     let config = conn.config();
@@ -51,7 +48,7 @@ pub fn watch_freed(conn: &RedisConnection, on_freed: impl Fn(&str) + Send + Sync
             match messages.recv().await {
                 Ok(message) => {
                     let to = message.value.as_str();
-                    let for_me = to.as_deref().is_some_and(|to| to == EVERYONE || to == &*me);
+                    let for_me = to.as_deref().is_some_and(|to| to == &*me);
                     if for_me && let Some(scope) = keys::freed_scope(&message.channel) {
                         on_freed(scope);
                     }

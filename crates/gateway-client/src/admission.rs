@@ -82,11 +82,12 @@ fn ask_of(scope: &Partition, source: usize, tokens: u32, line: Option<InLine>) -
     }
 }
 
-/// The standing in its scope's line across processes of a call that has waited `waited`: it
-/// lasts three fallback polls unless a refusal renews it (a waiter in line asks again at least
-/// once a poll).
-fn in_line(scope: &Partition, waited: Duration) -> InLine {
-    InLine { waited, lasts: scope.policy.poll_interval.saturating_mul(3) }
+/// The standing in its scope's line across processes of the call at `order` of `tenant`, at
+/// `now`: how long it and the oldest other waiter here have waited; it lasts three fallback
+/// polls unless renewed (a waiter in line asks again at least once a poll).
+fn in_line(scope: &Partition, tenant: &crate::turns::Tenant, order: (Timestamp, u64), now: Timestamp) -> InLine {
+    let others = scope.turns().oldest_other(tenant, order).map(|start| now.saturating_since(start));
+    InLine { waited: now.saturating_since(order.0), others, lasts: scope.policy.poll_interval.saturating_mul(3) }
 }
 
 /// Admits `source`'s attempt in `scope`. An in-process backend answers at once, here. A remote
@@ -204,7 +205,7 @@ impl SourceAdmission {
             return Ok(refused);
         }
         // 2.-4. the account's learned limit, the gate, the quota
-        let line = in_line(scope, now.saturating_since(call.order().0));
+        let line = in_line(scope, &scope.tenant, call.order(), now);
         let (lease, entry, permit) = match admit(&self.holders, scope, source, estimated_tokens, line).await.map_err(|e| call.backend(e))? {
             Admission::Paced(paced) => return Ok(Tried::Skipped { reason: SkipReason::AdaptivePaced, ready_in: paced.ready_in }),
             Admission::Denied(entry) => {

@@ -283,10 +283,9 @@ impl GatewayClient {
 
     /// Capacity of `scope` was freed in another process sharing the backend (e.g. a message of
     /// `gateway_redis::watch_freed`): the head of its line of waiting calls tries again.
-    pub fn capacity_freed(&self, scope: &str) {
-        if let Some(partitions) = self.serving.load().scopes.get(scope) {
-            partitions.shared().turns().freed_elsewhere();
-        }
+    /// Answers whether a waiter was woken (none: the capacity is nobody's here).
+    pub fn capacity_freed(&self, scope: &str) -> bool {
+        self.serving.load().scopes.get(scope).is_some_and(|partitions| partitions.shared().turns().freed_elsewhere())
     }
 
     /// Tenants of `scope` with a partition of their own in this process.

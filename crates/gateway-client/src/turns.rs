@@ -189,11 +189,24 @@ impl Turns {
 
     /// Capacity was freed in another process (its release said so, not whose): the head of the
     /// line tries again, and so does the first of every lane that waits for its own limits (the
-    /// place may be its tenant's quota).
-    pub(crate) fn freed_elsewhere(&self) {
+    /// place may be its tenant's quota). Answers whether anyone was woken.
+    pub(crate) fn freed_elsewhere(&self) -> bool {
         let line = self.lock();
         line.wake_head();
         line.lanes.values().for_each(Lane::wake_own_block);
+        line.lanes.values().any(|lane| !lane.waiting.is_empty())
+    }
+
+    /// The start of the oldest call waiting in line for shared capacity (lanes waiting for their
+    /// own limits left out) other than the call of `tenant` at `order`.
+    pub(crate) fn oldest_other(&self, tenant: &Tenant, order: Order) -> Option<Timestamp> {
+        let line = self.lock();
+        let firsts = line
+            .lanes
+            .iter()
+            .filter(|(_, lane)| !lane.own_block)
+            .filter_map(|(t, lane)| lane.waiting.keys().find(|&&o| !(t == tenant && o == order)).map(|o| o.0));
+        firsts.min()
     }
 
     /// Whether a call of `tenant` that started at `order` may pick now: nobody waits, or it

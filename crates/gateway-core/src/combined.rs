@@ -70,7 +70,7 @@ pub struct Records<'a> {
 /// A release told to its scope's line across processes (SPEC §6). A shared backend hands what
 /// it frees to the process whose waiter refused by an account or a quota started first,
 /// telling it (Redis: a message on the scope's channel); with nobody standing in that line it
-/// tells nobody (a waiter for capacity stands in it from its first refusal on).
+/// tells nobody (every process with a call waiting in line for shared capacity stands in it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Freed {
     /// A call waits in this process's line.
@@ -160,15 +160,19 @@ pub struct Admit<'a> {
 }
 
 /// A call's standing in its scope's line across processes (SPEC §6: first come, first served by
-/// the calls' start). A shared backend keeps, per process, how long its oldest waiter refused by
-/// an account or a quota has waited, and hands capacity freed anywhere to the process whose
-/// waiter is oldest; an admission ends that process's standing, the next refusal renews it.
+/// the calls' start). A shared backend keeps, per process, the start of its oldest call waiting
+/// in line for shared capacity, and hands capacity freed anywhere to the process whose waiter
+/// started first: a refusal of shared capacity renews the process's standing, an admission
+/// moves it to the oldest other waiter's start, or ends it when none waits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InLine {
     /// How long the call has waited: since it started.
     pub waited: Duration,
-    /// How long the process's standing lasts unless a refusal renews it (a process that died,
-    /// or whose waiters left, stops being told).
+    /// How long the oldest other call waiting in this process's line for shared capacity has
+    /// waited (`None`: no other waits).
+    pub others: Option<Duration>,
+    /// How long the process's standing lasts unless renewed (a process that died stops being
+    /// told).
     pub lasts: Duration,
 }
 

@@ -5,14 +5,17 @@
 -- client would: a probe lease released (gate.lua's release), then the account's place with no
 -- effect (pacer_release.lua). A part that fails hands back the same before the error goes on.
 --
--- ARGV[1]  the parts present, in order: 'l' the call's standing in the line across processes
---          (line.lua: a refusal by the account or the quota renews its process's standing
---          'waits', an admission ends it 'served'; a gate's denial leaves it), 'p' the account,
+-- ARGV[1]  the parts present, in order: 'l' the process's standing in the line across
+--          processes (line.lua: a refusal of shared capacity renews it, 'waits'; an admission,
+--          or a refusal by a quota the call's tenant has to itself, sets it to the oldest other
+--          waiter's start or ends it, 'served'; a gate's denial leaves it), 'p' the account,
 --          'g' the gate (always), 'q' the permit
 -- ARGV[2..] for each part, the count of its arguments, then its arguments; the line's are now,
---          the process, the ms its call has waited and the ms its standing lasts; after the
---          account's, what its hand-back needs that the grant does not say: a count of 2, the
---          ceiling and the advertised limits' window in ms
+--          the process, the ms its oldest waiter (the call included) has waited, the ms the
+--          oldest other has ('' : none), the ms its standing lasts, and '1' when the permit's
+--          quota is shared (no tenant's own); after the account's, what its hand-back needs
+--          that the grant does not say: a count of 2, the ceiling and the advertised limits'
+--          window in ms
 -- KEYS     the line's two keys, the pacer's two keys, the gate's HASH, the quota's four, of the
 --          parts present
 --
@@ -35,10 +38,16 @@ local pace, entry, permit = false, false, false
 local line_keys, line_args
 if has('l') then line_keys, line_args = part(2) end
 
--- The call's standing in the line after the admission came to `op` ('waits' or 'served').
+-- The process's standing in the line after the call was refused shared capacity ('waits') or
+-- admitted ('served', also for a refusal by its tenant's own quota).
 local function stand(op)
   if not line_keys then return end
-  line(line_keys, { line_args[1], op, line_args[2], line_args[3], line_args[4] })
+  local a = line_args
+  if op == 'waits' then
+    line(line_keys, { a[1], 'waits', a[2], a[3], a[5] })
+  else
+    line(line_keys, { a[1], 'served', a[2], a[4], a[5] })
+  end
 end
 local pace_keys, pace_args, extra
 local gate_keys, gate_args
@@ -96,7 +105,7 @@ if has('q') then
   permit = answer
   if permit[1] ~= 1 then
     hand_back(verdict == 'probe')
-    stand('waits')
+    if line_args and line_args[6] == '1' then stand('waits') else stand('served') end
     return { pace, entry, permit }
   end
 end

@@ -1,21 +1,24 @@
 -- line.lua: a scope's line across processes (SPEC §6: first come, first served by the calls'
--- start, whichever process holds them). Per process, the start of its oldest waiter that an
--- account or a quota refused, and until when that standing lasts unless a refusal renews it. A
--- release hands what it frees to the process whose waiter is the oldest: admit.lua and
--- settle.lua run it as a part.
+-- start, whichever process holds them). Per process, the start of its oldest call waiting in
+-- line for shared capacity (an account's, or a quota no tenant has to itself), and until when
+-- that standing lasts unless renewed. A release hands what it frees to the process whose waiter
+-- started first: admit.lua and settle.lua run this as a part, and a process told of capacity it
+-- has nobody for passes it on (freed.rs).
 --
--- KEYS[1]  ZSET: process → the start of its oldest refused waiter (ms)
+-- KEYS[1]  ZSET: process → the start of its oldest waiter (ms)
 -- KEYS[2]  ZSET: process → until when its standing lasts (ms)
 -- ARGV[1]  now (ms, or '' for the server's clock)
--- ARGV[2]  'waits': a waiter of process ARGV[3] that has waited ARGV[4] ms was refused; its
---          process stands in line from its start (or earlier) for ARGV[5] ms more
---          'served': a waiter of process ARGV[3] was admitted; its process stands in line no
---          more (its next refused waiter renews it)
+-- ARGV[2]  'waits': a call of process ARGV[3] was refused shared capacity; the process's
+--          oldest waiter, the call included, has waited ARGV[4] ms; the standing lasts ARGV[5]
+--          ms more
+--          'served': a call of process ARGV[3] was admitted; ARGV[4] how long the oldest other
+--          call waiting there has waited ('' : none, and the process stands no more), ARGV[5]
+--          how long the standing lasts
 --          'freed': process ARGV[3] freed capacity; ARGV[4] '1' when a call waits in it,
 --          ARGV[5] the scope's channel, ARGV[6] the grace (ms). Publishes the line id of the
 --          process whose waiter is the oldest, if another's that started more than the grace
---          before ARGV[3]'s own. Nobody standing in line, nobody is told: every waiter for
---          capacity was refused once and renews its standing at least once a fallback poll
+--          before ARGV[3]'s own. Nobody standing, nobody is told: every process with a call
+--          waiting in line stands, renewing it at least once a fallback poll
 --
 -- Returns 1 when another process was handed the capacity, else 0.
 
@@ -28,16 +31,21 @@ local function leave(process)
   redis.call('ZREM', lasts, process)
 end
 
-if op == 'waits' then
-  local ttl = tonumber(ARGV[5])
-  redis.call('ZADD', line, 'LT', now - tonumber(ARGV[4]), me)
+-- The process stands from `since` until `ttl` ms from now; the keys live at least as long.
+local function stand(since, ttl)
+  redis.call('ZADD', line, since, me)
   redis.call('ZADD', lasts, now + ttl, me)
-  redis.call('PEXPIRE', line, ttl)
-  redis.call('PEXPIRE', lasts, ttl)
+  for _, key in ipairs({ line, lasts }) do
+    if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
+  end
+end
+
+if op == 'waits' then
+  stand(now - tonumber(ARGV[4]), tonumber(ARGV[5]))
   return 0
 end
 if op == 'served' then
-  leave(me)
+  if ARGV[4] == '' then leave(me) else stand(now - tonumber(ARGV[4]), tonumber(ARGV[5])) end
   return 0
 end
 

@@ -2,8 +2,8 @@
 //! gate, the permit) in one EVALSHA of `admit.lua`, and its records (the pacer release, the
 //! gate's record, the permit's settle and release) in one of `settle.lua`; each runs every part's
 //! own script in turn, and `line.lua` for the scope's line across processes: an admission
-//! renews or ends the process's standing, a settle hands what it frees to the process whose
-//! waiter is oldest (telling it). The keys of one attempt share its scope's hash tag, so one script may
+//! renews, moves or ends the process's standing (while its `watch_freed` runs), a settle hands
+//! what it frees to the process whose waiter is oldest (telling it). The keys of one attempt share its scope's hash tag, so one script may
 //! touch them all on a cluster; an attempt whose keys do not (none the client makes) is asked
 //! part by part.
 
@@ -76,10 +76,15 @@ impl AttemptGate for RedisAttempts {
             return self.in_order.admit(ask).await;
         }
         let (mut plan, mut keys, mut args) = (String::new(), Vec::with_capacity(9), vec![Value::Null]);
-        if let Some(line) = ask.line {
+        // A process stands in the line only while it hears what is handed to it.
+        if let Some(line) = ask.line.filter(|_| self.conn.is_watched()) {
             plan.push('l');
             keys.extend(keys::line(key)?.map(|k| Value::String(k.into())));
-            push_part(&mut args, [self.conn.now_arg(), self.line_id(), Value::Integer(ms(line.waited)), Value::Integer(ms(line.lasts))]);
+            let oldest = Value::Integer(ms(line.others.map_or(line.waited, |others| others.max(line.waited))));
+            let others = line.others.map_or(Value::String("".into()), |others| Value::Integer(ms(others)));
+            // A quota of the call's tenant's own is nobody else's capacity (SPEC §6).
+            let shared = Value::String(if ask.permit.is_none_or(|p| p.key.tenant.is_none()) { "1" } else { "0" }.into());
+            push_part(&mut args, [self.conn.now_arg(), self.line_id(), oldest, others, Value::Integer(ms(line.lasts)), shared]);
         }
         if let Some(pace) = ask.pace {
             plan.push('p');

@@ -15,7 +15,7 @@ use fred::types::CustomCommand;
 use gateway_core::ports::BackendError;
 use gateway_core::time::Clock;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// How to reach Redis and how long to wait for it.
@@ -109,6 +109,8 @@ pub struct RedisConnection {
     config: RedisConfig,
     /// This process's name in the scopes' lines across processes (random: unique per pool).
     line_id: Arc<str>,
+    /// A `watch_freed` hears what the lines hand this process.
+    watched: AtomicBool,
 }
 
 /// A name no other pool shares: the process and the random keys of std's hasher (drawn per
@@ -180,6 +182,7 @@ impl RedisConnection {
             url: url.clone(),
             config,
             line_id: new_line_id(),
+            watched: AtomicBool::new(false),
         };
         if connected {
             for script in connection.scripts.all() {
@@ -209,6 +212,16 @@ impl RedisConnection {
     /// tells when this process's waiter is the oldest.
     pub fn line_id(&self) -> &Arc<str> {
         &self.line_id
+    }
+
+    /// Whether a `watch_freed` hears what the lines hand this process: only then does it stand
+    /// in them.
+    pub(crate) fn is_watched(&self) -> bool {
+        self.watched.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn mark_watched(&self) {
+        self.watched.store(true, Ordering::Relaxed);
     }
 
     pub(crate) fn scripts(&self) -> &Scripts {

@@ -1,27 +1,32 @@
 //! Capacity freed in another process (SPEC §6: a release made elsewhere wakes a waiter too).
-//! The settle script hands what a release frees to the process whose waiter is the oldest in
-//! its scope's line across processes, publishing that process's line id on the scope's channel
-//! (`gw:{<scope>}:freed`, the scope's hash tag); with nobody in that line, nobody is told (a
-//! waiter for capacity stands in it from its first refusal on). Each process keeps one subscriber
-//! connection on the pattern of every scope's channel and hands the scope of each message meant
-//! for it to its callback (the client's `capacity_freed`, which wakes the head of that scope's
-//! line). A message lost (a reconnect, a subscriber that fell behind) costs a waiter one poll.
+//! The settle script hands what a release frees to the process whose waiter started first in
+//! its scope's line across processes (`line.lua`), publishing that process's line id on the
+//! scope's channel (`gw:{<scope>}:freed`, the scope's hash tag); with nobody in that line,
+//! nobody is told. Each process keeps one subscriber connection on the pattern of every scope's
+//! channel and hands the scope of each message meant for it to its callback (the client's
+//! `capacity_freed`, which wakes the head of that scope's line). A process told of capacity it
+//! has nobody for (its waiters left since it last stood) leaves the line and passes the
+//! capacity on to the next process in it. A message lost (a reconnect, a subscriber that fell
+//! behind) costs a waiter one poll.
 
 use crate::connection::RedisConnection;
 use crate::keys;
 use fred::prelude::*;
+use std::sync::Arc;
 
 /// The pattern every scope's channel matches.
 const PATTERN: &str = "gw:{*}:freed";
 
 /// Watches the channels of every scope on the Redis of `conn` on a task of its own, connecting
 /// as `conn` did, reconnecting and subscribing again by its policy, and calls `on_freed` with the
-/// scope of each message for `conn`'s process (its line id). The task ends
-/// with the runtime.
-pub fn watch_freed(conn: &RedisConnection, on_freed: impl Fn(&str) + Send + Sync + 'static) -> tokio::task::JoinHandle<()> {
+/// scope of each message for `conn`'s process (its line id); `on_freed` answers whether it woke
+/// a waiter, and when it did not the capacity is passed on. From this call on, `conn`'s process
+/// stands in the lines it waits in. The task ends with the runtime.
+pub fn watch_freed(conn: &Arc<RedisConnection>, on_freed: impl Fn(&str) -> bool + Send + Sync + 'static) -> tokio::task::JoinHandle<()> {
     let config = conn.config();
     let (url, connect_timeout, policy) = (config.url.clone(), config.connect_timeout, config.reconnect_policy());
-    let me = conn.line_id().clone();
+    let conn = conn.clone();
+    conn.mark_watched();
     tokio::spawn(async move {
         let subscriber = match Config::from_url(&url).and_then(|mut c| {
             // Not there yet: keep trying, by the policy (the first connection included).
@@ -47,10 +52,11 @@ pub fn watch_freed(conn: &RedisConnection, on_freed: impl Fn(&str) + Send + Sync
         loop {
             match messages.recv().await {
                 Ok(message) => {
-                    let to = message.value.as_str();
-                    let for_me = to.as_deref().is_some_and(|to| to == &*me);
-                    if for_me && let Some(scope) = keys::freed_scope(&message.channel) {
-                        on_freed(scope);
+                    let for_me = message.value.as_str().is_some_and(|to| *to == **conn.line_id());
+                    if let Some(scope) = keys::freed_scope(&message.channel).filter(|_| for_me)
+                        && !on_freed(scope)
+                    {
+                        pass_on(&conn, scope).await;
                     }
                 }
                 // Fell behind: the messages lost cost their waiters a poll.
@@ -59,4 +65,16 @@ pub fn watch_freed(conn: &RedisConnection, on_freed: impl Fn(&str) + Send + Sync
             }
         }
     })
+}
+
+/// Capacity of `scope` handed to this process finds nobody waiting: it leaves the line and the
+/// capacity goes to the next process in it (`line.lua`'s 'freed', nobody waiting here, no grace).
+async fn pass_on(conn: &RedisConnection, scope: &str) {
+    let keys = keys::line_of(scope).map(|k| Value::String(k.into()));
+    let channel = Value::String(keys::freed_channel(scope).into());
+    let me = Value::String(conn.line_id().to_string().into());
+    let args = [conn.now_arg(), Value::String("freed".into()), me, Value::String("0".into()), channel, Value::Integer(0)];
+    if let Err(error) = conn.run(&conn.scripts().line, &keys, &[&args], &scope).await {
+        tracing::warn!(%error, scope, "redis: capacity handed to this process with nobody waiting was not passed on");
+    }
 }

@@ -44,7 +44,12 @@ pub(crate) fn quota(key: &SourceKey) -> Result<[String; 4], BackendError> {
 /// waiter's start, and until when its standing lasts.
 pub(crate) fn line(key: &SourceKey) -> Result<[String; 2], BackendError> {
     check(&key.scope, "scope", key)?;
-    Ok([format!("gw:{{{}}}:line", key.scope), format!("gw:{{{}}}:line:lasts", key.scope)])
+    Ok(line_of(&key.scope))
+}
+
+/// The two keys of the line of `scope`, a checked key part.
+pub(crate) fn line_of(scope: &str) -> [String; 2] {
+    [format!("gw:{{{scope}}}:line"), format!("gw:{{{scope}}}:line:lasts")]
 }
 
 /// The channel on which a scope's releases tell the other processes that capacity is free.

@@ -48,6 +48,8 @@ pub(crate) struct Scripts {
     pub(crate) pacer_acquire: Script,
     pub(crate) pacer_release: Script,
     pub(crate) pacer_read: Script,
+    /// The line across processes on its own: capacity a told process has nobody for, passed on.
+    pub(crate) line: Script,
     /// An attempt's admission in one: the account's place, the gate, the permit (each refusal
     /// handing back what was taken before it).
     pub(crate) admit: Script,
@@ -69,6 +71,7 @@ impl Scripts {
             pacer_acquire: Script::new("pacer_acquire", pacer, include_str!("../lua/pacer_acquire.lua")),
             pacer_release: Script::new("pacer_release", pacer, include_str!("../lua/pacer_release.lua")),
             pacer_read: Script::new("pacer_read", pacer, include_str!("../lua/pacer_read.lua")),
+            line: Script::new("line", "", include_str!("../lua/line.lua")),
             admit: Script::combined(
                 "admit",
                 &[
@@ -94,7 +97,7 @@ impl Scripts {
         }
     }
 
-    pub(crate) fn all(&self) -> [&Script; 10] {
+    pub(crate) fn all(&self) -> [&Script; 11] {
         [
             &self.gate,
             &self.retry_after,
@@ -104,6 +107,7 @@ impl Scripts {
             &self.pacer_acquire,
             &self.pacer_release,
             &self.pacer_read,
+            &self.line,
             &self.admit,
             &self.settle,
         ]

@@ -377,11 +377,7 @@ pub async fn build_state(
         // Capacity freed by another replica wakes this one's waiters (the poll stays the bound of
         // a message lost).
         let weak = Arc::downgrade(&client);
-        drop(gateway_redis::watch_freed(conn, move |scope| {
-            if let Some(client) = weak.upgrade() {
-                client.capacity_freed(scope);
-            }
-        }));
+        drop(gateway_redis::watch_freed(conn, move |scope| weak.upgrade().is_some_and(|client| client.capacity_freed(scope))));
     }
     let mut state = AppState::new(client, gates, &telemetry, config, schemas).with_http(upstream);
     state.backstop = backstop;

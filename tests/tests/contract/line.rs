@@ -7,26 +7,33 @@
 use crate::support::{Backend, params, redis_connection, seed_breaker};
 use gateway_core::aimd::PacerParams;
 use gateway_core::breaker::GateParams;
-use gateway_core::combined::{Admission, Admit, AttemptGate, Freed, GateAsk, InLine, PaceAsk, PaceRecord, Records};
+use gateway_core::combined::{Admission, Admit, AttemptGate, Freed, GateAsk, InLine, PaceAsk, PaceRecord, PermitAsk, Records};
 use gateway_core::outcome::AimdEffect;
+use gateway_core::policy::QuotaLimits;
 use gateway_core::ports::{PaceLease, SourceKey};
 use gateway_redis::{RedisAttempts, RedisGates, RedisPacer, RedisQuota, watch_freed};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// One process: its attempts, and the scopes its watch was told of.
+/// One process: its attempts, the scopes its watch was told of, and whether it has nobody to
+/// wake (then what it is told is passed on).
 struct Process {
     attempts: RedisAttempts,
     told: Arc<Mutex<Vec<String>>>,
+    nobody: Arc<AtomicBool>,
 }
 
 async fn process(b: &Backend) -> Process {
     let conn = redis_connection(b.redis_url().unwrap(), Some(b.clock.clone())).await;
-    let told = Arc::new(Mutex::new(Vec::new()));
-    let heard = told.clone();
-    drop(watch_freed(&conn, move |scope| heard.lock().unwrap().push(scope.to_owned())));
+    let (told, nobody) = (Arc::new(Mutex::new(Vec::new())), Arc::new(AtomicBool::new(false)));
+    let (heard, empty) = (told.clone(), nobody.clone());
+    drop(watch_freed(&conn, move |scope| {
+        heard.lock().unwrap().push(scope.to_owned());
+        !empty.load(Ordering::Relaxed)
+    }));
     let attempts = RedisAttempts::new(RedisGates::new(conn.clone()), RedisQuota::new(conn.clone()), RedisPacer::new(conn));
-    Process { attempts, told }
+    Process { attempts, told, nobody }
 }
 
 /// Waits (real time: a message) until `who` has been told `n` times, at most 5 s.
@@ -55,7 +62,7 @@ impl Account<'_> {
             pace: Some(PaceAsk { key: self.account, params: self.pacer, tokens: 1 }),
             gate: GateAsk { key: self.gate, params: self.gate_params },
             permit: None,
-            line: Some(InLine { waited: Duration::from_secs_f64(waited_s), lasts: Duration::from_secs(3) }),
+            line: Some(InLine { waited: Duration::from_secs_f64(waited_s), others: None, lasts: Duration::from_secs(3) }),
         };
         who.attempts.admit(&ask).await.unwrap()
     }
@@ -82,7 +89,7 @@ pub async fn freed_capacity_goes_to_the_process_whose_waiter_is_oldest(b: Backen
         other => panic!("the account's one place was not granted: {other:?}"),
     };
     b.at(100.0);
-    // 1. One takes the place; two's call (waiting 5 s) and then one's own (1 s) are refused.
+    // 1. One takes the place (its process stands in no line: nobody else waits there); two's call (waiting 5 s) and then one's own (1 s) are refused.
     let held = place(the.admit(&one, 0.0).await);
     assert!(matches!(the.admit(&two, 5.0).await, Admission::Paced(_)));
     assert!(matches!(the.admit(&one, 1.0).await, Admission::Paced(_)));
@@ -125,4 +132,28 @@ pub async fn freed_capacity_goes_to_the_process_whose_waiter_is_oldest(b: Backen
     assert_eq!(told(&one, before.0 + 1).await.len(), before.0 + 1, "a release with nobody in line told one");
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(two.told.lock().unwrap().len(), before.1, "a release with nobody in line told two");
+    // 8. A process told of capacity it has nobody for leaves the line and passes it on: one
+    // (standing since 109 s) hears of two's release, has nobody, and two (since 109.8 s) is told.
+    one.nobody.store(true, Ordering::Relaxed);
+    let held = place(the.admit(&two, 0.0).await);
+    assert!(matches!(the.admit(&two, 0.2).await, Admission::Paced(_)));
+    let heard = two.told.lock().unwrap().len();
+    assert!(the.release(&two, held, true).await);
+    assert_eq!(told(&two, heard + 1).await.len(), heard + 1, "what one had nobody for was not passed on");
+    // 9. A call refused by a quota its tenant has to itself does not stand its process in line
+    // (it is nobody else's capacity): one's gold call is refused its own permit, and what two
+    // frees next is handed to nobody.
+    one.nobody.store(false, Ordering::Relaxed);
+    let gold = b.key("q").with_tenant("gold");
+    let limits = QuotaLimits { max_concurrency: Some(1), rpm: None, tpm: None, permit_ttl: Duration::from_secs(30) };
+    let own = |waited_s: u64| Admit {
+        pace: None,
+        gate: GateAsk { key: &gold, params: &p },
+        permit: Some(PermitAsk { key: &gold, limits: &limits, tokens: 1 }),
+        line: Some(InLine { waited: Duration::from_secs(waited_s), others: None, lasts: Duration::from_secs(3) }),
+    };
+    assert!(matches!(one.attempts.admit(&own(0)).await.unwrap(), Admission::Admitted { permit: Some(_), .. }));
+    assert!(matches!(one.attempts.admit(&own(5)).await.unwrap(), Admission::Refused { .. }));
+    let held = place(the.admit(&two, 0.0).await);
+    assert!(!the.release(&two, held, false).await, "a refusal by the tenant's own quota stood its process in line");
 }

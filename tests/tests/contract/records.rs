@@ -84,9 +84,11 @@ impl Side<'_> {
             // Every other attempt asks for no permit, as a source without local limits does.
             permit: tokens.is_multiple_of(2).then_some(PermitAsk { key: &self.gate, limits, tokens }),
             // Some calls stand in the line across processes (a standing, no state the rules read).
-            line: tokens
-                .is_multiple_of(3)
-                .then_some(InLine { waited: Duration::from_millis(u64::from(tokens)), lasts: Duration::from_secs(3) }),
+            line: tokens.is_multiple_of(3).then_some(InLine {
+                waited: Duration::from_millis(u64::from(tokens)),
+                others: tokens.is_multiple_of(2).then_some(Duration::from_millis(7)),
+                lasts: Duration::from_secs(3),
+            }),
         };
         let admission = self.attempts.admit(&ask).await.unwrap();
         // Without the keys (each side has its own scope) and the incarnations (drawn per handle).

@@ -168,11 +168,12 @@ impl Backend {
         }
     }
 
-    /// The Redis gates, when the backend is Redis.
+    /// The Redis URL, when the backend is Redis.
     pub fn redis_url(&self) -> Option<&str> {
         self.redis.as_ref().map(|(_, _, url)| url.as_str())
     }
 
+    /// The Redis gates, when the backend is Redis.
     pub fn redis_gates(&self) -> Option<&RedisGates> {
         self.redis.as_ref().map(|(gates, _, _)| gates)
     }

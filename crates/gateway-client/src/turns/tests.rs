@@ -168,3 +168,17 @@ async fn a_place_freed_elsewhere_wakes_the_head_and_every_lane_held_by_its_own_q
     assert!(woken(&bronze).await, "the message does not say whose place it was: it may be bronze's quota");
     assert!(!woken(&behind).await, "first come, first served within the lane");
 }
+
+#[test]
+fn the_oldest_other_waiter_leaves_out_the_caller_and_lanes_waiting_for_their_own_limits() {
+    let turns = Arc::new(Turns::default());
+    assert_eq!(turns.oldest_other(&None, at(1, 1)), None, "nobody waits");
+    let first = turns.join(&tenant("gold"), 1, at(10, 1), None, false);
+    let _second = turns.join(&tenant("gold"), 1, at(20, 2), None, false);
+    let _own = turns.join(&tenant("bronze"), 1, at(5, 3), None, true);
+    assert_eq!(turns.oldest_other(&tenant("gold"), at(10, 1)), Some(Timestamp::from_millis(20)), "the caller is left out");
+    assert_eq!(turns.oldest_other(&tenant("gold"), at(30, 9)), Some(Timestamp::from_millis(10)));
+    drop(first);
+    assert_eq!(turns.oldest_other(&tenant("gold"), at(20, 2)), None, "a lane waiting for its own quota is nobody's capacity");
+    assert!(turns.freed_elsewhere(), "someone waits to be woken");
+}

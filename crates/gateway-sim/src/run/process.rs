@@ -75,11 +75,7 @@ impl Part<'_> {
         // Capacity freed by the other processes wakes this one's waiters, as in the proxy.
         let watch = gates.redis.as_ref().map(|(redis, _)| {
             let weak = Arc::downgrade(&client);
-            gateway_redis::watch_freed(redis.connection(), move |scope| {
-                if let Some(client) = weak.upgrade() {
-                    client.capacity_freed(scope);
-                }
-            })
+            gateway_redis::watch_freed(redis.connection(), move |scope| weak.upgrade().is_some_and(|client| client.capacity_freed(scope)))
         });
         let calls = config.calls.unwrap_or(scenario.calls);
         let workload = Workload {

@@ -99,10 +99,10 @@ async fn admit(
     scope: &Arc<Partition>,
     source: usize,
     tokens: u32,
-    line: InLine,
+    line: Option<InLine>,
 ) -> Result<Admission, BackendError> {
     let (owned, partition) = (holders.clone(), scope.clone());
-    let mut admission = Box::pin(async move { owned.attempts.admit(&ask_of(&partition, source, tokens, Some(line))).await });
+    let mut admission = Box::pin(async move { owned.attempts.admit(&ask_of(&partition, source, tokens, line)).await });
     if let Poll::Ready(answer) = std::future::poll_fn(|cx| Poll::Ready(admission.as_mut().poll(cx))).await {
         return answer;
     }
@@ -205,7 +205,7 @@ impl SourceAdmission {
             return Ok(refused);
         }
         // 2.-4. the account's learned limit, the gate, the quota
-        let line = in_line(scope, &scope.tenant, call.order(), now);
+        let line = self.holders.attempts.stands_in_line().then(|| in_line(scope, &scope.tenant, call.order(), now));
         let (lease, entry, permit) = match admit(&self.holders, scope, source, estimated_tokens, line).await.map_err(|e| call.backend(e))? {
             Admission::Paced(paced) => return Ok(Tried::Skipped { reason: SkipReason::AdaptivePaced, ready_in: paced.ready_in }),
             Admission::Denied(entry) => {

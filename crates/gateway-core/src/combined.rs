@@ -237,6 +237,13 @@ pub trait AttemptGate: Send + Sync {
     /// Makes `records` in order. An error says none of them may have been made (a backend that
     /// makes them one by one goes on past a part that failed, and answers for those made).
     async fn record(&self, records: &Records<'_>) -> Result<Recorded, BackendError>;
+
+    /// Whether this process stands in its scopes' lines across processes (a shared backend that
+    /// hands capacity on, and hears what is handed to it): only then is an admission's
+    /// [`InLine`] worth working out. In-process backends: never.
+    fn stands_in_line(&self) -> bool {
+        false
+    }
 }
 
 #[async_trait]

@@ -76,8 +76,7 @@ impl AttemptGate for RedisAttempts {
             return self.in_order.admit(ask).await;
         }
         let (mut plan, mut keys, mut args) = (String::new(), Vec::with_capacity(9), vec![Value::Null]);
-        // A process stands in the line only while it hears what is handed to it.
-        if let Some(line) = ask.line.filter(|_| self.conn.is_watched()) {
+        if let Some(line) = ask.line.filter(|_| self.stands_in_line()) {
             plan.push('l');
             keys.extend(keys::line(key)?.map(|k| Value::String(k.into())));
             let oldest = Value::Integer(ms(line.others.map_or(line.waited, |others| others.max(line.waited))));
@@ -189,5 +188,10 @@ impl AttemptGate for RedisAttempts {
                 None => None,
             },
         })
+    }
+
+    /// A process stands in the lines only while it hears what is handed to it (`watch_freed`).
+    fn stands_in_line(&self) -> bool {
+        self.conn.is_watched()
     }
 }

@@ -71,4 +71,8 @@ impl AttemptGate for BackstopAttempts {
         }
         Ok(recorded)
     }
+
+    fn stands_in_line(&self) -> bool {
+        self.shared.stands_in_line()
+    }
 }

@@ -12,7 +12,7 @@ use crate::gates::{RedisGates, parse_reply};
 use crate::keys;
 use crate::keys::malformed;
 use crate::pacer::parse_acquire as parse_place;
-use crate::pacer::{RedisPacer, limit_of, pacer_keys};
+use crate::pacer::{RedisPacer, limit_of, ms, pacer_keys};
 use crate::quota::parse_acquire as parse_permit;
 use crate::quota::{RedisQuota, quota_keys};
 use async_trait::async_trait;
@@ -38,18 +38,6 @@ impl RedisAttempts {
         let conn = gates.connection().clone();
         let in_order = InOrder { gates: Arc::new(gates.clone()), quota: Arc::new(quota.clone()), pacer: Arc::new(pacer.clone()) };
         RedisAttempts { conn, gates, quota, pacer, in_order }
-    }
-}
-
-/// Whole milliseconds of `d`, as a script argument.
-fn ms(d: std::time::Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
-impl RedisAttempts {
-    /// This process's line id, as a script argument.
-    fn line_id(&self) -> Value {
-        Value::String(self.conn.line_id().to_string().into())
     }
 }
 
@@ -83,7 +71,7 @@ impl AttemptGate for RedisAttempts {
             let others = line.others.map_or(Value::String("".into()), |others| Value::Integer(ms(others)));
             // A quota of the call's tenant's own is nobody else's capacity (SPEC §6).
             let shared = Value::String(if ask.permit.is_none_or(|p| p.key.tenant.is_none()) { "1" } else { "0" }.into());
-            push_part(&mut args, [self.conn.now_arg(), self.line_id(), oldest, others, Value::Integer(ms(line.lasts)), shared]);
+            push_part(&mut args, [self.conn.now_arg(), self.conn.line_arg(), oldest, others, Value::Integer(ms(line.lasts)), shared]);
         }
         if let Some(pace) = ask.pace {
             plan.push('p');
@@ -161,7 +149,7 @@ impl AttemptGate for RedisAttempts {
             keys.extend(keys::line(key)?.map(|k| Value::String(k.into())));
             let channel = Value::String(keys::freed_channel(&key.scope).into());
             let (here, grace) = (Value::Integer(i64::from(freed.waiting_here)), Value::Integer(ms(freed.grace)));
-            push_part(&mut args, [self.conn.now_arg(), self.line_id(), here, channel, grace]);
+            push_part(&mut args, [self.conn.now_arg(), self.conn.line_arg(), here, channel, grace]);
         }
         args[0] = Value::String(plan.into());
         let reply = match self.conn.run(&self.conn.scripts().settle, &keys, &[&args], key).await {

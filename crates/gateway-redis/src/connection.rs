@@ -109,6 +109,8 @@ pub struct RedisConnection {
     config: RedisConfig,
     /// This process's name in the scopes' lines across processes (random: unique per pool).
     line_id: Arc<str>,
+    /// The line id as a script argument, built once.
+    line_arg: Value,
     /// A `watch_freed` hears what the lines hand this process.
     watched: AtomicBool,
 }
@@ -172,6 +174,7 @@ impl RedisConnection {
                 });
             }
         };
+        let line_id = new_line_id();
         let connection = RedisConnection {
             pool,
             clustered,
@@ -181,7 +184,8 @@ impl RedisConnection {
             degraded: AtomicU64::new(0),
             url: url.clone(),
             config,
-            line_id: new_line_id(),
+            line_arg: Value::String(line_id.to_string().into()),
+            line_id,
             watched: AtomicBool::new(false),
         };
         if connected {
@@ -212,6 +216,11 @@ impl RedisConnection {
     /// tells when this process's waiter is the oldest.
     pub fn line_id(&self) -> &Arc<str> {
         &self.line_id
+    }
+
+    /// This process's line id as a script argument.
+    pub(crate) fn line_arg(&self) -> Value {
+        self.line_arg.clone()
     }
 
     /// Whether a `watch_freed` hears what the lines hand this process: only then does it stand

@@ -72,8 +72,7 @@ pub fn watch_freed(conn: &Arc<RedisConnection>, on_freed: impl Fn(&str) -> bool 
 async fn pass_on(conn: &RedisConnection, scope: &str) {
     let keys = keys::line_of(scope).map(|k| Value::String(k.into()));
     let channel = Value::String(keys::freed_channel(scope).into());
-    let me = Value::String(conn.line_id().to_string().into());
-    let args = [conn.now_arg(), Value::String("freed".into()), me, Value::String("0".into()), channel, Value::Integer(0)];
+    let args = [conn.now_arg(), Value::String("freed".into()), conn.line_arg(), Value::String("0".into()), channel, Value::Integer(0)];
     if let Err(error) = conn.run(&conn.scripts().line, &keys, &[&args], &scope).await {
         tracing::warn!(%error, scope, "redis: capacity handed to this process with nobody waiting was not passed on");
     }

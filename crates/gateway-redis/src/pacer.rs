@@ -21,7 +21,7 @@ pub struct RedisPacer {
     conn: Arc<RedisConnection>,
 }
 
-fn ms(d: Duration) -> i64 {
+pub(crate) fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 

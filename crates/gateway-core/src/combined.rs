@@ -68,7 +68,7 @@ pub struct Records<'a> {
 }
 
 /// A release told to its scope's line across processes (SPEC §6). A shared backend hands what
-/// it frees to the process whose waiter refused by an account or a quota started first,
+/// it frees to the process whose oldest call waiting for shared capacity started first,
 /// telling it (Redis: a message on the scope's channel); with nobody standing in that line it
 /// tells nobody (every process with a call waiting in line for shared capacity stands in it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

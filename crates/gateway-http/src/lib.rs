@@ -108,6 +108,8 @@ pub(crate) struct Source {
     pub(crate) name: String,
     pub(crate) client: reqwest::Client,
     pub(crate) base_url: String,
+    /// Each kind's endpoint below `base_url`, parsed once.
+    pub(crate) endpoints: Vec<(Kind, reqwest::Url)>,
     pub(crate) model: String,
     pub(crate) timeout: Duration,
     pub(crate) watchdog: Option<Duration>,
@@ -124,6 +126,17 @@ pub(crate) struct Source {
     pub(crate) drop_betas: Vec<String>,
     /// The `max_tokens` a chat request translated for it gets when it sets none.
     pub(crate) max_tokens: u32,
+}
+
+impl Source {
+    /// The endpoint of `kind` below the base URL.
+    pub(crate) fn endpoint(&self, kind: Kind) -> reqwest::Url {
+        match self.endpoints.iter().find(|(k, _)| *k == kind) {
+            Some((_, url)) => url.clone(),
+            // Every kind's is parsed when the source is built.
+            None => unreachable!("no endpoint for {kind}"),
+        }
+    }
 }
 
 impl fmt::Debug for Source {
@@ -324,10 +337,18 @@ fn build_source(policy: &SourcePolicy, key: &str, not_found: classify::NotFound)
         .user_agent(concat!("llm-gateway/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|e| invalid("base_url", format!("cannot build an HTTP client: {e}")))?;
+    let base_url = base_url.trim_end_matches('/').to_owned();
+    let mut endpoints = Vec::with_capacity(Kind::ALL.len());
+    for kind in Kind::ALL {
+        let url = format!("{base_url}/{}", kind.path());
+        let parsed = reqwest::Url::parse(&url).map_err(|e| invalid("base_url", format!("endpoint {url:?} is not a URL ({e})")))?;
+        endpoints.push((kind, parsed));
+    }
     Ok(Source {
         name: policy.name.clone(),
         client,
-        base_url: base_url.trim_end_matches('/').to_owned(),
+        base_url,
+        endpoints,
         model,
         timeout: policy.timeout,
         watchdog: policy.watchdog,

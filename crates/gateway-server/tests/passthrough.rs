@@ -118,3 +118,39 @@ async fn a_model_is_found_by_its_id() {
     assert_eq!(missing.status(), 404);
     assert_eq!(missing.json::<Value>().await.unwrap()["error"]["code"], "model_not_found");
 }
+
+/// The provider's JSON reaches the caller as the provider wrote it, not written again from its
+/// parsed value: a double that serde_json's default parser reads one bit off, an integer past
+/// 64 bits, numbers in exponent form, escapes, spacing and key order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_answer_comes_back_byte_for_byte() {
+    const TEXT: &str = concat!(
+        "{\"id\": \"chatcmpl-1\",\"object\":\"chat.completion\",  \"choices\":[{\"index\":0,",
+        "\"message\":{\"role\":\"assistant\",\"content\":\"caf\\u00e9 \\/ ok\"},\"finish_reason\":\"stop\",",
+        "\"logprobs\":{\"content\":[{\"token\":\"ok\",\"logprob\":-0.00000012874319}]}}],",
+        "\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":1,\"total_tokens\":6},",
+        "\"z\":[2.5e-3, 1.0, 0.30000000000000004, 12345678901234567890123, 7.3177e-05]}\n"
+    );
+    let r = support::start_answering(|_| gateway_mock::Answer::json_text(200, TEXT)).await;
+    let body = json!({"model": "chat", "messages": [{"role": "user", "content": "hi"}]});
+    let response = reqwest::Client::new().post(format!("{}/v1/chat/completions", r.url)).bearer_auth(KEY).json(&body).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "application/json");
+    assert_eq!(response.headers()["x-gateway-source"], "mock");
+    assert_eq!(response.text().await.unwrap(), TEXT);
+}
+
+/// What the gateway leaves out of the caller's body (a `stream` it answers itself) leaves the
+/// other fields in the caller's order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_body_keeps_the_callers_order() {
+    let r = support::start().await;
+    let body =
+        json!({"model": "chat", "stream": false, "messages": [{"role": "user", "content": "ORDER"}], "temperature": 0.5, "zz_last": 1});
+    let (status, _) = post(&r, "/v1/chat/completions", &body).await;
+    assert_eq!(status, 200);
+    let upstream = &r.provider.saying("ORDER")[0].body;
+    let keys: Vec<&str> = upstream.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(keys, ["model", "messages", "temperature", "zz_last"]);
+    assert_eq!(upstream["model"], "m", "the source's model, where the caller's was");
+}

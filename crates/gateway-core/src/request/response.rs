@@ -2,6 +2,7 @@
 //! and when an answer is usable.
 
 use super::{Kind, Object, Raw};
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
@@ -53,21 +54,32 @@ impl Usage {
     }
 }
 /// A usable answer: the provider's whole body, and who served it.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct Response {
     kind: Kind,
     body: Object,
     /// The answer, when it is not JSON (then `body` is empty).
     raw: Option<Raw>,
+    /// The JSON `body` was parsed from, as the provider sent it (its own dialect, untranslated):
+    /// what the caller gets, byte for byte.
+    sent: Option<Bytes>,
     request_id: Option<String>,
     source: Option<String>,
     attempts: u32,
 }
 
+/// The same answer whether or not it keeps the text it was parsed from.
+impl PartialEq for Response {
+    fn eq(&self, other: &Self) -> bool {
+        (self.kind, &self.body, &self.raw, &self.request_id, &self.source, self.attempts)
+            == (other.kind, &other.body, &other.raw, &other.request_id, &other.source, other.attempts)
+    }
+}
+
 impl Response {
     /// A provider's answer of `kind`, as it sent it.
     pub fn new(kind: Kind, body: Object) -> Self {
-        Response { kind, body, raw: None, request_id: None, source: None, attempts: 0 }
+        Response { kind, body, raw: None, sent: None, request_id: None, source: None, attempts: 0 }
     }
 
     /// A provider's answer of `kind` that is not JSON (audio, a file's bytes, a transcript as
@@ -79,6 +91,19 @@ impl Response {
     /// The answer's bytes and content type, when it is not JSON.
     pub fn raw_body(&self) -> Option<&Raw> {
         self.raw.as_ref()
+    }
+
+    /// The same answer, with the JSON text its body was parsed from (`sent`, as the provider
+    /// sent it): the caller gets that text, not the body written again (which could change its
+    /// numbers' digits, its escapes and its spacing).
+    pub fn as_sent(mut self, sent: Bytes) -> Self {
+        self.sent = Some(sent);
+        self
+    }
+
+    /// The JSON text the body was parsed from, when the answer is the provider's as it sent it.
+    pub fn sent(&self) -> Option<&Bytes> {
+        self.sent.as_ref()
     }
 
     /// A chat completion of one text choice (for simulated and scripted upstreams).

@@ -54,7 +54,7 @@ impl Assembly {
         for choice in &mut choices {
             let calls = choice.get_mut("message").and_then(|m| m.get_mut("tool_calls")).and_then(Value::as_array_mut);
             for call in calls.into_iter().flatten().filter_map(Value::as_object_mut) {
-                call.remove("index");
+                call.shift_remove("index");
             }
         }
         body.insert("choices".into(), Value::Array(choices.into_iter().map(Value::Object).collect()));

@@ -14,6 +14,7 @@ pub mod to_openai;
 
 use crate::request::{Kind, Object, Protocol, Request, Response};
 use crate::stream::Chunk;
+use std::borrow::Cow;
 
 /// The tool a chat request's `json_schema` format becomes at an Anthropic source: the model
 /// must call it, and its input is the answer's text.
@@ -50,11 +51,11 @@ pub fn carries(request: &Request, protocol: Protocol) -> Result<(), String> {
 /// The body an attempt of `request` sends to a source of `protocol` (before the adapter sets
 /// `model` and `stream`): the caller's own, or its translation (`max_tokens`: an Anthropic
 /// source's default when a chat request sets no limit).
-pub fn request_body(request: &Request, protocol: Protocol, max_tokens: u32) -> Object {
+pub fn request_body(request: &Request, protocol: Protocol, max_tokens: u32) -> Cow<'_, Object> {
     match (request.kind(), protocol) {
-        (Kind::Chat, Protocol::Anthropic) => to_anthropic::request_body(request, max_tokens),
-        (Kind::Messages, Protocol::OpenAi) => to_openai::request_body(request),
-        _ => request.body().clone(),
+        (Kind::Chat, Protocol::Anthropic) => Cow::Owned(to_anthropic::request_body(request, max_tokens)),
+        (Kind::Messages, Protocol::OpenAi) => Cow::Owned(to_openai::request_body(request)),
+        _ => Cow::Borrowed(request.body()),
     }
 }
 
@@ -66,6 +67,14 @@ pub fn answer(kind: Kind, protocol: Protocol, body: Object) -> Response {
         (Kind::Messages, Protocol::OpenAi) => to_openai::answer(&body),
         _ => Response::new(kind, body),
     }
+}
+
+/// [`answer`], from `body` parsed from the JSON text `sent`: an answer in the caller's own
+/// dialect keeps that text, for the caller to get as the provider wrote it.
+pub fn answer_as_sent(kind: Kind, protocol: Protocol, body: Object, sent: bytes::Bytes) -> Response {
+    let translated = wire_kind(kind, protocol) != kind;
+    let answer = answer(kind, protocol, body);
+    if translated { answer } else { answer.as_sent(sent) }
 }
 
 /// A stream's events in the caller's dialect, from those of the source's.

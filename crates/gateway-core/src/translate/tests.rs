@@ -5,6 +5,11 @@ use super::*;
 use crate::stream::{assemble, chunks_of};
 use serde_json::{Value, json};
 
+/// The body, owned (the tests' requests are temporaries).
+fn request_body(request: &Request, protocol: Protocol, max_tokens: u32) -> Object {
+    super::request_body(request, protocol, max_tokens).into_owned()
+}
+
 fn object(value: Value) -> Object {
     value.as_object().cloned().unwrap_or_default()
 }

@@ -180,7 +180,7 @@ async fn whole(src: &Source, request: &Request, shared: &Shared) -> Result<Answe
         // Some relays answer an error with a 2xx status.
         return Err(rated(error_in_answer((src.not_found, src.protocol), error, "error_in_2xx")));
     }
-    let answer = gateway_core::translate::answer(request.kind(), src.protocol, body);
+    let answer = gateway_core::translate::answer_as_sent(request.kind(), src.protocol, body, bytes.into());
     Ok((answer.with_request_id(head.request_id), detail, head.rate))
 }
 

@@ -6,43 +6,82 @@
 
 use crate::Source;
 use gateway_core::request::{Form, Kind, Method, Object, Protocol, Request};
+use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Value, json};
+use std::borrow::Cow;
 
-/// The JSON body of one attempt of `request` at `src`.
-pub(super) fn attempt_body(src: &Source, request: &Request, stream: bool) -> Object {
-    let mut body = gateway_core::translate::request_body(request, src.protocol, src.max_tokens);
-    let kind = wire_kind(src, request);
-    if kind.takes_model() {
-        body.insert("model".into(), json!(src.model));
+/// The JSON body of one attempt of `request` at `src`: the caller's body (or its translation
+/// for `src`), written with the source's `model` and the gateway's `stream` and
+/// `stream_options`, each where the caller put it, else after the caller's fields. Written
+/// from the caller's body as it is, never copied.
+pub(super) struct AttemptBody<'a> {
+    base: Cow<'a, Object>,
+    /// The source's model, where the kind takes one (else the caller's stays).
+    model: Option<Value>,
+    /// `stream` and `stream_options` as sent: `None` leaves the field out.
+    stream: Option<Value>,
+    stream_options: Option<Value>,
+}
+
+impl AttemptBody<'_> {
+    /// What the attempt writes for the caller's field `key`: `None` the caller's value,
+    /// `Some(None)` nothing, `Some(Some(v))` `v`.
+    fn edit(&self, key: &str) -> Option<Option<&Value>> {
+        match key {
+            "model" => self.model.as_ref().map(Some),
+            "stream" => Some(self.stream.as_ref()),
+            "stream_options" => Some(self.stream_options.as_ref()),
+            _ => None,
+        }
     }
-    let options = body.remove("stream_options");
+}
+
+impl Serialize for AttemptBody<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        for (key, value) in self.base.iter() {
+            match self.edit(key) {
+                None => map.serialize_entry(key, value)?,
+                Some(Some(value)) => map.serialize_entry(key, value)?,
+                Some(None) => {}
+            }
+        }
+        for key in ["model", "stream", "stream_options"] {
+            if let Some(Some(value)) = self.edit(key).filter(|_| !self.base.contains_key(key)) {
+                map.serialize_entry(key, value)?;
+            }
+        }
+        map.end()
+    }
+}
+
+/// The JSON body of one attempt of `request` at `src` ([`AttemptBody`]).
+pub(super) fn attempt_body<'a>(src: &Source, request: &'a Request, stream: bool) -> AttemptBody<'a> {
+    let base = gateway_core::translate::request_body(request, src.protocol, src.max_tokens);
+    let kind = wire_kind(src, request);
+    let model = kind.takes_model().then(|| json!(src.model));
+    let options = base.get("stream_options");
     // Only the kinds that stream events are asked for a stream (a binary answer comes as its
     // body either way).
-    if !stream || !kind.streams() {
-        body.remove("stream");
-        return body;
-    }
-    body.insert("stream".into(), json!(true));
-    if matches!(kind, Kind::Responses | Kind::Messages) {
+    let (stream, stream_options) = if !stream || !kind.streams() {
+        (None, None)
+    } else if matches!(kind, Kind::Responses | Kind::Messages) {
         // The usage comes with the terminal events (`response.completed`, `message_delta`): the
         // caller's options, if any, stay as written.
-        if let Some(options) = options {
-            body.insert("stream_options".into(), options);
-        }
-        return body;
-    }
-    if !src.stream_options {
+        (Some(json!(true)), options.cloned())
+    } else if !src.stream_options {
         // A deployment that refuses `stream_options` gets none; the usage is not asked for.
-        return body;
-    }
-    // The caller's options, with the usage always asked for: it settles the token quota.
-    let mut options = match options {
-        Some(Value::Object(options)) => options,
-        _ => Object::new(),
+        (Some(json!(true)), None)
+    } else {
+        // The caller's options, with the usage always asked for: it settles the token quota.
+        let mut options = match options {
+            Some(Value::Object(options)) => options.clone(),
+            _ => Object::new(),
+        };
+        options.insert("include_usage".into(), json!(true));
+        (Some(json!(true)), Some(Value::Object(options)))
     };
-    options.insert("include_usage".into(), json!(true));
-    body.insert("stream_options".into(), Value::Object(options));
-    body
+    AttemptBody { base, model, stream, stream_options }
 }
 
 /// The kind of endpoint an attempt of `request` goes to at `src`: its own, or the one its
@@ -89,7 +128,7 @@ fn multipart(src: &Source, request: &Request, form: &Form) -> reqwest::multipart
 
 /// The request of one attempt of `request` at `src` (`stream`: asked for as a stream).
 pub(super) fn build(src: &Source, request: &Request, stream: bool) -> reqwest::RequestBuilder {
-    let (method, url) = match request.target() {
+    let builder = match request.target() {
         Some(target) => {
             let method = match target.method {
                 Method::Get => reqwest::Method::GET,
@@ -97,13 +136,13 @@ pub(super) fn build(src: &Source, request: &Request, stream: bool) -> reqwest::R
                 Method::Delete => reqwest::Method::DELETE,
             };
             let query = if target.query.is_empty() { String::new() } else { format!("?{}", target.query) };
-            (method, format!("{}/{}{query}", src.base_url, target.path))
+            src.client.request(method, format!("{}/{}{query}", src.base_url, target.path))
         }
-        None => (reqwest::Method::POST, format!("{}/{}", src.base_url, wire_kind(src, request).path())),
+        None => src.client.request(reqwest::Method::POST, src.endpoint(wire_kind(src, request))),
     };
     // The source's headers carry its key; an Anthropic source gets the version and the
     // caller's headers too.
-    let mut builder = src.client.request(method, url).headers(src.headers.clone());
+    let mut builder = builder.headers(src.headers.clone());
     if src.protocol == Protocol::Anthropic {
         builder = crate::anthropic::pass_on(src, request, builder);
     }

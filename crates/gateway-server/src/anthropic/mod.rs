@@ -19,7 +19,7 @@ pub fn messages_request(kind: Kind, mut body: Object, headers: &HeaderMap) -> Re
         Some(_) => return Err(ApiError::invalid("messages", "messages must be an array of messages")),
         None => return Err(ApiError::invalid("messages", "messages: Field required")),
     }
-    let stream = match body.remove("stream") {
+    let stream = match body.shift_remove("stream") {
         None | Some(Value::Null) => false,
         Some(Value::Bool(stream)) => stream,
         Some(_) => return Err(ApiError::invalid("stream", "stream must be a boolean")),

@@ -54,7 +54,11 @@ fn answer(scope: &str, response: GatewayResponse) -> Response {
             }
             http
         }
-        None => json_response(&Value::Object(response.into_body())),
+        None => match response.sent() {
+            // The provider's JSON as it wrote it (its numbers' digits, escapes and spacing).
+            Some(sent) => ([("content-type", "application/json")], sent.clone()).into_response(),
+            None => json_response(&Value::Object(response.into_body())),
+        },
     };
     for (name, value) in headers {
         if let Ok(value) = HeaderValue::from_str(&value) {

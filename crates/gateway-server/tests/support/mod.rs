@@ -122,6 +122,14 @@ pub async fn start_text(
     start_serving(&text.replace("{root}", &root), provider, gate, shutdown).await
 }
 
+/// The proxy on the test config in front of a provider that answers every request with
+/// `answer`.
+pub async fn start_answering(answer: impl Fn(&gateway_mock::Received) -> gateway_mock::Answer + Send + Sync + 'static) -> Running {
+    let provider = MockServer::answering(answer).await.unwrap();
+    let text = custom_config(&provider.root(), "", "");
+    start_serving(&text, provider, Gate::default(), std::future::pending()).await.0
+}
+
 /// The `Echo` provider on loopback, and the gate of its `GATED` streams.
 pub async fn start_provider() -> (MockServer, Gate) {
     let echo = Echo::new();

@@ -22,10 +22,10 @@ impl Telemetry for TracingTelemetry {
     }
 
     fn call(&self, e: &CallEvent) {
-        let reasons: Vec<String> = e.reasons.iter().map(|(s, r)| format!("{s}={r:?}")).collect();
         if e.result == CallResult::Ok {
             tracing::info!(scope = %e.scope, call = e.call_id, attempts = e.attempts, waited_ms = e.waited.as_millis() as u64, "call ok");
         } else {
+            let reasons: Vec<String> = e.reasons.iter().map(|(s, r)| format!("{s}={r:?}")).collect();
             tracing::warn!(
                 scope = %e.scope, call = e.call_id, result = ?e.result, attempts = e.attempts,
                 waited_ms = e.waited.as_millis() as u64, reasons = %reasons.join(" "),

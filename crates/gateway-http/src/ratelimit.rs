@@ -11,7 +11,7 @@
 
 use gateway_core::request::{RateReport, RateSignal};
 use gateway_core::time::WallClock;
-use reqwest::header::HeaderMap;
+use reqwest::header::{HeaderMap, HeaderName};
 use std::time::Duration;
 
 /// The longest reset believed: a day (as for Retry-After).
@@ -31,6 +31,12 @@ pub struct RateRead {
 
 /// Reads `headers` (Anthropic resets against `wall`).
 pub fn read(headers: &HeaderMap, wall: &dyn WallClock) -> RateRead {
+    // Most answers carry none (relays, self-hosted models): one pass over the names, not a
+    // lookup of each of the eighteen.
+    let rated = |name: &HeaderName| name.as_str().starts_with("x-ratelimit-") || name.as_str().starts_with("anthropic-ratelimit-");
+    if !headers.keys().any(rated) {
+        return RateRead::default();
+    }
     read_with(|name| headers.get(name).map(|v| v.to_str().unwrap_or("\u{fffd}")), wall)
 }
 

@@ -36,6 +36,7 @@ use std::collections::HashSet;
 use std::sync::atomic::AtomicU64;
 use std::sync::{PoisonError, RwLock};
 
+mod series;
 mod upstream;
 pub use upstream::UpstreamCounts;
 
@@ -168,6 +169,8 @@ pub struct Metrics {
     config_reloads: Family<ReloadLabels, Counter>,
     tenants: RwLock<HashSet<String>>,
     max_tenants: usize,
+    /// Each source's series, once an attempt of its was recorded.
+    found: series::Found,
 }
 
 impl Metrics {
@@ -231,6 +234,7 @@ impl Metrics {
             upstream,
             tenants: RwLock::new(HashSet::new()),
             max_tenants,
+            found: series::Found::default(),
         }
     }
 
@@ -293,41 +297,32 @@ impl Metrics {
 
 impl Telemetry for Metrics {
     fn attempt(&self, event: &AttemptEvent) {
-        let labels = self.source_labels(&event.key);
-        let closed = StateLabels {
-            scope: labels.scope.clone(),
-            tenant_id: labels.tenant_id.clone(),
-            source: labels.source.clone(),
-            state: CircuitState::Closed.as_str(),
-        };
-        // A gate first seen through an attempt is in the state it admitted the attempt in.
-        if self.circuit_state.get(&closed).is_none() {
-            self.set_state(&labels, event.admitted_in);
+        let (series, first) = self.found.of(&event.key, || self.source_labels(&event.key));
+        if first {
+            let labels = series.labels();
+            let closed = StateLabels {
+                scope: labels.scope.clone(),
+                tenant_id: labels.tenant_id.clone(),
+                source: labels.source.clone(),
+                state: CircuitState::Closed.as_str(),
+            };
+            // A gate first seen through an attempt is in the state it admitted the attempt in.
+            if self.circuit_state.get(&closed).is_none() {
+                self.set_state(labels, event.admitted_in);
+            }
         }
-        let outcome = AttemptLabels {
-            scope: labels.scope.clone(),
-            tenant_id: labels.tenant_id.clone(),
-            source: labels.source.clone(),
-            outcome: event.class.as_str(),
-        };
-        self.attempts.get_or_create(&outcome).inc();
+        series.attempt(self, event.class).inc();
         if let Some(usage) = event.usage {
             for (direction, count) in [("input", usage.prompt_tokens), ("output", usage.completion_tokens)] {
-                let series = TokenLabels {
-                    scope: labels.scope.clone(),
-                    tenant_id: labels.tenant_id.clone(),
-                    source: labels.source.clone(),
-                    direction,
-                };
-                self.tokens.get_or_create(&series).inc_by(u64::from(count));
+                series.tokens(self, direction).inc_by(u64::from(count));
             }
         }
         if matches!(event.class, OutcomeClass::Transient | OutcomeClass::SourceDead) {
-            self.circuit_failures.get_or_create(&labels).inc();
+            series.failures(self).inc();
         }
-        self.health.get_or_create(&labels).set(event.health);
+        series.health(self).set(event.health);
         if let Some(limit) = event.aimd_limit {
-            self.aimd_limit.get_or_create(&labels).set(limit);
+            series.aimd_limit(self).set(limit);
         }
     }
 

@@ -14,8 +14,10 @@ use gateway_core::ports::{BackendError, PaceLease, Permit, Telemetry};
 use gateway_core::select::demote;
 use gateway_core::time::{Clock, Timestamp};
 use rand_chacha::ChaCha8Rng;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 /// What `pick` found.
@@ -90,10 +92,10 @@ fn in_line(scope: &Partition, tenant: &crate::turns::Tenant, order: (Timestamp, 
     InLine { waited: now.saturating_since(order.0), others, lasts: scope.policy.poll_interval.saturating_mul(3) }
 }
 
-/// Admits `source`'s attempt in `scope`. An in-process backend answers at once, here. A remote
-/// one's admission goes on in a task of the client's tracker, so that a call dropped while it is
-/// in flight leaves nothing taken: an admission the task cannot deliver it hands back, and the
-/// oldest waiter is woken.
+/// Admits `source`'s attempt in `scope`, in the call's own task (an in-process backend answers
+/// at once; a remote one in one round trip). A call dropped while its admission is in flight
+/// leaves nothing taken: the admission goes on in a task of the client's tracker, which hands
+/// back what it admitted and wakes the oldest waiter ([`InFlight`]'s drop).
 async fn admit(
     holders: &Arc<Holders>,
     scope: &Arc<Partition>,
@@ -102,21 +104,55 @@ async fn admit(
     line: Option<InLine>,
 ) -> Result<Admission, BackendError> {
     let (owned, partition) = (holders.clone(), scope.clone());
-    let mut admission = Box::pin(async move { owned.attempts.admit(&ask_of(&partition, source, tokens, line)).await });
-    if let Poll::Ready(answer) = std::future::poll_fn(|cx| Poll::Ready(admission.as_mut().poll(cx))).await {
-        return answer;
+    let admission = Box::pin(async move { owned.attempts.admit(&ask_of(&partition, source, tokens, line)).await });
+    InFlight { admission: Some(admission), holders: holders.clone(), scope: scope.clone(), source }.await
+}
+
+/// An admission's question to the backend.
+type Admitting = Pin<Box<dyn Future<Output = Result<Admission, BackendError>> + Send>>;
+
+/// An admission in flight; dropped before its answer, it goes on in the background and hands
+/// back what it admitted.
+struct InFlight {
+    admission: Option<Admitting>,
+    holders: Arc<Holders>,
+    scope: Arc<Partition>,
+    source: usize,
+}
+
+impl Future for InFlight {
+    type Output = Result<Admission, BackendError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(admission) = self.admission.as_mut() else {
+            let key = self.scope.gates[self.source].0.to_string();
+            return Poll::Ready(Err(BackendError::BackendUnavailable {
+                backend: "admission",
+                key,
+                detail: "polled after its answer".to_owned(),
+            }));
+        };
+        let answer = std::task::ready!(admission.as_mut().poll(cx));
+        self.admission = None;
+        Poll::Ready(answer)
     }
-    let (answer, delivered) = tokio::sync::oneshot::channel();
-    let (owned, partition) = (holders.clone(), scope.clone());
-    drop(holders.releases.spawn(async move {
-        if let Err(Ok(Admission::Admitted { lease, entry, permit })) = answer.send(admission.await) {
-            hand_back(&owned, &partition, source, lease, Some(entry), permit).await;
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let Some(admission) = self.admission.take() else { return };
+        let (holders, scope, source) = (self.holders.clone(), self.scope.clone(), self.source);
+        let finish = async move {
+            if let Ok(Admission::Admitted { lease, entry, permit }) = admission.await {
+                hand_back(&holders, &scope, source, lease, Some(entry), permit).await;
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(self.holders.releases.spawn_on(finish, &runtime)),
+            // No runtime to finish it on: what it may have taken expires by itself.
+            Err(_) => tracing::warn!(gate = %self.scope.gates[source].0, "admission dropped outside a runtime; its leases will expire"),
         }
-    }));
-    delivered.await.unwrap_or_else(|_| {
-        let key = scope.gates[source].0.to_string();
-        Err(BackendError::BackendUnavailable { backend: "admission", key, detail: "its task ended without an answer".to_owned() })
-    })
+    }
 }
 
 /// What a release of `scope`'s tells its line across processes: whether a call waits here, and

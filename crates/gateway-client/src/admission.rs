@@ -124,7 +124,9 @@ impl Future for InFlight {
     type Output = Result<Admission, BackendError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let Some(admission) = self.admission.as_mut() else {
+        // Taken out while polled: one that panics is dropped with the panic, not finished again
+        // in the background.
+        let Some(mut admission) = self.admission.take() else {
             let key = self.scope.gates[self.source].0.to_string();
             return Poll::Ready(Err(BackendError::BackendUnavailable {
                 backend: "admission",
@@ -132,9 +134,13 @@ impl Future for InFlight {
                 detail: "polled after its answer".to_owned(),
             }));
         };
-        let answer = std::task::ready!(admission.as_mut().poll(cx));
-        self.admission = None;
-        Poll::Ready(answer)
+        match admission.as_mut().poll(cx) {
+            Poll::Ready(answer) => Poll::Ready(answer),
+            Poll::Pending => {
+                self.admission = Some(admission);
+                Poll::Pending
+            }
+        }
     }
 }
 

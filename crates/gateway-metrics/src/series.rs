@@ -57,8 +57,8 @@ impl SourceSeries {
     }
 
     pub(crate) fn attempt(&self, metrics: &Metrics, outcome: OutcomeClass) -> &Counter {
-        let i = OutcomeClass::ALL.iter().position(|c| *c == outcome).unwrap_or(0);
-        self.attempts[i].get_or_init(|| {
+        // `OutcomeClass::ALL` is in the classes' order.
+        self.attempts[outcome as usize].get_or_init(|| {
             let l = &self.labels;
             let series = AttemptLabels {
                 scope: l.scope.clone(),

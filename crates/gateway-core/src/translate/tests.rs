@@ -407,3 +407,19 @@ fn a_claude_tool_without_arguments_is_called_with_an_empty_object() {
     assert_eq!(whole.tool_calls()[0]["function"], json!({"name": "now", "arguments": "{}"}));
     assert_eq!(whole.finish_reason(), Some("tool_calls"));
 }
+
+/// An answer in the caller's own dialect keeps the text it was parsed from; a translated one is
+/// written from its translation.
+#[test]
+fn only_an_untranslated_answer_keeps_the_text_it_came_as() {
+    let text = bytes::Bytes::from_static(b"{\"choices\": []}");
+    let same = answer_as_sent(Kind::Chat, Protocol::OpenAi, object(json!({"choices": []})), text.clone());
+    assert_eq!(same.sent(), Some(&text));
+    let message = json!({"id": "msg_1", "type": "message", "role": "assistant", "content": [], "stop_reason": "end_turn"});
+    let to_chat = answer_as_sent(Kind::Chat, Protocol::Anthropic, object(message.clone()), text.clone());
+    assert_eq!(to_chat.sent(), None, "a chat answer made from a Messages answer");
+    let native = answer_as_sent(Kind::Messages, Protocol::Anthropic, object(message), text.clone());
+    assert_eq!(native.sent(), Some(&text));
+    let to_messages = answer_as_sent(Kind::Messages, Protocol::OpenAi, object(json!({"choices": []})), text);
+    assert_eq!(to_messages.sent(), None, "a Messages answer made from a chat answer");
+}

@@ -263,10 +263,12 @@ async fn open(src: &Source, request: &Request, shared: &Shared, held: &Held, hol
 /// The body, held under `held`'s budget (the attempt ends `body_too_large` past it). A body
 /// that declares a length past the budget is refused before it is read.
 async fn read_body(response: &mut reqwest::Response, held: &Held) -> Result<Vec<u8>, Outcome> {
-    if let Some(length) = response.content_length() {
-        held.fits(usize::try_from(length).unwrap_or(usize::MAX))?;
+    let declared = response.content_length().map(|length| usize::try_from(length).unwrap_or(usize::MAX));
+    if let Some(length) = declared {
+        held.fits(length)?;
     }
-    let mut body = Vec::new();
+    // The answer keeps these bytes (`Response::sent`): no spare room past a declared length.
+    let mut body = Vec::with_capacity(declared.unwrap_or(0));
     loop {
         match response.chunk().await {
             Ok(Some(chunk)) => {

@@ -251,6 +251,8 @@ async fn row_an_oversized_body_is_transient() {
     assert_eq!((attempt.outcome().class, attempt.outcome().detail.as_str()), (Transient, "body_too_large"));
 }
 
+#[path = "classification/bodies.rs"]
+mod bodies;
 #[path = "classification/choices.rs"]
 mod choices;
 #[path = "classification/headers.rs"]

@@ -313,8 +313,9 @@ impl Telemetry for Metrics {
         }
         series.attempt(self, event.class).inc();
         if let Some(usage) = event.usage {
-            for (direction, count) in [("input", usage.prompt_tokens), ("output", usage.completion_tokens)] {
-                series.tokens(self, direction).inc_by(u64::from(count));
+            // In `series::DIRECTIONS`' order.
+            for (i, count) in [usage.prompt_tokens, usage.completion_tokens].into_iter().enumerate() {
+                series.tokens(self, i).inc_by(u64::from(count));
             }
         }
         if matches!(event.class, OutcomeClass::Transient | OutcomeClass::SourceDead) {

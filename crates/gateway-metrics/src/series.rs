@@ -11,12 +11,15 @@ use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 /// The sources whose series are kept found (past it, an attempt's record finds them again).
 const KEPT: usize = 10_000;
 
+/// The `direction` label of the token counters: the prompt's tokens, the completion's.
+pub(crate) const DIRECTIONS: [&str; 2] = ["input", "output"];
+
 /// One source's series, each made when first counted (so `/metrics` shows what happened, as
 /// before: no outcome a source never had).
 pub(crate) struct SourceSeries {
     labels: SourceLabels,
     attempts: [OnceLock<Counter>; OutcomeClass::ALL.len()],
-    /// Input, output.
+    /// By [`DIRECTIONS`].
     tokens: [OnceLock<Counter>; 2],
     failures: OnceLock<Counter>,
     health: OnceLock<FloatGauge>,
@@ -70,8 +73,9 @@ impl SourceSeries {
         })
     }
 
-    pub(crate) fn tokens(&self, metrics: &Metrics, direction: &'static str) -> &Counter {
-        let i = usize::from(direction == "output");
+    /// The token counter of `DIRECTIONS[i]`.
+    pub(crate) fn tokens(&self, metrics: &Metrics, i: usize) -> &Counter {
+        let direction = DIRECTIONS[i];
         self.tokens[i].get_or_init(|| {
             let l = &self.labels;
             let series = TokenLabels { scope: l.scope.clone(), tenant_id: l.tenant_id.clone(), source: l.source.clone(), direction };

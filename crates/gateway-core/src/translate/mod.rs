@@ -62,19 +62,23 @@ pub fn request_body(request: &Request, protocol: Protocol, max_tokens: u32) -> C
 /// A whole answer in the dialect of `kind` (the caller's), from `body` in the source's
 /// (`protocol`'s).
 pub fn answer(kind: Kind, protocol: Protocol, body: Object) -> Response {
-    match (kind, protocol) {
-        (Kind::Chat, Protocol::Anthropic) => to_anthropic::answer(&body),
-        (Kind::Messages, Protocol::OpenAi) => to_openai::answer(&body),
-        _ => Response::new(kind, body),
-    }
+    translated_answer(kind, protocol, &body).unwrap_or_else(|| Response::new(kind, body))
 }
 
 /// [`answer`], from `body` parsed from the JSON text `sent`: an answer in the caller's own
 /// dialect keeps that text, for the caller to get as the provider wrote it.
 pub fn answer_as_sent(kind: Kind, protocol: Protocol, body: Object, sent: bytes::Bytes) -> Response {
-    let translated = wire_kind(kind, protocol) != kind;
-    let answer = answer(kind, protocol, body);
-    if translated { answer } else { answer.as_sent(sent) }
+    translated_answer(kind, protocol, &body).unwrap_or_else(|| Response::new(kind, body).as_sent(sent))
+}
+
+/// The answer in the caller's dialect when the source speaks another; `None` when it speaks
+/// the caller's.
+fn translated_answer(kind: Kind, protocol: Protocol, body: &Object) -> Option<Response> {
+    match (kind, protocol) {
+        (Kind::Chat, Protocol::Anthropic) => Some(to_anthropic::answer(body)),
+        (Kind::Messages, Protocol::OpenAi) => Some(to_openai::answer(body)),
+        _ => None,
+    }
 }
 
 /// A stream's events in the caller's dialect, from those of the source's.

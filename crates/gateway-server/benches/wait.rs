@@ -1,15 +1,19 @@
 //! What a governed call costs while it waits (issue "The cost of a governed call"): 100
 //! closed-loop callers send chat calls through the proxy binary (its own process or processes,
 //! as deployed) to one provider account of 16 slots whose answers take 100 ms, so that most
-//! calls wait in line for the account's learned limit. Twice: one proxy on the in-process
-//! backend, then two proxies sharing Redis (the callers split between them). For each it reports
-//! the proxies' CPU time per call (from `/proc`), the Redis commands per attempt (Redis's own
-//! `INFO commandstats`, every client's: the commands sent, scripts counted once, and all the
-//! commands run, a script's own included), and the wake-up lag: how long after an answer left the
-//! provider (its slot freed) the next attempt arrived there, the time a waiter takes to notice,
-//! be admitted and send. `cargo bench -p gateway-server --bench wait`; the figures go to
-//! docs/PERFORMANCE.md. Redis is `GATEWAY_REDIS_URL` (default `redis://127.0.0.1:6379`); without
-//! it the Redis half says it was skipped and why.
+//! calls wait in line for the account's learned limit. Three times: one proxy on the in-process
+//! backend, one on Redis (what Redis costs, apart from a second process), then two proxies
+//! sharing Redis (the callers split between them). For each it reports the proxies' CPU time per
+//! call (from `/proc`), the Redis commands per attempt (Redis's own `INFO commandstats`, every
+//! client's: the commands sent, scripts counted once, and all the commands run, a script's own
+//! included), and the wake-up lag: how long after an answer left the provider (its slot freed)
+//! the next attempt arrived there, the time a waiter takes to notice, be admitted and send. Its
+//! tail is read beside the share of frees that came within 1 ms of the one before: answers that
+//! all take 100 ms keep the slots freeing in bursts, and a burst's waiters are admitted one after
+//! another (only the line's head picks), so the last of a burst waits for the others' work.
+//! `cargo bench -p gateway-server --bench wait`; the figures go to docs/PERFORMANCE.md. Redis is
+//! `GATEWAY_REDIS_URL` (default `redis://127.0.0.1:6379`); without it the Redis rows say they
+//! were skipped and why.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 // A benchmark measures wall-clock time.
@@ -42,6 +46,9 @@ struct Account {
     freed: Mutex<VecDeque<Instant>>,
     /// Each arrival's time since the oldest freed slot it took.
     lags: Mutex<Vec<Duration>>,
+    /// When the last slot was freed, and how many frees came within 1 ms of the one before (a
+    /// burst: the waiters they free queue behind each other's admissions).
+    bunched: Mutex<(Option<Instant>, u64, u64)>,
 }
 
 impl Account {
@@ -51,6 +58,25 @@ impl Account {
         self.refused.store(0, Ordering::Relaxed);
         self.freed.lock().unwrap().clear();
         self.lags.lock().unwrap().clear();
+        *self.bunched.lock().unwrap() = (None, 0, 0);
+    }
+
+    /// A slot was freed at `at`.
+    fn free(&self, at: Instant) {
+        self.freed.lock().unwrap().push_back(at);
+        let mut bunched = self.bunched.lock().unwrap();
+        let (last, frees, close) = &mut *bunched;
+        *frees += 1;
+        if last.is_some_and(|last| at.saturating_duration_since(last) < Duration::from_millis(1)) {
+            *close += 1;
+        }
+        *last = Some(at);
+    }
+
+    /// The share of frees that came within 1 ms of the one before.
+    fn bunched(&self) -> f64 {
+        let (_, frees, close) = *self.bunched.lock().unwrap();
+        close as f64 / frees.max(1) as f64
     }
 }
 
@@ -60,7 +86,7 @@ struct Taken(Arc<Account>);
 impl Drop for Taken {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
-        self.0.freed.lock().unwrap().push_back(Instant::now());
+        self.0.free(Instant::now());
     }
 }
 
@@ -176,7 +202,7 @@ async fn run(name: &str, processes: usize, redis: Option<&str>, warm: Duration, 
     });
     let answered = calls.load(Ordering::Relaxed) - calls_before;
     let (attempts, refused) = (account.arrivals.load(Ordering::Relaxed), account.refused.load(Ordering::Relaxed));
-    let mut lags = account.lags.lock().unwrap().clone();
+    let (mut lags, bunched) = (account.lags.lock().unwrap().clone(), account.bunched());
     stop.store(true, Ordering::Relaxed);
     for task in tasks {
         task.await.unwrap();
@@ -200,13 +226,14 @@ async fn run(name: &str, processes: usize, redis: Option<&str>, warm: Duration, 
     };
     let commands = commands.as_ref().map_or("–".to_owned(), by_name);
     println!(
-        "| {name} | {:.1} | {:.0} | {refused} | {:.3} | {commands} | {:.2} / {:.2} / {:.2} |",
+        "| {name} | {:.1} | {:.0} | {refused} | {:.3} | {commands} | {:.2} / {:.2} / {:.2} | {:.0} % |",
         answered as f64 / span.as_secs_f64(),
         attempts as f64 / span.as_secs_f64(),
         per_call,
         at(0.5),
         at(0.99),
         at(1.0),
+        bunched * 100.0,
     );
 }
 
@@ -220,16 +247,17 @@ fn main() {
     println!("{CALLERS} closed-loop callers, one account of {SLOTS} slots, answers after {} ms", ANSWER.as_millis());
     println!();
     println!(
-        "| backend | calls/s | attempts/s | 429s | proxy CPU ms a call | Redis commands an attempt | wake-up lag ms p50 / p99 / max |"
+        "| backend | calls/s | attempts/s | 429s | proxy CPU ms a call | Redis commands an attempt | wake-up lag ms p50 / p99 / max | frees within 1 ms of the last |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     runtime.block_on(async {
         run("memory, one process", 1, None, warm, span).await;
         let addr = redis.trim_start_matches("redis://").trim_end_matches('/').to_owned();
         if std::net::TcpStream::connect(&addr).is_ok() {
+            run("Redis, one process", 1, Some(&redis), warm, span).await;
             run("Redis, two processes", 2, Some(&redis), warm, span).await;
         } else {
-            println!("| Redis, two processes | skipped: nothing answers at {redis} (set GATEWAY_REDIS_URL) | | | | | |");
+            println!("| Redis | skipped: nothing answers at {redis} (set GATEWAY_REDIS_URL) | | | | | | |");
         }
     });
 }

@@ -42,13 +42,22 @@ struct Account {
     in_flight: AtomicUsize,
     arrivals: AtomicU64,
     refused: AtomicU64,
-    /// When answers left and freed a slot, oldest first, not yet taken by an arrival.
-    freed: Mutex<VecDeque<Instant>>,
+    freed: Mutex<Frees>,
     /// Each arrival's time since the oldest freed slot it took.
     lags: Mutex<Vec<Duration>>,
-    /// When the last slot was freed, and how many frees came within 1 ms of the one before (a
-    /// burst: the waiters they free queue behind each other's admissions).
-    bunched: Mutex<(Option<Instant>, u64, u64)>,
+}
+
+/// The slots freed.
+#[derive(Default)]
+struct Frees {
+    /// When answers left and freed a slot, oldest first, not yet taken by an arrival.
+    untaken: VecDeque<Instant>,
+    /// The last free.
+    last: Option<Instant>,
+    count: u64,
+    /// Those that came within 1 ms of the one before (a burst: the waiters they free queue
+    /// behind each other's admissions).
+    bunched: u64,
 }
 
 impl Account {
@@ -56,27 +65,25 @@ impl Account {
     fn reset(&self) {
         self.arrivals.store(0, Ordering::Relaxed);
         self.refused.store(0, Ordering::Relaxed);
-        self.freed.lock().unwrap().clear();
+        *self.freed.lock().unwrap() = Frees::default();
         self.lags.lock().unwrap().clear();
-        *self.bunched.lock().unwrap() = (None, 0, 0);
     }
 
     /// A slot was freed at `at`.
     fn free(&self, at: Instant) {
-        self.freed.lock().unwrap().push_back(at);
-        let mut bunched = self.bunched.lock().unwrap();
-        let (last, frees, close) = &mut *bunched;
-        *frees += 1;
-        if last.is_some_and(|last| at.saturating_duration_since(last) < Duration::from_millis(1)) {
-            *close += 1;
+        let mut frees = self.freed.lock().unwrap();
+        frees.untaken.push_back(at);
+        frees.count += 1;
+        if frees.last.is_some_and(|last| at.saturating_duration_since(last) < Duration::from_millis(1)) {
+            frees.bunched += 1;
         }
-        *last = Some(at);
+        frees.last = Some(at);
     }
 
     /// The share of frees that came within 1 ms of the one before.
     fn bunched(&self) -> f64 {
-        let (_, frees, close) = *self.bunched.lock().unwrap();
-        close as f64 / frees.max(1) as f64
+        let frees = self.freed.lock().unwrap();
+        frees.bunched as f64 / frees.count.max(1) as f64
     }
 }
 
@@ -98,7 +105,7 @@ async fn provider(account: Arc<Account>) -> MockServer {
         .answering(move |_| {
             let now = Instant::now();
             account.arrivals.fetch_add(1, Ordering::Relaxed);
-            if let Some(freed) = account.freed.lock().unwrap().pop_front() {
+            if let Some(freed) = account.freed.lock().unwrap().untaken.pop_front() {
                 account.lags.lock().unwrap().push(now.saturating_duration_since(freed));
             }
             if account.in_flight.fetch_add(1, Ordering::Relaxed) >= SLOTS {

@@ -16,6 +16,7 @@
 
 use crate::Source;
 use gateway_core::request::Request;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
 /// The caller's headers an Anthropic provider reads: `anthropic-*` and Claude Code's `x-app`.
 pub fn is_passed_on(name: &str) -> bool {
@@ -28,23 +29,27 @@ fn kept_betas(value: &str, drop: &[String]) -> Option<String> {
     (!kept.is_empty()).then(|| kept.join(","))
 }
 
-/// The request of one attempt at an Anthropic source, with the version (the caller's, else the
-/// source's) and the caller's headers passed on. (Its key is among the source's headers.)
-pub(crate) fn pass_on(src: &Source, request: &Request, mut builder: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+/// The headers of one attempt at an Anthropic source, with the version (the caller's, else the
+/// source's) and the caller's headers passed on. (Its key is among the source's headers.) A
+/// caller's header that is not a valid header here is left out.
+pub(crate) fn pass_on(src: &Source, request: &Request, headers: &mut HeaderMap) {
     let passed = request.passed_headers();
     if !passed.iter().any(|(name, _)| name == "anthropic-version") {
-        builder = builder.header("anthropic-version", src.anthropic_version.as_str());
+        headers.append("anthropic-version", src.anthropic_version.clone());
     }
     for (name, value) in passed.iter().filter(|(name, _)| is_passed_on(name)) {
-        if name == "anthropic-beta" {
-            if let Some(kept) = kept_betas(value, &src.drop_betas) {
-                builder = builder.header(name.as_str(), kept);
+        let value = if name == "anthropic-beta" {
+            match kept_betas(value, &src.drop_betas) {
+                Some(kept) => kept,
+                None => continue,
             }
         } else {
-            builder = builder.header(name.as_str(), value.as_str());
+            value.clone()
+        };
+        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_bytes(value.as_bytes())) {
+            headers.append(name, value);
         }
     }
-    builder
 }
 
 #[cfg(test)]

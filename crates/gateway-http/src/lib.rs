@@ -19,6 +19,7 @@ mod pace;
 pub mod ratelimit;
 mod schema_bounds;
 pub mod structured;
+pub(crate) mod wire;
 
 use async_trait::async_trait;
 use gateway_core::outcome::OutcomeClass;
@@ -106,10 +107,13 @@ impl WallClock for SystemWallClock {
 
 pub(crate) struct Source {
     pub(crate) name: String,
+    /// Sends what [`Source::direct`] does not (see [`wire`]).
     pub(crate) client: reqwest::Client,
+    /// The source's pooled client for JSON calls, unless a proxy stands in front of it.
+    pub(crate) direct: Option<wire::Direct>,
     pub(crate) base_url: String,
     /// Each kind's endpoint below `base_url`, parsed once.
-    pub(crate) endpoints: Vec<(Kind, reqwest::Url)>,
+    pub(crate) endpoints: Vec<(Kind, http::Uri)>,
     pub(crate) model: String,
     pub(crate) timeout: Duration,
     pub(crate) watchdog: Option<Duration>,
@@ -122,7 +126,7 @@ pub(crate) struct Source {
     pub(crate) stream_options: bool,
     /// The dialect it speaks, and an Anthropic source's default version and refused betas.
     pub(crate) protocol: Protocol,
-    pub(crate) anthropic_version: String,
+    pub(crate) anthropic_version: HeaderValue,
     pub(crate) drop_betas: Vec<String>,
     /// The `max_tokens` a chat request translated for it gets when it sets none.
     pub(crate) max_tokens: u32,
@@ -130,9 +134,9 @@ pub(crate) struct Source {
 
 impl Source {
     /// The endpoint of `kind` below the base URL.
-    pub(crate) fn endpoint(&self, kind: Kind) -> reqwest::Url {
+    pub(crate) fn endpoint(&self, kind: Kind) -> &http::Uri {
         match self.endpoints.iter().find(|(k, _)| *k == kind) {
-            Some((_, url)) => url.clone(),
+            Some((_, uri)) => uri,
             // Every kind's is parsed when the source is built.
             None => unreachable!("no endpoint for {kind}"),
         }
@@ -207,6 +211,8 @@ impl HttpUpstream {
             }
         }
         let mut sources: HashMap<String, (String, Arc<Source>, &SourcePolicy)> = HashMap::new();
+        // The environment's proxy settings, read as reqwest reads them.
+        let proxies = hyper_util::client::proxy::matcher::Matcher::from_system();
         for scope in scopes {
             for policy in &scope.sources {
                 let key = format!("{}.sources.{}", scope.name, policy.name);
@@ -220,7 +226,7 @@ impl HttpUpstream {
                     continue;
                 }
                 let not_found = classify::NotFound::for_kinds(kinds.get(policy.name.as_str()).map_or(&[][..], Vec::as_slice));
-                let source = Arc::new(build_source(policy, &key, not_found)?);
+                let source = Arc::new(build_source(policy, &key, not_found, &proxies)?);
                 sources.insert(policy.name.clone(), (key, source, policy));
             }
         }
@@ -304,7 +310,12 @@ impl HttpUpstream {
     }
 }
 
-fn build_source(policy: &SourcePolicy, key: &str, not_found: classify::NotFound) -> Result<Source, HttpConfigError> {
+fn build_source(
+    policy: &SourcePolicy,
+    key: &str,
+    not_found: classify::NotFound,
+    proxies: &hyper_util::client::proxy::matcher::Matcher,
+) -> Result<Source, HttpConfigError> {
     let invalid = |field: &str, problem: String| HttpConfigError { key: format!("{key}.{field}"), problem };
     let base_url = policy.base_url.clone().ok_or_else(|| invalid("base_url", "required key is missing".into()))?;
     let parsed = reqwest::Url::parse(&base_url).map_err(|e| invalid("base_url", format!("value {base_url:?} is not a URL ({e})")))?;
@@ -331,22 +342,25 @@ fn build_source(policy: &SourcePolicy, key: &str, not_found: classify::NotFound)
         value.set_sensitive(true);
         headers.insert(name, value);
     }
-    let client = reqwest::Client::builder()
-        .connect_timeout(policy.timeout.min(Duration::from_secs(10)))
-        .pool_idle_timeout(Duration::from_secs(90))
-        .user_agent(concat!("llm-gateway/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .map_err(|e| invalid("base_url", format!("cannot build an HTTP client: {e}")))?;
+    let anthropic_version = HeaderValue::from_str(&policy.anthropic_version)
+        .map_err(|_| invalid("anthropic_version", format!("value {:?} is not a valid header value", policy.anthropic_version)))?;
+    let connect_timeout = policy.timeout.min(Duration::from_secs(10));
+    let client = wire::reqwest_client(connect_timeout).map_err(|e| invalid("base_url", format!("cannot build an HTTP client: {e}")))?;
     let base_url = base_url.trim_end_matches('/').to_owned();
+    let direct = match wire::is_direct(&parsed, proxies).map_err(|e| invalid("base_url", format!("value {e}")))? {
+        true => Some(wire::Direct::new(connect_timeout).map_err(|e| invalid("base_url", e))?),
+        false => None,
+    };
     let mut endpoints = Vec::with_capacity(Kind::ALL.len());
     for kind in Kind::ALL {
         let url = format!("{base_url}/{}", kind.path());
         let parsed = reqwest::Url::parse(&url).map_err(|e| invalid("base_url", format!("endpoint {url:?} is not a URL ({e})")))?;
-        endpoints.push((kind, parsed));
+        endpoints.push((kind, wire::uri(&parsed).map_err(|e| invalid("base_url", format!("endpoint {e}")))?));
     }
     Ok(Source {
         name: policy.name.clone(),
         client,
+        direct,
         base_url,
         endpoints,
         model,
@@ -357,7 +371,7 @@ fn build_source(policy: &SourcePolicy, key: &str, not_found: classify::NotFound)
         max_stream_bytes: policy.max_stream_bytes,
         stream_options: policy.stream_options,
         protocol: policy.protocol,
-        anthropic_version: policy.anthropic_version.clone(),
+        anthropic_version,
         drop_betas: policy.drop_betas.clone(),
         max_tokens: policy.max_tokens,
     })

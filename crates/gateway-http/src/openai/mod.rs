@@ -23,6 +23,8 @@ use gateway_core::outcome::OutcomeClass;
 use gateway_core::ports::Streamed;
 use gateway_core::request::{Attempt, Kind, Outcome, Protocol, ProviderError, Raw, Request, Response};
 use gateway_core::stream::{Assembly, opening_failure, streamed_upstream};
+use request::Sent;
+use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -32,23 +34,37 @@ fn transient(detail: &str) -> Outcome {
 
 /// Sends the attempt's request; the response once its headers are in, or how it failed.
 async fn post(src: &Source, request: &Request, stream: bool, shared: &Shared) -> Result<reqwest::Response, Outcome> {
-    let limits = &shared.limits;
-    let mut builder = request::build(src, request, stream);
-    if let Some(propagate) = &shared.propagate {
-        let mut headers = reqwest::header::HeaderMap::new();
-        propagate(&mut headers);
-        if !headers.is_empty() {
-            builder = builder.headers(headers);
-        }
-    }
-    let (wait, cause) = header_wait(src.timeout, src.watchdog.filter(|_| stream), limits.header_timeout);
-    match tokio::time::timeout(wait, builder.send()).await {
-        Err(_) => Err(transient(cause)),
-        Ok(Err(e)) => {
+    // A body that cannot be written as JSON fails as reqwest's `json` failed it, on sending.
+    let sent = request::build(src, request, stream).map_err(|_| transient("reset"))?;
+    let by_reqwest = |builder: reqwest::RequestBuilder| async move {
+        builder.send().await.map_err(|e| {
             let (class, detail) = classify_transport(&e);
-            Err(Outcome::new(class, detail))
+            Outcome::new(class, detail)
+        })
+    };
+    let mut propagated = HeaderMap::new();
+    if let Some(propagate) = &shared.propagate {
+        propagate(&mut propagated);
+    }
+    let send = async {
+        match sent {
+            Sent::Json { kind, mut headers, body } => {
+                headers.extend(propagated);
+                match &src.direct {
+                    Some(direct) => direct.post(src.endpoint(kind), headers, body).await.map_err(transient),
+                    None => {
+                        crate::wire::json_headers(&mut headers);
+                        by_reqwest(src.client.post(src.endpoint(kind).to_string()).headers(headers).body(body)).await
+                    }
+                }
+            }
+            Sent::Built(builder) => by_reqwest(builder.headers(propagated)).await,
         }
-        Ok(Ok(response)) => Ok(response),
+    };
+    let (wait, cause) = header_wait(src.timeout, src.watchdog.filter(|_| stream), shared.limits.header_timeout);
+    match tokio::time::timeout(wait, send).await {
+        Err(_) => Err(transient(cause)),
+        Ok(sent) => sent,
     }
 }
 

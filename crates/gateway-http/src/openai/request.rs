@@ -5,7 +5,9 @@
 //! source's `model` field (its parts shared, not copied, on every attempt), or none.
 
 use crate::Source;
+use bytes::Bytes;
 use gateway_core::request::{Form, Kind, Method, Object, Protocol, Request};
+use reqwest::header::HeaderMap;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Value, json};
 use std::borrow::Cow;
@@ -126,10 +128,28 @@ fn multipart(src: &Source, request: &Request, form: &Form) -> reqwest::multipart
     out
 }
 
-/// The request of one attempt of `request` at `src` (`stream`: asked for as a stream).
-pub(super) fn build(src: &Source, request: &Request, stream: bool) -> reqwest::RequestBuilder {
-    let builder = match request.target() {
-        Some(target) => {
+/// What one attempt sends: a JSON body to its kind's endpoint (sent on the source's pooled
+/// client, see [`crate::wire`]), or a request reqwest builds (a form, a stored object's route).
+pub(super) enum Sent {
+    Json { kind: Kind, headers: HeaderMap, body: Bytes },
+    Built(reqwest::RequestBuilder),
+}
+
+/// The request of one attempt of `request` at `src` (`stream`: asked for as a stream), or
+/// why its body cannot be written as JSON.
+pub(super) fn build(src: &Source, request: &Request, stream: bool) -> Result<Sent, serde_json::Error> {
+    // The source's headers carry its key; an Anthropic source gets the version and the
+    // caller's headers too.
+    let mut headers = src.headers.clone();
+    if src.protocol == Protocol::Anthropic {
+        crate::anthropic::pass_on(src, request, &mut headers);
+    }
+    let builder = match (request.form(), request.target()) {
+        (None, None) => {
+            let body = serde_json::to_vec(&attempt_body(src, request, stream))?;
+            return Ok(Sent::Json { kind: wire_kind(src, request), headers, body: Bytes::from(body) });
+        }
+        (_, Some(target)) => {
             let method = match target.method {
                 Method::Get => reqwest::Method::GET,
                 Method::Post => reqwest::Method::POST,
@@ -138,18 +158,12 @@ pub(super) fn build(src: &Source, request: &Request, stream: bool) -> reqwest::R
             let query = if target.query.is_empty() { String::new() } else { format!("?{}", target.query) };
             src.client.request(method, format!("{}/{}{query}", src.base_url, target.path))
         }
-        None => src.client.request(reqwest::Method::POST, src.endpoint(wire_kind(src, request))),
+        (Some(_), None) => src.client.request(reqwest::Method::POST, src.endpoint(wire_kind(src, request)).to_string()),
     };
-    // The source's headers carry its key; an Anthropic source gets the version and the
-    // caller's headers too.
-    let mut builder = builder.headers(src.headers.clone());
-    if src.protocol == Protocol::Anthropic {
-        builder = crate::anthropic::pass_on(src, request, builder);
-    }
-    match (request.form(), request.target()) {
-        (Some(form), _) => builder.multipart(multipart(src, request, form)),
+    let builder = builder.headers(headers);
+    Ok(Sent::Built(match request.form() {
+        Some(form) => builder.multipart(multipart(src, request, form)),
         // A stored object's route carries no body (its `cancel` a POST without one).
-        (None, Some(_)) => builder,
-        (None, None) => builder.json(&attempt_body(src, request, stream)),
-    }
+        None => builder,
+    }))
 }

@@ -60,3 +60,22 @@ async fn a_source_that_refuses_stream_options_gets_none() {
     let body = &mock.received()[0].body;
     assert_eq!((body.get("stream_options"), &body["stream"]), (None, &json!(true)), "not the caller's either");
 }
+
+#[tokio::test]
+async fn a_source_sent_through_reqwest_gets_what_the_pooled_client_sends() {
+    // A user and password in its URL send a source's calls through reqwest (`wire.rs`), as
+    // the environment's proxy settings would; the rest go on the source's pooled client.
+    let mock = MockServer::answering(|_| Answer::json(200, &completion("hi"))).await.unwrap();
+    let with_password = mock.base_url().replacen("http://", "http://user:pw@", 1);
+    for url in [mock.base_url(), with_password] {
+        let upstream = HttpUpstream::new(&[scope(&url, json!({}))]).unwrap();
+        assert_eq!(upstream.send("s1", &chat(false)).await.outcome().class, Success, "{url}");
+    }
+    let received = mock.received();
+    let (pooled, reqwest) = (&received[0], &received[1]);
+    assert_eq!((&pooled.method, &pooled.path, &pooled.body), (&reqwest.method, &reqwest.path, &reqwest.body));
+    for name in ["host", "content-type", "accept", "user-agent", "authorization"] {
+        assert!(pooled.headers.get(name).is_some(), "{name}");
+        assert_eq!(pooled.headers.get(name), reqwest.headers.get(name), "{name}");
+    }
+}

@@ -119,6 +119,13 @@ fn sources_the_adapter_cannot_use_are_named() {
     assert_eq!(HttpUpstream::new(&[no_model]).unwrap_err().key, "chat.sources.s1.model");
     let bad_header = scope("http://x/v1", json!({"headers": {"bad header": "v"}}));
     assert_eq!(HttpUpstream::new(&[bad_header]).unwrap_err().to_string(), "chat.sources.s1.headers.bad header: not a valid header name");
+    // The policy refuses it from a file; a policy built in code meets the adapter's check.
+    let mut bad_version = scope("http://x/v1", json!({"protocol": "anthropic"}));
+    bad_version.sources[0].anthropic_version = "2023\n06".into();
+    assert_eq!(
+        HttpUpstream::new(&[bad_version]).unwrap_err().to_string(),
+        "chat.sources.s1.anthropic_version: value \"2023\\n06\" is not a valid header value"
+    );
     // A key that cannot be a header value is named, never shown.
     for protocol in ["openai", "anthropic"] {
         let bad_key = scope("http://x/v1", json!({"api_key": "sk-line\nbreak", "protocol": protocol}));

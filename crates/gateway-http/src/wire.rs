@@ -3,13 +3,16 @@
 //! connection pool per source, keep-alive connections held 90 s, HTTP/2 where the provider
 //! offers it by ALPN, TLS by rustls with webpki's roots. The rest, and every request of a source
 //! that the environment sends through a proxy (`HTTPS_PROXY`, `ALL_PROXY`, … with `NO_PROXY`,
-//! as reqwest reads them), goes through reqwest, which brings the proxy and the multipart body.
+//! as reqwest reads them) or whose URL carries a user and password, goes through reqwest, which
+//! brings the proxy, basic authentication and the multipart body.
 //!
 //! Why two: on the hot path reqwest's layers (a redirect policy that parses each request's URL
 //! twice, a retry layer that clones each request, its own request and URL types) cost ~15 µs of
 //! CPU a request on this project's machine, about as much as the rest of the client; hyper-util's
-//! client is what reqwest itself runs underneath. Either way the answer is handed on as a
-//! `reqwest::Response`, so what reads it is one piece of code.
+//! client is what reqwest itself runs underneath. What those layers do that a caller would miss
+//! is kept here: one bound on a connection's whole setup, TCP keepalive, a request the provider
+//! refused unread sent again, and a redirect handed to reqwest to follow. Either way the answer
+//! is handed on as a `reqwest::Response`, so what reads it is one piece of code.
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -18,8 +21,11 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::proxy::matcher::Matcher;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue, USER_AGENT};
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue, LOCATION, USER_AGENT};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 /// How long an idle connection is kept for the next request.
@@ -30,7 +36,7 @@ const AGENT: &str = concat!("llm-gateway/", env!("CARGO_PKG_VERSION"));
 
 /// A source's own pooled client, for a source no proxy stands in front of.
 pub(crate) struct Direct {
-    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    client: Client<Bounded, Full<Bytes>>,
 }
 
 /// Whether a source at `base_url` is sent to [`Direct`]ly: not when `proxies` (the
@@ -53,8 +59,21 @@ pub(crate) fn reqwest_client(connect_timeout: Duration) -> reqwest::Result<reqwe
     reqwest::Client::builder().connect_timeout(connect_timeout).pool_idle_timeout(POOL_IDLE).user_agent(AGENT).build()
 }
 
+/// Every connection's TCP keepalive: idle time before the first probe, then between probes,
+/// and the probes unanswered before the connection is dropped (reqwest's defaults).
+const KEEPALIVE: (Duration, Duration, u32) = (Duration::from_secs(15), Duration::from_secs(15), 3);
+
+/// How long data sent may go unacknowledged before the kernel drops the connection (Linux's
+/// `TCP_USER_TIMEOUT`, as reqwest sets it).
+const USER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How many times a request the provider refused before reading it (HTTP/2's graceful
+/// `GOAWAY`, `REFUSED_STREAM`) is sent again on a fresh stream, as reqwest does.
+const NACK_RETRIES: usize = 2;
+
 impl Direct {
-    /// A pooled client that gives up connecting after `connect_timeout`.
+    /// A pooled client that gives up setting a connection up (resolving, connecting and the
+    /// TLS handshake together) after `connect_timeout`.
     pub(crate) fn new(connect_timeout: Duration) -> Result<Direct, String> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
@@ -66,45 +85,102 @@ impl Direct {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_nodelay(true);
-        http.set_connect_timeout(Some(connect_timeout));
+        http.set_keepalive(Some(KEEPALIVE.0));
+        http.set_keepalive_interval(Some(KEEPALIVE.1));
+        http.set_keepalive_retries(Some(KEEPALIVE.2));
+        #[cfg(any(target_os = "android", target_os = "fuchsia", target_os = "linux"))]
+        http.set_tcp_user_timeout(Some(USER_TIMEOUT));
+        // The pool's `ALPN` offers HTTP/2 and HTTP/1.1 (hyper-rustls sets it from these).
         let https = HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().enable_http2().wrap_connector(http);
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(POOL_IDLE)
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())
-            .build(https);
+            .build(Bounded { inner: https, timeout: connect_timeout });
         Ok(Direct { client })
     }
 
-    /// POSTs `body` to `endpoint` with `headers` (the JSON content type, `accept` and
-    /// `user-agent` added where absent, as reqwest adds them); how it failed, in
+    /// POSTs `body` to `endpoint` with `headers` (the caller's JSON headers in place, see
+    /// [`json_headers`]): the answer; `None` when it redirects (reqwest follows redirects, with
+    /// its policy for who sees the key on the way); or how it failed, in
     /// [`crate::classify::classify_transport`]'s words.
-    pub(crate) async fn post(&self, endpoint: &http::Uri, mut headers: HeaderMap, body: Bytes) -> Result<reqwest::Response, &'static str> {
-        json_headers(&mut headers);
-        let mut request = http::Request::new(Full::new(body));
-        *request.method_mut() = http::Method::POST;
-        *request.uri_mut() = endpoint.clone();
-        *request.headers_mut() = headers;
-        match self.client.request(request).await {
-            Ok(response) => Ok(reqwest::Response::from(response.map(reqwest::Body::wrap))),
-            Err(e) => Err(failure(&e)),
+    pub(crate) async fn post(
+        &self,
+        endpoint: &http::Uri,
+        headers: &HeaderMap,
+        body: &Bytes,
+    ) -> Result<Option<reqwest::Response>, &'static str> {
+        let mut refused = 0;
+        loop {
+            let mut request = http::Request::new(Full::new(body.clone()));
+            *request.method_mut() = http::Method::POST;
+            *request.uri_mut() = endpoint.clone();
+            *request.headers_mut() = headers.clone();
+            match self.client.request(request).await {
+                Ok(response) if response.status().is_redirection() && response.headers().contains_key(LOCATION) => return Ok(None),
+                Ok(response) => return Ok(Some(reqwest::Response::from(response.map(reqwest::Body::wrap)))),
+                Err(e) if refused < NACK_RETRIES && unread(&e) => refused += 1,
+                Err(e) => return Err(failure(&e)),
+            }
         }
     }
+}
+
+/// The errors of the chain from `error` down, `error` first.
+fn chain<'e>(error: &'e (dyn std::error::Error + 'static)) -> impl Iterator<Item = &'e (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(error), |e| e.source())
+}
+
+/// Whether the provider said it did not read the request: a graceful `GOAWAY` or a
+/// `REFUSED_STREAM` from the provider's side (RFC 9113 § 8.7), safe to send again.
+fn unread(error: &(dyn std::error::Error + 'static)) -> bool {
+    chain(error).filter_map(|e| e.downcast_ref::<h2::Error>()).any(|h2| {
+        h2.is_remote()
+            && ((h2.is_go_away() && h2.reason() == Some(h2::Reason::NO_ERROR))
+                || (h2.is_reset() && h2.reason() == Some(h2::Reason::REFUSED_STREAM)))
+    })
 }
 
 /// How a request on the pooled client failed before its answer's headers: as reqwest says it
 /// (a connect that timed out is a `timeout`, as there).
 fn failure(error: &(dyn std::error::Error + 'static)) -> &'static str {
-    let mut cause = Some(error);
-    while let Some(e) = cause {
-        if e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut) {
-            return "timeout";
-        }
-        cause = e.source();
+    if chain(error).any(|e| e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)) {
+        return "timeout";
     }
     match error.downcast_ref::<hyper_util::client::legacy::Error>() {
         Some(e) if e.is_connect() => "connect",
         _ => "reset",
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The connector under one bound on the whole of a connection's setup, as reqwest's
+/// `connect_timeout` bounds it (hyper-util's own bounds the TCP connect alone).
+#[derive(Clone)]
+struct Bounded {
+    inner: HttpsConnector<HttpConnector>,
+    timeout: Duration,
+}
+
+impl tower::Service<http::Uri> for Bounded {
+    type Response = <HttpsConnector<HttpConnector> as tower::Service<http::Uri>>::Response;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, dst: http::Uri) -> Self::Future {
+        let connecting = self.inner.call(dst);
+        let timeout = self.timeout;
+        Box::pin(async move {
+            match tokio::time::timeout(timeout, connecting).await {
+                Ok(connected) => connected,
+                Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connecting took too long").into()),
+            }
+        })
     }
 }
 
@@ -144,9 +220,26 @@ mod tests {
     async fn a_connection_refused_and_a_connect_timing_out_are_named_as_reqwest_names_them() {
         let direct = Direct::new(Duration::from_secs(5)).unwrap();
         // Port 9 (discard) is closed on the test machine's loopback.
-        let refused = direct.post(&"http://127.0.0.1:9/v1".parse().unwrap(), HeaderMap::new(), Bytes::new()).await;
+        let refused = direct.post(&"http://127.0.0.1:9/v1".parse().unwrap(), &HeaderMap::new(), &Bytes::new()).await;
         assert_eq!(refused.err(), Some("connect"));
         assert_eq!(failure(&std::io::Error::new(std::io::ErrorKind::TimedOut, "connect")), "timeout");
         assert_eq!(failure(&std::io::Error::other("reset by peer")), "reset");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_tls_handshake_that_never_ends_times_out_as_a_connect() {
+        let silent = gateway_mock::Blackhole::start().await.unwrap();
+        let direct = Direct::new(Duration::from_secs(10)).unwrap();
+        let endpoint = format!("https://{}/v1", silent.addr()).parse().unwrap();
+        let posted = tokio::time::timeout(Duration::from_secs(60), direct.post(&endpoint, &HeaderMap::new(), &Bytes::new())).await;
+        assert_eq!(posted.map(|p| p.err()), Ok(Some("timeout")));
+    }
+
+    #[test]
+    fn only_what_the_provider_refused_unread_is_sent_again() {
+        // Made here, not sent by the provider: not a refusal of the provider's.
+        assert!(!unread(&h2::Error::from(h2::Reason::REFUSED_STREAM)));
+        assert!(!unread(&std::io::Error::other(h2::Error::from(h2::Reason::NO_ERROR))));
+        assert!(!unread(&std::io::Error::other("reset by peer")));
     }
 }

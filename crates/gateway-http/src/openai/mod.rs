@@ -50,13 +50,16 @@ async fn post(src: &Source, request: &Request, stream: bool, shared: &Shared) ->
         match sent {
             Sent::Json { kind, mut headers, body } => {
                 headers.extend(propagated);
-                match &src.direct {
-                    Some(direct) => direct.post(src.endpoint(kind), headers, body).await.map_err(transient),
-                    None => {
-                        crate::wire::json_headers(&mut headers);
-                        by_reqwest(src.client.post(src.endpoint(kind).to_string()).headers(headers).body(body)).await
+                crate::wire::json_headers(&mut headers);
+                if let Some(direct) = &src.direct {
+                    match direct.post(src.endpoint(kind), &headers, &body).await {
+                        Ok(Some(response)) => return Ok(response),
+                        Err(detail) => return Err(transient(detail)),
+                        // A redirect: reqwest follows it.
+                        Ok(None) => {}
                     }
                 }
+                by_reqwest(src.client.post(src.endpoint(kind).to_string()).headers(headers).body(body)).await
             }
             Sent::Built(builder) => by_reqwest(builder.headers(propagated)).await,
         }

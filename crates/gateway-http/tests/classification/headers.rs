@@ -79,3 +79,20 @@ async fn a_source_sent_through_reqwest_gets_what_the_pooled_client_sends() {
         assert_eq!(pooled.headers.get(name), reqwest.headers.get(name), "{name}");
     }
 }
+
+#[tokio::test]
+async fn a_redirect_is_followed_with_the_same_request() {
+    let mock = MockServer::answering(|seen| match seen.path.as_str() {
+        "/v1/chat/completions" => Answer::json(307, &json!({})).header("location", "/moved/chat/completions"),
+        _ => Answer::json(200, &completion("hi")),
+    })
+    .await
+    .unwrap();
+    let upstream = HttpUpstream::new(&[scope(&format!("{}/v1", mock.root()), json!({}))]).unwrap();
+    assert_eq!(upstream.send("s1", &chat(false)).await.outcome().class, Success);
+    let received = mock.received();
+    let paths: Vec<&str> = received.iter().map(|r| r.path.as_str()).collect();
+    assert_eq!(paths, ["/v1/chat/completions", "/v1/chat/completions", "/moved/chat/completions"], "reqwest sends it again, then follows");
+    assert_eq!(received[0].body, received[2].body);
+    assert_eq!(received[2].headers.get("authorization"), received[0].headers.get("authorization"), "the same host keeps the key");
+}

@@ -75,6 +75,16 @@ impl Direct {
     /// A pooled client that gives up setting a connection up (resolving, connecting and the
     /// TLS handshake together) after `connect_timeout`.
     pub(crate) fn new(connect_timeout: Duration) -> Result<Direct, String> {
+        Direct::built(connect_timeout, false)
+    }
+
+    /// One that speaks HTTP/2 alone, also without TLS (the tests' HTTP/2 provider).
+    #[cfg(test)]
+    fn http2_only(connect_timeout: Duration) -> Result<Direct, String> {
+        Direct::built(connect_timeout, true)
+    }
+
+    fn built(connect_timeout: Duration, http2_only: bool) -> Result<Direct, String> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
         let tls = rustls::ClientConfig::builder_with_provider(provider)
@@ -96,6 +106,7 @@ impl Direct {
             .pool_idle_timeout(POOL_IDLE)
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())
+            .http2_only(http2_only)
             .build(Bounded { inner: https, timeout: connect_timeout });
         Ok(Direct { client })
     }
@@ -233,6 +244,42 @@ mod tests {
         let endpoint = format!("https://{}/v1", silent.addr()).parse().unwrap();
         let posted = tokio::time::timeout(Duration::from_secs(60), direct.post(&endpoint, &HeaderMap::new(), &Bytes::new())).await;
         assert_eq!(posted.map(|p| p.err()), Ok(Some("timeout")));
+    }
+
+    /// An HTTP/2 provider (without TLS) that refuses its first `refusals` requests unread and
+    /// answers the rest; how many requests it received.
+    async fn refusing(refusals: usize) -> (http::Uri, Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let uri = format!("http://{}/v1/chat/completions", listener.local_addr().unwrap()).parse().unwrap();
+        let received = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = received.clone();
+        tokio::spawn(async move {
+            let (socket, _) = listener.accept().await.unwrap();
+            let mut connection = h2::server::handshake(socket).await.unwrap();
+            while let Some(Ok((_, mut respond))) = connection.accept().await {
+                if count.fetch_add(1, Ordering::SeqCst) < refusals {
+                    respond.send_reset(h2::Reason::REFUSED_STREAM);
+                    continue;
+                }
+                let head = http::Response::builder().status(200).body(()).unwrap();
+                let mut body = respond.send_response(head, false).unwrap();
+                body.send_data(Bytes::from_static(b"{}"), true).unwrap();
+            }
+        });
+        (uri, received)
+    }
+
+    #[tokio::test]
+    async fn a_request_the_provider_refused_unread_is_sent_again_twice_at_most() {
+        use std::sync::atomic::Ordering;
+        let direct = Direct::http2_only(Duration::from_secs(5)).unwrap();
+        let (uri, received) = refusing(2).await;
+        let answer = direct.post(&uri, &HeaderMap::new(), &Bytes::from_static(b"{}")).await.unwrap().unwrap();
+        assert_eq!((answer.status().as_u16(), received.load(Ordering::SeqCst)), (200, 3));
+        let (uri, received) = refusing(3).await;
+        let refused = direct.post(&uri, &HeaderMap::new(), &Bytes::from_static(b"{}")).await;
+        assert_eq!((refused.err(), received.load(Ordering::SeqCst)), (Some("reset"), 3));
     }
 
     #[test]

@@ -117,6 +117,26 @@ pub fn classify_transport(error: &reqwest::Error) -> (OutcomeClass, &'static str
     (OutcomeClass::Transient, detail)
 }
 
+/// The class and detail of a request on a source's pooled client (`wire::Direct`) that got no
+/// response, in [`classify_transport`]'s words: a connect that timed out (the chain holds an
+/// I/O `TimedOut`) is a `timeout`, as reqwest says it.
+pub(crate) fn classify_pooled_transport(error: &(dyn std::error::Error + 'static)) -> (OutcomeClass, &'static str) {
+    let detail =
+        if error_chain(error).any(|e| e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)) {
+            "timeout"
+        } else if error.downcast_ref::<hyper_util::client::legacy::Error>().is_some_and(hyper_util::client::legacy::Error::is_connect) {
+            "connect"
+        } else {
+            "reset"
+        };
+    (OutcomeClass::Transient, detail)
+}
+
+/// The errors of the chain from `error` down, `error` first.
+pub(crate) fn error_chain<'e>(error: &'e (dyn std::error::Error + 'static)) -> impl Iterator<Item = &'e (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(error), |e| e.source())
+}
+
 /// Provider headers the adapter could not believe, counted (a proxy shows them in `/metrics`).
 #[derive(Debug, Default)]
 pub struct IgnoredHeaders {
@@ -208,6 +228,13 @@ pub fn retry_after(headers: &HeaderMap, wall: &dyn WallClock) -> RetryAfter {
 mod tests {
     use super::*;
     use reqwest::header::HeaderValue;
+
+    #[test]
+    fn a_pooled_request_without_a_response_is_named_as_reqwest_names_it() {
+        let timed_out = std::io::Error::new(std::io::ErrorKind::TimedOut, "connecting took too long");
+        assert_eq!(classify_pooled_transport(&timed_out), (OutcomeClass::Transient, "timeout"));
+        assert_eq!(classify_pooled_transport(&std::io::Error::other("reset by peer")), (OutcomeClass::Transient, "reset"));
+    }
 
     struct At(u64);
 

@@ -14,6 +14,7 @@
 //! refused unread sent again, and a redirect handed to reqwest to follow. Either way the answer
 //! is handed on as a `reqwest::Response`, so what reads it is one piece of code.
 
+use crate::classify::error_chain;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
@@ -113,14 +114,14 @@ impl Direct {
 
     /// POSTs `body` to `endpoint` with `headers` (the caller's JSON headers in place, see
     /// [`json_headers`]): the answer; `None` when it redirects (reqwest follows redirects, with
-    /// its policy for who sees the key on the way); or how it failed, in
-    /// [`crate::classify::classify_transport`]'s words.
+    /// its policy for who sees the key on the way); or the error of a request that got no
+    /// response (classified by [`crate::classify::classify_pooled_transport`]).
     pub(crate) async fn post(
         &self,
         endpoint: &http::Uri,
         headers: &HeaderMap,
         body: &Bytes,
-    ) -> Result<Option<reqwest::Response>, &'static str> {
+    ) -> Result<Option<reqwest::Response>, hyper_util::client::legacy::Error> {
         let mut refused = 0;
         loop {
             let mut request = http::Request::new(Full::new(body.clone()));
@@ -131,37 +132,20 @@ impl Direct {
                 Ok(response) if response.status().is_redirection() && response.headers().contains_key(LOCATION) => return Ok(None),
                 Ok(response) => return Ok(Some(reqwest::Response::from(response.map(reqwest::Body::wrap)))),
                 Err(e) if refused < NACK_RETRIES && unread(&e) => refused += 1,
-                Err(e) => return Err(failure(&e)),
+                Err(e) => return Err(e),
             }
         }
     }
 }
 
-/// The errors of the chain from `error` down, `error` first.
-fn chain<'e>(error: &'e (dyn std::error::Error + 'static)) -> impl Iterator<Item = &'e (dyn std::error::Error + 'static)> {
-    std::iter::successors(Some(error), |e| e.source())
-}
-
 /// Whether the provider said it did not read the request: a graceful `GOAWAY` or a
 /// `REFUSED_STREAM` from the provider's side (RFC 9113 § 8.7), safe to send again.
 fn unread(error: &(dyn std::error::Error + 'static)) -> bool {
-    chain(error).filter_map(|e| e.downcast_ref::<h2::Error>()).any(|h2| {
+    error_chain(error).filter_map(|e| e.downcast_ref::<h2::Error>()).any(|h2| {
         h2.is_remote()
             && ((h2.is_go_away() && h2.reason() == Some(h2::Reason::NO_ERROR))
                 || (h2.is_reset() && h2.reason() == Some(h2::Reason::REFUSED_STREAM)))
     })
-}
-
-/// How a request on the pooled client failed before its answer's headers: as reqwest says it
-/// (a connect that timed out is a `timeout`, as there).
-fn failure(error: &(dyn std::error::Error + 'static)) -> &'static str {
-    if chain(error).any(|e| e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)) {
-        return "timeout";
-    }
-    match error.downcast_ref::<hyper_util::client::legacy::Error>() {
-        Some(e) if e.is_connect() => "connect",
-        _ => "reset",
-    }
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -228,13 +212,16 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_connection_refused_and_a_connect_timing_out_are_named_as_reqwest_names_them() {
+    async fn a_connection_refused_is_a_connect() {
         let direct = Direct::new(Duration::from_secs(5)).unwrap();
         // Port 9 (discard) is closed on the test machine's loopback.
         let refused = direct.post(&"http://127.0.0.1:9/v1".parse().unwrap(), &HeaderMap::new(), &Bytes::new()).await;
-        assert_eq!(refused.err(), Some("connect"));
-        assert_eq!(failure(&std::io::Error::new(std::io::ErrorKind::TimedOut, "connect")), "timeout");
-        assert_eq!(failure(&std::io::Error::other("reset by peer")), "reset");
+        assert_eq!(detail(refused), Some("connect"));
+    }
+
+    /// How a post failed, as the adapter names it.
+    fn detail(posted: Result<Option<reqwest::Response>, hyper_util::client::legacy::Error>) -> Option<&'static str> {
+        posted.err().map(|e| crate::classify::classify_pooled_transport(&e).1)
     }
 
     #[tokio::test(start_paused = true)]
@@ -243,7 +230,7 @@ mod tests {
         let direct = Direct::new(Duration::from_secs(10)).unwrap();
         let endpoint = format!("https://{}/v1", silent.addr()).parse().unwrap();
         let posted = tokio::time::timeout(Duration::from_secs(60), direct.post(&endpoint, &HeaderMap::new(), &Bytes::new())).await;
-        assert_eq!(posted.map(|p| p.err()), Ok(Some("timeout")));
+        assert_eq!(posted.map(detail), Ok(Some("timeout")));
     }
 
     /// An HTTP/2 provider (without TLS) that refuses its first `refusals` requests unread and
@@ -279,7 +266,7 @@ mod tests {
         assert_eq!((answer.status().as_u16(), received.load(Ordering::SeqCst)), (200, 3));
         let (uri, received) = refusing(3).await;
         let refused = direct.post(&uri, &HeaderMap::new(), &Bytes::from_static(b"{}")).await;
-        assert_eq!((refused.err(), received.load(Ordering::SeqCst)), (Some("reset"), 3));
+        assert_eq!((detail(refused), received.load(Ordering::SeqCst)), (Some("reset"), 3));
     }
 
     #[test]

@@ -14,7 +14,7 @@ mod bytes;
 mod chunks;
 mod request;
 
-use crate::classify::{NotFound, classify_code, classify_status, classify_transport, retry_after};
+use crate::classify::{NotFound, classify_code, classify_pooled_transport, classify_status, classify_transport, retry_after};
 use crate::held::Held;
 use crate::structured::Schemas;
 use crate::{Shared, Source, header_wait};
@@ -54,7 +54,10 @@ async fn post(src: &Source, request: &Request, stream: bool, shared: &Shared) ->
                 if let Some(direct) = &src.direct {
                     match direct.post(src.endpoint(kind), &headers, &body).await {
                         Ok(Some(response)) => return Ok(response),
-                        Err(detail) => return Err(transient(detail)),
+                        Err(e) => {
+                            let (class, detail) = classify_pooled_transport(&e);
+                            return Err(Outcome::new(class, detail));
+                        }
                         // A redirect: reqwest follows it.
                         Ok(None) => {}
                     }

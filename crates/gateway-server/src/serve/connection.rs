@@ -4,6 +4,7 @@
 use super::Limits;
 use super::accept::Open;
 use super::watch::{Busy, Watch};
+use super::when_woken::WhenWoken;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use http_body::{Frame, SizeHint};
@@ -50,6 +51,8 @@ pub(super) async fn connection(
     let mut conn = std::pin::pin!(builder.serve_connection(io, service));
     let mut draining = false;
     loop {
+        // What rarely happens is polled when it wakes the task, not at each of a request's.
+        let mut ending = std::pin::pin!(WhenWoken::new(ending(&stop, draining, &watch, limits, &kill)));
         tokio::select! {
             result = conn.as_mut() => {
                 if let Err(e) = result {
@@ -57,23 +60,49 @@ pub(super) async fn connection(
                 }
                 break;
             }
-            () = stop.cancelled(), if !draining => {
-                draining = true;
-                conn.as_mut().graceful_shutdown();
-            }
-            why = watch.expired(limits) => {
-                tracing::debug!("closing a connection: {why}");
-                break;
-            }
-            () = watch.close.cancelled() => {
-                tracing::debug!("closing the connection idle the longest: the connection cap is reached");
-                break;
-            }
-            () = kill.cancelled() => break,
+            end = ending.as_mut() => match end {
+                Ending::Stop => {
+                    draining = true;
+                    conn.as_mut().graceful_shutdown();
+                }
+                Ending::Expired(why) => {
+                    tracing::debug!("closing a connection: {why}");
+                    break;
+                }
+                Ending::Evicted => {
+                    tracing::debug!("closing the connection idle the longest: the connection cap is reached");
+                    break;
+                }
+                Ending::Kill => break,
+            },
         }
     }
     open.remove(id);
 }
+
+/// Why a connection's task stops waiting on the connection alone.
+enum Ending {
+    /// Serving stops: hyper finishes the request in flight and closes.
+    Stop,
+    /// A deadline of the watch passed (why).
+    Expired(&'static str),
+    /// The connection cap needs this connection's place.
+    Evicted,
+    /// The connections still open at the shutdown deadline are dropped.
+    Kill,
+}
+
+/// Resolves when the connection must end otherwise than by itself (`stop` only while not
+/// `draining` already).
+async fn ending(stop: &CancellationToken, draining: bool, watch: &Watch, limits: Limits, kill: &CancellationToken) -> Ending {
+    tokio::select! {
+        () = stop.cancelled(), if !draining => Ending::Stop,
+        why = watch.expired(limits) => Ending::Expired(why),
+        () = watch.close.cancelled() => Ending::Evicted,
+        () = kill.cancelled() => Ending::Kill,
+    }
+}
+
 /// A response body that keeps its request counted as busy until it is sent or dropped.
 struct Guarded {
     body: Body,

@@ -12,6 +12,7 @@ mod accept;
 mod connection;
 mod limits;
 mod watch;
+mod when_woken;
 
 use crate::AppState;
 use accept::Acceptor;

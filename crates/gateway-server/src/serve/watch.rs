@@ -1,10 +1,15 @@
 //! A connection's watch: its phase (fresh, idle, busy), moved by its reads, writes and requests,
 //! and the deadline each phase sets.
+//!
+//! The phase is a plain value under a lock, told to nobody: a request moves it without waking
+//! the connection's task. [`Watch::expired`] reads it when a timer it set fires, and every timer
+//! it sets ends no later than the earliest deadline any later phase could have (see
+//! [`Phase::check_at`]), so a deadline is never missed and none is kept late: a request costs no
+//! wake-up and no timer.
 
 use super::Limits;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use tokio::sync::watch;
+use std::sync::{Arc, Mutex, PoisonError};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -18,9 +23,30 @@ enum Phase {
     Busy { requests: usize, write_stalled: Option<Instant> },
 }
 
+impl Phase {
+    /// The phase's deadline and why the connection closes at it, if it has one.
+    fn deadline(self, limits: Limits) -> Option<(Instant, &'static str)> {
+        match self {
+            Phase::Fresh { since } => Some((since + limits.header, "no request within header_timeout_s of connecting")),
+            Phase::Idle { since, first_byte: None } => Some((since + limits.idle, "idle past idle_timeout_s")),
+            Phase::Idle { first_byte: Some(first), .. } => Some((first + limits.header, "request head slower than header_timeout_s")),
+            Phase::Busy { write_stalled: Some(since), .. } => Some((since + limits.write, "the client stopped reading its answer")),
+            Phase::Busy { write_stalled: None, .. } => None,
+        }
+    }
+
+    /// When to look at the phase again, read at `now`: at its own deadline, and no later than
+    /// the shortest limit from `now`. Every phase it may move to sets its deadline from a time
+    /// of its own (not before `now`) plus a limit, or keeps this one's.
+    fn check_at(self, now: Instant, limits: Limits) -> Instant {
+        let soonest = now + limits.header.min(limits.idle).min(limits.write);
+        self.deadline(limits).map_or(soonest, |(at, _)| at.min(soonest))
+    }
+}
+
 /// A connection's phase, moved by its reads and writes and by requests starting and ending.
 pub(super) struct Watch {
-    phase: watch::Sender<Phase>,
+    phase: Mutex<Phase>,
     /// A write is waiting on the client (read without the lock on every write).
     stalled: std::sync::atomic::AtomicBool,
     /// Asks the connection to close (the connection cap needs its place).
@@ -30,15 +56,24 @@ pub(super) struct Watch {
 impl Watch {
     pub(super) fn new() -> Self {
         Watch {
-            phase: watch::Sender::new(Phase::Fresh { since: Instant::now() }),
+            phase: Mutex::new(Phase::Fresh { since: Instant::now() }),
             stalled: std::sync::atomic::AtomicBool::new(false),
             close: CancellationToken::new(),
         }
     }
 
+    /// The phase, moved by `change`.
+    fn update(&self, change: impl FnOnce(&mut Phase)) {
+        change(&mut self.phase.lock().unwrap_or_else(PoisonError::into_inner));
+    }
+
+    fn phase(&self) -> Phase {
+        *self.phase.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Since when the connection has had nothing to do, if it has nothing to do.
     pub(super) fn idle_since(&self) -> Option<Instant> {
-        match *self.phase.borrow() {
+        match self.phase() {
             Phase::Fresh { since } | Phase::Idle { since, first_byte: None } => Some(since),
             _ => None,
         }
@@ -46,17 +81,11 @@ impl Watch {
 
     /// Bytes came in: a next request head has started, if the connection was idle.
     pub(super) fn bytes_arrived(&self) {
-        self.phase.send_if_modified(|phase| match phase {
-            Phase::Idle { first_byte: first @ None, .. } => {
-                *first = Some(Instant::now());
-                true
-            }
+        self.update(|phase| match phase {
+            Phase::Idle { first_byte: first @ None, .. } => *first = Some(Instant::now()),
             // A first request's head is timed from the connection's opening, not its first byte.
-            Phase::Fresh { since } => {
-                *phase = Phase::Idle { since: *since, first_byte: Some(*since) };
-                true
-            }
-            _ => false,
+            Phase::Fresh { since } => *phase = Phase::Idle { since: *since, first_byte: Some(*since) },
+            _ => {}
         });
     }
 
@@ -65,12 +94,10 @@ impl Watch {
         if self.stalled.swap(true, Ordering::Relaxed) {
             return;
         }
-        self.phase.send_if_modified(|phase| match phase {
-            Phase::Busy { write_stalled: stalled @ None, .. } => {
+        self.update(|phase| {
+            if let Phase::Busy { write_stalled: stalled @ None, .. } = phase {
                 *stalled = Some(Instant::now());
-                true
             }
-            _ => false,
         });
     }
 
@@ -79,19 +106,17 @@ impl Watch {
         if !self.stalled.swap(false, Ordering::Relaxed) {
             return;
         }
-        self.phase.send_if_modified(|phase| match phase {
-            Phase::Busy { write_stalled: stalled @ Some(_), .. } => {
+        self.update(|phase| {
+            if let Phase::Busy { write_stalled: stalled @ Some(_), .. } = phase {
                 *stalled = None;
-                true
             }
-            _ => false,
         });
     }
 
     /// A request's head is complete: the connection is busy until the guard (held by the
     /// response body) is dropped.
     pub(super) fn begin(self: &Arc<Self>) -> Busy {
-        self.phase.send_modify(|phase| {
+        self.update(|phase| {
             *phase = match *phase {
                 Phase::Busy { requests, write_stalled } => Phase::Busy { requests: requests + 1, write_stalled },
                 Phase::Fresh { .. } | Phase::Idle { .. } => Phase::Busy { requests: 1, write_stalled: None },
@@ -105,28 +130,14 @@ impl Watch {
     /// `limits.header` from its first byte, or an answer the client has not read for
     /// `limits.write`.
     pub(super) async fn expired(&self, limits: Limits) -> &'static str {
-        let mut phase = self.phase.subscribe();
         loop {
-            let deadline = match *phase.borrow_and_update() {
-                Phase::Fresh { since } => Some((since + limits.header, "no request within header_timeout_s of connecting")),
-                Phase::Idle { since, first_byte: None } => Some((since + limits.idle, "idle past idle_timeout_s")),
-                Phase::Idle { first_byte: Some(first), .. } => Some((first + limits.header, "request head slower than header_timeout_s")),
-                Phase::Busy { write_stalled: Some(since), .. } => Some((since + limits.write, "the client stopped reading its answer")),
-                Phase::Busy { write_stalled: None, .. } => None,
-            };
-            let changed = async {
-                // The sender lives as long as `self`: `changed` cannot fail while we wait.
-                if phase.changed().await.is_err() {
-                    std::future::pending::<()>().await;
-                }
-            };
-            match deadline {
-                Some((at, why)) => tokio::select! {
-                    () = tokio::time::sleep_until(at) => return why,
-                    () = changed => {}
-                },
-                None => changed.await,
+            let (phase, now) = (self.phase(), Instant::now());
+            if let Some((at, why)) = phase.deadline(limits)
+                && at <= now
+            {
+                return why;
             }
+            tokio::time::sleep_until(phase.check_at(now, limits)).await;
         }
     }
 }
@@ -136,11 +147,93 @@ pub(super) struct Busy(Arc<Watch>);
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.0.phase.send_modify(|phase| {
+        self.0.update(|phase| {
             *phase = match *phase {
                 Phase::Busy { requests, write_stalled } if requests > 1 => Phase::Busy { requests: requests - 1, write_stalled },
                 _ => Phase::Idle { since: Instant::now(), first_byte: None },
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn limits(header: u64, idle: u64, write: u64) -> Limits {
+        Limits { header: Duration::from_secs(header), idle: Duration::from_secs(idle), write: Duration::from_secs(write) }
+    }
+
+    /// What happens to the connection.
+    enum Move {
+        /// A request begins (and is held until `End`).
+        Begin,
+        /// The request held ends (its answer sent).
+        End,
+        /// A read or a write.
+        Io(fn(&Watch)),
+    }
+
+    /// When a fresh watch expires (and why), with each move made at its time (ms from the start).
+    async fn expiry(limits: Limits, moves: Vec<(u64, Move)>) -> (&'static str, Duration) {
+        let (watch, start) = (Arc::new(Watch::new()), Instant::now());
+        let mut expired = tokio::spawn({
+            let watch = watch.clone();
+            async move { (watch.expired(limits).await, Instant::now()) }
+        });
+        let mut busy = None;
+        for (at, change) in moves {
+            tokio::select! {
+                _ = &mut expired => panic!("expired before the move at {at} ms"),
+                () = tokio::time::sleep_until(start + Duration::from_millis(at)) => {}
+            }
+            match change {
+                Move::Begin => busy = Some(watch.begin()),
+                Move::End => busy = None,
+                Move::Io(io) => io(&watch),
+            }
+        }
+        let (why, at) = expired.await.expect("the watch's task");
+        drop(busy);
+        (why, at - start)
+    }
+
+    /// Within 2 ms after `ms` (tokio's timer fires on its 1 ms tick).
+    fn near(at: Duration, ms: u64) -> bool {
+        let want = Duration::from_millis(ms);
+        at >= want && at <= want + Duration::from_millis(2)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_first_request_not_begun_in_time_closes_the_connection() {
+        let (why, at) = expiry(limits(10, 60, 30), vec![]).await;
+        assert_eq!(why, "no request within header_timeout_s of connecting");
+        assert!(near(at, 10_000), "{at:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_head_after_a_long_idle_is_timed_from_its_first_byte_not_from_the_idle_deadline() {
+        // Idle from 1 s (its deadline 61 s), a next head's first byte at 40 s.
+        let moves = vec![(0, Move::Begin), (1_000, Move::End), (40_000, Move::Io(Watch::bytes_arrived))];
+        let (why, at) = expiry(limits(10, 60, 30), moves).await;
+        assert_eq!(why, "request head slower than header_timeout_s");
+        assert!(near(at, 50_000), "closed {at:?} after the start, not 40 + 10 s");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_the_client_stops_reading_is_cut_at_its_own_deadline_not_the_fresh_ones() {
+        let moves = vec![(500, Move::Begin), (1_000, Move::Io(Watch::write_waits))];
+        let (why, at) = expiry(limits(10, 60, 2), moves).await;
+        assert_eq!(why, "the client stopped reading its answer");
+        assert!(near(at, 3_000), "closed {at:?} after the start, not 1 + 2 s");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_that_went_out_in_time_keeps_the_connection_open_until_it_idles_out() {
+        let moves = vec![(0, Move::Begin), (20_000, Move::Io(Watch::write_waits)), (40_000, Move::Io(Watch::wrote)), (45_000, Move::End)];
+        let (why, at) = expiry(limits(10, 60, 30), moves).await;
+        assert_eq!(why, "idle past idle_timeout_s");
+        assert!(near(at, 105_000), "closed {at:?} after the start, not 45 + 60 s");
     }
 }

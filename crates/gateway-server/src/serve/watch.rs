@@ -54,6 +54,7 @@ pub(super) struct Watch {
 }
 
 impl Watch {
+    /// The watch of a connection opened now.
     pub(super) fn new() -> Self {
         Watch {
             phase: Mutex::new(Phase::Fresh { since: Instant::now() }),
@@ -67,6 +68,7 @@ impl Watch {
         change(&mut self.phase.lock().unwrap_or_else(PoisonError::into_inner));
     }
 
+    /// The phase as it is now.
     fn phase(&self) -> Phase {
         *self.phase.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -119,7 +121,11 @@ impl Watch {
         self.update(|phase| {
             *phase = match *phase {
                 Phase::Busy { requests, write_stalled } => Phase::Busy { requests: requests + 1, write_stalled },
-                Phase::Fresh { .. } | Phase::Idle { .. } => Phase::Busy { requests: 1, write_stalled: None },
+                // A write of the last answer may still wait on the client: it is timed from now
+                // (`write_waits` is not told again while it waits).
+                Phase::Fresh { .. } | Phase::Idle { .. } => {
+                    Phase::Busy { requests: 1, write_stalled: self.stalled.load(Ordering::Relaxed).then(Instant::now) }
+                }
             }
         });
         Busy(self.clone())
@@ -131,7 +137,8 @@ impl Watch {
     /// `limits.write`.
     pub(super) async fn expired(&self, limits: Limits) -> &'static str {
         loop {
-            let (phase, now) = (self.phase(), Instant::now());
+            let now = Instant::now();
+            let phase = self.phase();
             if let Some((at, why)) = phase.deadline(limits)
                 && at <= now
             {
@@ -167,9 +174,9 @@ mod tests {
 
     /// What happens to the connection.
     enum Move {
-        /// A request begins (and is held until `End`).
+        /// A request begins (and is held until an `End`).
         Begin,
-        /// The request held ends (its answer sent).
+        /// The request begun first of those held ends (its answer sent).
         End,
         /// A read or a write.
         Io(fn(&Watch)),
@@ -182,19 +189,20 @@ mod tests {
             let watch = watch.clone();
             async move { (watch.expired(limits).await, Instant::now()) }
         });
-        let mut busy = None;
+        let mut busy = std::collections::VecDeque::new();
         for (at, change) in moves {
             tokio::select! {
                 _ = &mut expired => panic!("expired before the move at {at} ms"),
                 () = tokio::time::sleep_until(start + Duration::from_millis(at)) => {}
             }
             match change {
-                Move::Begin => busy = Some(watch.begin()),
-                Move::End => busy = None,
+                Move::Begin => busy.push_back(watch.begin()),
+                Move::End => drop(busy.pop_front()),
                 Move::Io(io) => io(&watch),
             }
         }
-        let (why, at) = expired.await.expect("the watch's task");
+        let waited = tokio::time::timeout(Duration::from_secs(3_600), expired).await;
+        let (why, at) = waited.expect("the connection is never closed").expect("the watch's task");
         drop(busy);
         (why, at - start)
     }
@@ -235,5 +243,23 @@ mod tests {
         let (why, at) = expiry(limits(10, 60, 30), moves).await;
         assert_eq!(why, "idle past idle_timeout_s");
         assert!(near(at, 105_000), "closed {at:?} after the start, not 45 + 60 s");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_answer_stays_timed_when_a_pipelined_request_ends_before_it() {
+        let moves = vec![(0, Move::Begin), (100, Move::Begin), (1_000, Move::Io(Watch::write_waits)), (1_500, Move::End)];
+        let (why, at) = expiry(limits(10, 60, 2), moves).await;
+        assert_eq!(why, "the client stopped reading its answer");
+        assert!(near(at, 3_000), "closed {at:?} after the start, not 1 + 2 s");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_still_waiting_when_its_request_ended_times_the_next_request() {
+        // The write waits from 1 s and never goes out; its request ends at 2 s, a next one
+        // begins at 5 s and would otherwise never be cut (the client is not told again).
+        let moves = vec![(0, Move::Begin), (1_000, Move::Io(Watch::write_waits)), (2_000, Move::End), (5_000, Move::Begin)];
+        let (why, at) = expiry(limits(10, 60, 30), moves).await;
+        assert_eq!(why, "the client stopped reading its answer");
+        assert!(near(at, 35_000), "closed {at:?} after the start, not 5 + 30 s");
     }
 }

@@ -3,7 +3,8 @@
 //! A connection's task waits on its hyper connection, which wakes it several times a request,
 //! and beside it on things that almost never happen (shutdown, the watch's deadline, a request
 //! to close). In one `select!` every wake-up of the first polls all the others; wrapped in
-//! [`WhenWoken`] (made once a connection), they cost such a wake-up one atomic swap.
+//! [`WhenWoken`] (made when the connection opens, and again when it starts draining), they cost
+//! such a wake-up a waker's registration and an atomic swap.
 
 use futures_util::task::AtomicWaker;
 use std::pin::Pin;
@@ -36,6 +37,7 @@ impl Wake for Signal {
 }
 
 impl<F: Future> WhenWoken<F> {
+    /// `inner`, to be polled on the first poll.
     pub(super) fn new(inner: F) -> Self {
         let signal = Arc::new(Signal { woken: AtomicBool::new(true), task: AtomicWaker::new() });
         WhenWoken { inner: Box::pin(inner), waker: Waker::from(signal.clone()), signal }
@@ -109,5 +111,39 @@ mod tests {
         fn wake(self: Arc<Self>) {
             self.0.store(true, Ordering::SeqCst);
         }
+    }
+
+    #[test]
+    fn what_is_ready_before_the_first_poll_is_seen_by_it() {
+        let token = tokio_util::sync::CancellationToken::new();
+        token.cancel();
+        let mut future = std::pin::pin!(WhenWoken::new(token.cancelled()));
+        let task_waker = Waker::from(Arc::new(TaskWoken::default()));
+        assert!(future.as_mut().poll(&mut Context::from_waker(&task_waker)).is_ready());
+    }
+
+    /// Wakes itself while polled (as tokio's budget does) and is ready on its second poll.
+    struct WakesItself(bool);
+
+    impl Future for WakesItself {
+        type Output = ();
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            if self.0 {
+                return Poll::Ready(());
+            }
+            self.0 = true;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+
+    #[test]
+    fn a_wake_up_made_while_it_is_polled_lets_the_next_poll_through() {
+        let task_woken = Arc::new(TaskWoken::default());
+        let task_waker = Waker::from(task_woken.clone());
+        let mut future = std::pin::pin!(WhenWoken::new(WakesItself(false)));
+        assert!(future.as_mut().poll(&mut Context::from_waker(&task_waker)).is_pending());
+        assert!(task_woken.0.load(Ordering::SeqCst), "the task is woken");
+        assert!(future.as_mut().poll(&mut Context::from_waker(&task_waker)).is_ready());
     }
 }

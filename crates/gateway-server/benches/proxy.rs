@@ -8,7 +8,8 @@
 //! send them: the row the target is read on) and on tokio's 1 ms timer tick (the same offsets,
 //! which the tick gathers into bursts of two or three requests at once: what the bench measured
 //! until 2026-12-04, kept to show the bursts' cost). `cargo bench -p gateway-server --bench proxy`
-//! (`-- 64 closed`: only the rows whose label holds those words); the figures go to
+//! (`-- 64 closed`: only the rows whose label holds those words; a closed loop's two paths take
+//! turns, four rounds each, so that both meet the machine's same moments); the figures go to
 //! docs/PERFORMANCE.md. (Not criterion: the question is latency percentiles under concurrency,
 //! which criterion's sampling does not measure.) The latency rows (one
 //! client, and 64 paced) run on one thread, the saturation row on two workers (see `main`).
@@ -30,11 +31,37 @@ async fn mock_provider() -> MockServer {
     MockServer::builder().unrecorded().answering(move |_| Answer::json_text(200, answer.clone())).await.unwrap()
 }
 
+/// What one path's clients saw: every request's latency, and the time they took together.
+#[derive(Default)]
+struct Sample {
+    latencies: Vec<Duration>,
+    elapsed: Duration,
+}
+
+impl Sample {
+    fn add(&mut self, other: Sample) {
+        self.latencies.extend(other.latencies);
+        self.elapsed += other.elapsed;
+    }
+
+    fn figures(mut self) -> Figures {
+        self.latencies.sort();
+        let n = self.latencies.len();
+        Figures { per_s: n as f64 / self.elapsed.as_secs_f64(), median: self.latencies[n / 2], p99: self.latencies[n * 99 / 100] }
+    }
+}
+
 struct Figures {
     per_s: f64,
     median: Duration,
     p99: Duration,
 }
+
+/// The closed loop's rounds: its requests are sent in this many parts, the two paths taking
+/// turns, so that a change in the machine's speed during the row (this VM's direct path swings
+/// by half between runs) weighs on both paths alike and the ratio of their throughputs is that
+/// of the same moments.
+const CLOSED_ROUNDS: usize = 4;
 
 /// How the clients send.
 #[derive(Clone, Copy)]
@@ -94,7 +121,7 @@ fn spread_starts(clients: usize, rounds: usize, pace: Duration) -> Vec<tokio::sy
 }
 
 /// `total` requests from `clients` concurrent loops against `url`, sent as `load` says.
-async fn measure(url: &str, clients: usize, total: usize, load: Load) -> Figures {
+async fn measure(url: &str, clients: usize, total: usize, load: Load) -> Sample {
     let http = reqwest::Client::builder().pool_max_idle_per_host(clients).build().unwrap();
     let body = Arc::new(json!({"model": "chat", "messages": [{"role": "user", "content": "hi"}]}));
     let url = Arc::new(format!("{url}/v1/chat/completions"));
@@ -140,9 +167,7 @@ async fn measure(url: &str, clients: usize, total: usize, load: Load) -> Figures
     for task in tasks {
         all.extend(task.await.unwrap());
     }
-    let elapsed = began.elapsed();
-    all.sort();
-    Figures { per_s: all.len() as f64 / elapsed.as_secs_f64(), median: all[all.len() / 2], p99: all[all.len() * 99 / 100] }
+    Sample { latencies: all, elapsed: began.elapsed() }
 }
 
 fn ms(d: Duration) -> f64 {
@@ -150,7 +175,7 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// One row of the table: `clients` on `runtime` (a fresh mock and proxy served there), direct
-/// and through the proxy, in the same run.
+/// and through the proxy, in the same run (the closed loop in [`CLOSED_ROUNDS`] turns).
 fn row(runtime: &tokio::runtime::Runtime, clients: usize, name: &str, load: Load, total: usize) {
     // `cargo bench --bench proxy -- WORD…`: only the rows whose "clients load" holds every word
     // (to profile one row).
@@ -163,8 +188,14 @@ fn row(runtime: &tokio::runtime::Runtime, clients: usize, name: &str, load: Load
         let mock = mock_provider().await;
         let provider = mock.root();
         let gateway = support::proxy(&provider, "").await;
-        let direct = measure(&provider, clients, total, load).await;
-        let through = measure(&gateway, clients, total, load).await;
+        // (`--test`'s few requests in one round.)
+        let rounds = if matches!(load, Load::ClosedLoop) && total >= CLOSED_ROUNDS * clients { CLOSED_ROUNDS } else { 1 };
+        let (mut direct, mut through) = (Sample::default(), Sample::default());
+        for _ in 0..rounds {
+            direct.add(measure(&provider, clients, total / rounds, load).await);
+            through.add(measure(&gateway, clients, total / rounds, load).await);
+        }
+        let (direct, through) = (direct.figures(), through.figures());
         for (path, f) in [("direct", &direct), ("proxy", &through)] {
             println!("| {clients} | {name} | {path} | {:.0} | {:.3} | {:.3} |", f.per_s, ms(f.median), ms(f.p99));
         }

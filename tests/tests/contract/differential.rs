@@ -20,9 +20,9 @@ use gateway_core::quota::QuotaAccount;
 use gateway_core::random::Incarnations;
 use gateway_core::time::Timestamp;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
+use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
 use std::collections::HashMap;
-use std::fmt::Write;
+use std::fmt::{Debug, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -129,9 +129,33 @@ impl Paired {
     }
 }
 
-pub(crate) fn runner(cases: u32) -> TestRunner {
-    let config = Config { cases, failure_persistence: None, ..Config::default() };
-    TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha))
+/// How many threads a run of sequences is split over, each with its own runtime, backend and
+/// seeded runner: the cases wait on round trips to Redis one at a time, so a two-core machine
+/// runs several at once.
+const SHARDS: u8 = 4;
+
+/// Runs `cases` sequences split over [`SHARDS`] threads: `shard` gets a seeded runner of its
+/// share (shard 0's draws what one runner of all `cases` drew first, the others their own seed)
+/// and runs its sequences on it. Panics with every failing shard's shrunk sequence.
+pub(crate) fn in_shards<V: Debug>(cases: u32, shard: impl Fn(TestRunner) -> Result<(), TestError<V>> + Sync) {
+    let shard = &shard;
+    let failures: Vec<String> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..SHARDS).map(|i| scope.spawn(move || shard(runner(i, cases)).map_err(|e| e.to_string()))).collect();
+        let results = threads.into_iter().map(|t| t.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)));
+        results.enumerate().filter_map(|(i, r)| r.err().map(|e| format!("shard {i} of {SHARDS}: {e}"))).collect()
+    });
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Shard `i`'s runner: its share of `cases` (shard 0 takes the remainder), seeded by `i`.
+fn runner(i: u8, cases: u32) -> TestRunner {
+    let share = cases / u32::from(SHARDS) + if i == 0 { cases % u32::from(SHARDS) } else { 0 };
+    let config = Config { cases: share, failure_persistence: None, ..Config::default() };
+    let rng = match i {
+        0 => TestRng::deterministic_rng(RngAlgorithm::ChaCha),
+        _ => TestRng::from_seed(RngAlgorithm::ChaCha, &[i; 32]),
+    };
+    TestRunner::new_with_rng(config, rng)
 }
 
 pub(crate) fn fresh_source() -> String {
@@ -141,14 +165,12 @@ pub(crate) fn fresh_source() -> String {
 
 /// `cases` random sequences of [`STEPS`] gate operations on the pure gate and on `kind`.
 pub fn breaker_sequences(kind: Kind<'_>, cases: u32) {
-    let rt = runtime();
-    let backend = rt.block_on(Backend::new(kind));
     let strategy = (0usize..5, 0u32..4, steps());
-    let result =
-        runner(cases).run(&strategy, |(config, concurrency, steps)| rt.block_on(breaker_sequence(&backend, config, concurrency, &steps)));
-    if let Err(e) = result {
-        panic!("{e}");
-    }
+    in_shards(cases, |mut runner| {
+        let rt = runtime();
+        let backend = rt.block_on(Backend::new(kind));
+        runner.run(&strategy, |(config, concurrency, steps)| rt.block_on(breaker_sequence(&backend, config, concurrency, &steps)))
+    });
 }
 
 async fn breaker_sequence(b: &Backend, config: usize, concurrency: u32, steps: &[Step]) -> Result<(), TestCaseError> {
@@ -249,18 +271,16 @@ fn quota_limits(max_concurrency: Option<u32>, rpm: Option<u32>, tpm: Option<u32>
 /// passing; every decision (granted, or the refusing limit and its hint) and the in-flight
 /// count after every step must agree.
 pub fn quota_sequences(kind: Kind<'_>, cases: u32) {
-    let rt = runtime();
-    let backend = rt.block_on(Backend::new(kind));
     let limit = |range: std::ops::Range<u32>| proptest::option::of(range);
-    // A kind of 4 loses the backend's state first (about one step in 30).
-    let kind = prop_oneof![29 => 0u8..4, 1 => Just(4u8)];
-    let step = (prop_oneof![2 => Just(0u64), 2 => 1..3_000u64, 1 => 20_000..40_000u64], kind, 0usize..8, 0u32..400);
+    // An op of 4 loses the backend's state first (about one step in 30).
+    let op = prop_oneof![29 => 0u8..4, 1 => Just(4u8)];
+    let step = (prop_oneof![2 => Just(0u64), 2 => 1..3_000u64, 1 => 20_000..40_000u64], op, 0usize..8, 0u32..400);
     let strategy = (limit(1..4), limit(1..6), limit(200..1_000), proptest::collection::vec(step, STEPS));
-    let result =
-        runner(cases).run(&strategy, |(c, rpm, tpm, steps)| rt.block_on(quota_sequence(&backend, quota_limits(c, rpm, tpm), &steps)));
-    if let Err(e) = result {
-        panic!("{e}");
-    }
+    in_shards(cases, |mut runner| {
+        let rt = runtime();
+        let backend = rt.block_on(Backend::new(kind));
+        runner.run(&strategy, |(c, rpm, tpm, steps)| rt.block_on(quota_sequence(&backend, quota_limits(c, rpm, tpm), &steps)))
+    });
 }
 
 async fn quota_sequence(b: &Backend, limits: QuotaLimits, steps: &[(u64, u8, usize, u32)]) -> Result<(), TestCaseError> {

@@ -9,7 +9,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use crate::differential::{STEPS, fresh_source, runner};
+use crate::differential::{STEPS, fresh_source, in_shards};
 use crate::support::{Backend, Kind, START, runtime};
 use gateway_core::aimd::{AccountPacer, PacerParams};
 use gateway_core::outcome::AimdEffect;
@@ -32,17 +32,15 @@ type Step = (u64, u8, usize, u8, u8, u16, u32);
 
 /// `cases` random pacer sequences on `kind`.
 pub fn pacer_sequences(kind: Kind<'_>, cases: u32) {
-    let rt = runtime();
-    let backend = rt.block_on(Backend::new(kind));
     let advance = prop_oneof![3 => Just(0u64), 3 => 1..40u64, 2 => 40..2_000u64, 1 => 5_000..9_000u64];
     let step = (advance, 0u8..8, 0usize..32, 0u8..100, 0u8..100, 0u16..1000, 0u32..3000);
     let strategy = (prop_oneof![Just(16.0), Just(3.0), Just(1.0)], 0u8..100, proptest::collection::vec(step, PACER_STEPS));
     let reached = Reached::default();
-    let result =
-        runner(cases).run(&strategy, |(ceiling, share, steps)| rt.block_on(pacer_sequence(&backend, ceiling, share, &steps, &reached)));
-    if let Err(e) = result {
-        panic!("{e}");
-    }
+    in_shards(cases, |mut runner| {
+        let rt = runtime();
+        let backend = rt.block_on(Backend::new(kind));
+        runner.run(&strategy, |(ceiling, share, steps)| rt.block_on(pacer_sequence(&backend, ceiling, share, &steps, &reached)))
+    });
     // The regimes the rules differ in were compared, not only the plain one.
     let (below_one, held) = (reached.below_one.load(Ordering::Relaxed), reached.held.load(Ordering::Relaxed));
     let budget = reached.budget.load(Ordering::Relaxed);

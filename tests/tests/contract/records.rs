@@ -12,7 +12,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use crate::differential::{fresh_source, runner};
+use crate::differential::{fresh_source, in_shards};
 use crate::pacer_sequences::report;
 use crate::support::{Backend, Kind, START, params, runtime};
 use gateway_core::aimd::PacerParams;
@@ -46,15 +46,14 @@ const CLASSES: [OutcomeClass; 6] = [
 /// `cases` random sequences on two backends of `kind`: one's attempts made by its `AttemptGate`,
 /// the other's one by one.
 pub fn records_sequences(kind: Kind<'_>, cases: u32) {
-    let rt = runtime();
-    let (combined, reference) = rt.block_on(async { (Backend::new(kind).await, Backend::new(kind).await) });
     let advance = prop_oneof![3 => Just(0u64), 3 => 1..40u64, 2 => 40..2_000u64, 1 => 5_000..9_000u64];
     let step = (advance, 0u8..8, 0usize..32, 0u8..6, 0u16..1000, 0u32..3000);
     let strategy = proptest::collection::vec(step, 60);
-    let result = runner(cases).run(&strategy, |steps| rt.block_on(records_sequence(&combined, &reference, &steps)));
-    if let Err(e) = result {
-        panic!("{e}");
-    }
+    in_shards(cases, |mut runner| {
+        let rt = runtime();
+        let (combined, reference) = rt.block_on(async { (Backend::new(kind).await, Backend::new(kind).await) });
+        runner.run(&strategy, |steps| rt.block_on(records_sequence(&combined, &reference, &steps)))
+    });
 }
 
 /// An attempt admitted on one backend: what it holds.

@@ -105,7 +105,9 @@ async fn provider(account: Arc<Account>) -> MockServer {
         .answering(move |_| {
             let now = Instant::now();
             account.arrivals.fetch_add(1, Ordering::Relaxed);
-            if let Some(freed) = account.freed.lock().unwrap().untaken.pop_front() {
+            // One lock at a time: the report reads the lags, then the frees.
+            let freed = account.freed.lock().unwrap().untaken.pop_front();
+            if let Some(freed) = freed {
                 account.lags.lock().unwrap().push(now.saturating_duration_since(freed));
             }
             if account.in_flight.fetch_add(1, Ordering::Relaxed) >= SLOTS {
@@ -209,7 +211,8 @@ async fn run(name: &str, processes: usize, redis: Option<&str>, warm: Duration, 
     });
     let answered = calls.load(Ordering::Relaxed) - calls_before;
     let (attempts, refused) = (account.arrivals.load(Ordering::Relaxed), account.refused.load(Ordering::Relaxed));
-    let (mut lags, bunched) = (account.lags.lock().unwrap().clone(), account.bunched());
+    let mut lags = account.lags.lock().unwrap().clone();
+    let bunched = account.bunched();
     stop.store(true, Ordering::Relaxed);
     for task in tasks {
         task.await.unwrap();

@@ -281,7 +281,7 @@ impl CallLoop<'_> {
                     }
                     match self.admission.pick(scope, call, request.estimated_tokens).await? {
                         Pick::Slot(slot) => {
-                            turn.leave(scope.turns());
+                            turn.leave(scope.turns(), slot.left_room());
                             waiting_for = "backoff";
                             if let Some(stream) = self.attempt::<D>(scope, request, call, slot).await {
                                 return Ok(Delivered::Stream(stream));

@@ -129,6 +129,13 @@ impl Slot {
         Slot { scope, holders, source, entry: None, inflight: true, pace, probe: false, permit: None, freed_elsewhere: false }
     }
 
+    /// Whether its admission may have left room for the next waiter in line, who then tries at
+    /// once: room on its account (always, when the scope does not pace), or another account in
+    /// the scope (the next waiter may go there: only the head picks, whatever it waits for).
+    pub(crate) fn left_room(&self) -> bool {
+        self.pace.as_ref().is_none_or(|pace| pace.lease.room) || self.scope.accounts.keys.len() > 1
+    }
+
     /// The gate admitted the attempt with `entry`.
     pub(crate) fn admitted(&mut self, entry: Reply) {
         self.probe = entry.is_probe();

@@ -10,11 +10,15 @@
 //!
 //! Only the head of the line picks; a freed slot (a release, a permit returned, a limit raised)
 //! wakes it; a call that would not be the head may not take a slot a waiter can use, so it
-//! queues. Capacity freed by another process reaches the head through `freed_elsewhere` when a
-//! shared backend tells of it (Redis: a message), or through its poll.
+//! queues. A head that picked passes the turn on at once only when its admission left room for
+//! another (`aimd::Lease::room`) or a release came while it picked; otherwise the next release
+//! wakes the new head, which is not woken to be refused (on Redis a refusal is a round trip).
+//! Capacity freed by another process reaches the head through `freed_elsewhere` when a shared
+//! backend tells of it (Redis: a message), or through its poll.
 
 use gateway_core::time::Timestamp;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -49,6 +53,15 @@ impl Lane {
     }
 }
 
+/// How a call leaves the line.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Left {
+    /// It picked a source; `room`: its admission left room for another attempt.
+    Served { room: bool },
+    /// It gave up its place (it waits out of line, or the call ended).
+    Unserved,
+}
+
 /// Who heads the line: a lane and its oldest waiter.
 type Head = (Tenant, Order);
 
@@ -57,6 +70,8 @@ struct Line {
     lanes: HashMap<Tenant, Lane>,
     /// The pass of the lane served last.
     clock: f64,
+    /// The releases heard so far that woke a waiter here.
+    frees: u64,
 }
 
 impl Line {
@@ -136,18 +151,21 @@ impl Line {
         self.clock = pass.min(lowest.max(clock));
     }
 
-    /// The call of `tenant` at `order` leaves the line; `served`: it picked, so its lane is
-    /// charged. If the head changed, the new head is woken: the turn passes on. Lanes with
-    /// nobody waiting and no pass ahead of the clock are forgotten.
-    fn leave(&mut self, tenant: &Tenant, order: Order, served: bool) {
+    /// The call of `tenant` at `order` leaves the line, as `left` says: one served is charged
+    /// for its slot. If the head changed, the new head is woken (the turn passes on), unless the
+    /// leaver took the last room there was. Lanes with nobody waiting and no pass ahead of the
+    /// clock are forgotten.
+    fn leave(&mut self, tenant: &Tenant, order: Order, left: Left) {
         let before = self.head_key();
         let was_present = self.lanes.get_mut(tenant).is_some_and(|lane| lane.waiting.remove(&order).is_some());
-        if served && was_present {
+        if matches!(left, Left::Served { .. }) && was_present {
             let weight = self.lanes.get(tenant).map_or(1.0, |lane| lane.weight);
             self.charge(tenant, weight);
         }
         self.forget_idle();
-        self.wake_if_new_head(before);
+        if !matches!(left, Left::Served { room: false }) {
+            self.wake_if_new_head(before);
+        }
     }
 
     fn forget_idle(&mut self) {
@@ -169,6 +187,8 @@ pub(crate) struct Place {
     tenant: Tenant,
     order: Order,
     wake: Arc<Notify>,
+    /// `Line::frees` when it last was let pick.
+    picked_at: AtomicU64,
 }
 
 impl Turns {
@@ -191,7 +211,8 @@ impl Turns {
     /// line tries again, and so does the first of every lane that waits for its own limits (the
     /// place may be its tenant's quota). Answers whether anyone was woken.
     pub(crate) fn freed_elsewhere(&self) -> bool {
-        let line = self.lock();
+        let mut line = self.lock();
+        line.frees += 1;
         line.wake_head();
         line.lanes.values().for_each(Lane::wake_own_block);
         line.lanes.values().any(|lane| !lane.waiting.is_empty())
@@ -233,7 +254,7 @@ impl Turns {
                 });
                 lane.weight = f64::from(weight.max(1));
                 lane.waiting.insert(order, wake.clone());
-                Place { turns: self.clone(), tenant: tenant.clone(), order, wake }
+                Place { turns: self.clone(), tenant: tenant.clone(), order, wake, picked_at: AtomicU64::new(0) }
             }
         };
         // What the lane waits for is what its first waiter last found.
@@ -250,8 +271,9 @@ impl Turns {
     /// shared backend handed the place to an older waiter of another process), and so does the
     /// first of `tenant`'s lane if it waits for its own limits (the slot may be its quota's).
     pub(crate) fn freed(&self, tenant: &Tenant, head: bool) {
-        let line = self.lock();
+        let mut line = self.lock();
         if head {
+            line.frees += 1;
             line.wake_head();
         }
         if let Some(lane) = line.lanes.get(tenant) {
@@ -262,9 +284,15 @@ impl Turns {
 
 impl Place {
     /// Whether this call may pick: it heads the line (or its lane waits for its own limits
-    /// only, and it is the lane's first).
+    /// only, and it is the lane's first). If so, the releases heard so far are noted: one heard
+    /// while it picks may have made room its admission did not see.
     pub(crate) fn is_first(&self) -> bool {
-        self.turns.lock().may_go(&self.tenant, self.order)
+        let line = self.turns.lock();
+        let go = line.may_go(&self.tenant, self.order);
+        if go {
+            self.picked_at.store(line.frees, Ordering::Relaxed);
+        }
+        go
     }
 
     /// Resolves when the call is woken (a freed slot, or its turn came).
@@ -272,23 +300,30 @@ impl Place {
         self.wake.notified().await;
     }
 
-    /// The call picked a source: it leaves the line, its lane charged for the slot.
-    fn served(self) {
-        self.turns.lock().leave(&self.tenant, self.order, true);
+    /// The call picked a source: it leaves the line, its lane charged for the slot; `room`: its
+    /// admission left room for another, and the next head is woken to try. So is it when a
+    /// release woke this call while it was picking (a wake it did not use: the room that release
+    /// made may have come after its admission).
+    fn served(self, room: bool) {
+        let mut line = self.turns.lock();
+        let freed_meanwhile = line.frees != self.picked_at.load(Ordering::Relaxed);
+        line.leave(&self.tenant, self.order, Left::Served { room: room || freed_meanwhile });
     }
 }
 
 impl Turns {
     /// A call of `tenant` (of `weight`) picked without waiting, as the line's head would: while
     /// others wait its lane is charged as theirs are, so a tenant that rarely needs to queue
-    /// gets no more than its weight's share either.
-    fn picked_directly(&self, tenant: &Tenant, weight: u32) {
+    /// gets no more than its weight's share either. A new head is woken if the pick left `room`.
+    fn picked_directly(&self, tenant: &Tenant, weight: u32, room: bool) {
         let mut line = self.lock();
         if line.lanes.values().any(|lane| !lane.waiting.is_empty()) {
             let before = line.head_key();
             line.charge(tenant, f64::from(weight.max(1)));
             line.forget_idle();
-            line.wake_if_new_head(before);
+            if room {
+                line.wake_if_new_head(before);
+            }
         }
     }
 }
@@ -296,7 +331,7 @@ impl Turns {
 impl Drop for Place {
     fn drop(&mut self) {
         // After `served` the place is gone from the line already, and this changes nothing.
-        self.turns.lock().leave(&self.tenant, self.order, false);
+        self.turns.lock().leave(&self.tenant, self.order, Left::Unserved);
     }
 }
 
@@ -349,11 +384,12 @@ impl Turn {
     }
 
     /// The call picked a source: a waiter's lane is charged for it, and the turn passes on to
-    /// the next head, which may find room too.
-    pub(crate) fn leave(&mut self, turns: &Turns) {
+    /// the next head, which tries at once if the admission left `room` for it (else the next
+    /// release wakes it).
+    pub(crate) fn leave(&mut self, turns: &Turns, room: bool) {
         match self.place.take() {
-            Some(place) => place.served(),
-            None => turns.picked_directly(&self.tenant, self.weight),
+            Some(place) => place.served(room),
+            None => turns.picked_directly(&self.tenant, self.weight, room),
         }
     }
 

@@ -1,5 +1,6 @@
 -- acquire: ARGV[4] lease TTL in ms, ARGV[5] the call's token estimate. Returns
--- {1, id, gen, ep, n, granted, tokens} or {0, limit, inflight, ready_in} (ready_in: ms until time
+-- {1, id, gen, ep, n, granted, tokens, room} (room: 1 when one more place fits under the limit
+-- after this one) or {0, limit, inflight, ready_in} (ready_in: ms until time
 -- alone lifts what refused, as aimd/mod.rs's try_acquire; -1 when only a release frees a place).
 redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
 local inflight = redis.call('ZCARD', leases)
@@ -17,4 +18,4 @@ tokens_spent = tokens_spent + cost
 redis.call('ZADD', leases, now + tonumber(ARGV[4]), id)
 store()
 touch()
-return { 1, id, gen, ep, inflight, now, tokens_spent }
+return { 1, id, gen, ep, inflight, now, tokens_spent, (inflight + 1 < limit) and 1 or 0 }

@@ -116,6 +116,7 @@ pub(crate) fn parse_acquire(key: &SourceKey, reply: Value) -> Result<PaceDecisio
             n: u32::try_from(count(key, items.get(4))?).unwrap_or(u32::MAX),
             granted: Timestamp::from_millis(count(key, items.get(5))?),
             tokens: count(key, items.get(6))?,
+            room: count(key, items.get(7))? == 1,
         };
         return Ok(PaceDecision::Granted(PaceLease { key: key.clone(), lease }));
     }

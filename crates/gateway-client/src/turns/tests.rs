@@ -41,7 +41,7 @@ async fn a_served_head_passes_the_turn_on() {
     let turns = Arc::new(Turns::default());
     let first = turns.join(&tenant("a"), 1, at(1, 1), None, false);
     let second = turns.join(&tenant("b"), 1, at(2, 2), None, false);
-    first.served();
+    first.served(true);
     assert!(second.is_first());
     second.woken().await; // woken when the head picked
 }
@@ -55,7 +55,7 @@ fn serve(turns: &Arc<Turns>, places: &mut Vec<Place>, slots: usize, next_id: &mu
         let place = places.swap_remove(at_head);
         let (tenant, weight) = (place.tenant.clone(), turns.lock().lanes[&place.tenant].weight as u32);
         *got.entry(tenant.as_deref().unwrap_or("-").to_owned()).or_default() += 1;
-        place.served();
+        place.served(true);
         *next_id += 1;
         places.push(turns.join(&tenant, weight, at(1000 + *next_id, *next_id), None, false));
     }
@@ -130,11 +130,11 @@ fn a_new_head_is_woken_when_a_direct_pick_or_a_leaver_hands_it_the_turn() {
     assert!(a1.is_first() && !b1.is_first());
     // An older call of a's picks without waiting (back from a back-off): a's lane is charged,
     // and b1 heads the line now. It must hear so, not wait out its patience.
-    turns.picked_directly(&tenant("a"), 1);
+    turns.picked_directly(&tenant("a"), 1, true);
     assert!(b1.is_first() && !a1.is_first());
     assert!(b1.woken().now_or_never().is_some(), "the new head was woken");
     // A served place that no longer headed the line is charged all the same.
-    a1.served();
+    a1.served(true);
     assert!(turns.lock().lanes.get(&tenant("a")).is_some_and(|lane| lane.pass >= 2.0), "charged twice");
 }
 
@@ -181,4 +181,33 @@ fn the_oldest_other_waiter_leaves_out_the_caller_and_lanes_waiting_for_their_own
     drop(first);
     assert_eq!(turns.oldest_other(&tenant("gold"), at(20, 2)), None, "a lane waiting for its own quota is nobody's capacity");
     assert!(turns.freed_elsewhere(), "someone waits to be woken");
+}
+
+#[test]
+fn a_call_that_took_the_last_room_wakes_nobody() {
+    use futures_util::FutureExt;
+    let turns = Arc::new(Turns::default());
+    let first = turns.join(&None, 1, at(1, 1), None, false);
+    let second = turns.join(&None, 1, at(2, 2), None, false);
+    first.served(false);
+    assert!(second.is_first(), "the turn is the second's");
+    assert!(second.woken().now_or_never().is_none(), "but only a release can make room for it: it is not woken to be refused");
+    turns.freed(&None, true);
+    assert!(second.woken().now_or_never().is_some(), "the next release wakes it");
+    // A release that woke a head while it was picking made room its admission did not see: the
+    // head passes that wake on, whatever its admission said.
+    let third = turns.join(&None, 1, at(3, 3), None, false);
+    assert!(second.is_first(), "it picks");
+    turns.freed(&None, true);
+    second.served(false);
+    assert!(third.woken().now_or_never().is_some(), "the wake the second did not use is the third's");
+    // A call that picked without waiting and left no room hands the turn on without a wake.
+    let turns = Arc::new(Turns::default());
+    let a1 = turns.join(&tenant("a"), 1, at(1, 1), None, false);
+    let b1 = turns.join(&tenant("b"), 1, at(2, 2), None, false);
+    assert!(a1.is_first());
+    turns.picked_directly(&tenant("a"), 1, false);
+    assert!(b1.is_first() && b1.woken().now_or_never().is_none());
+    turns.freed(&None, true);
+    assert!(b1.woken().now_or_never().is_some());
 }

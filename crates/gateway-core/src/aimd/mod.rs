@@ -111,6 +111,11 @@ pub struct Lease {
     pub granted: Timestamp,
     /// The account's token spend (the calls' estimates) after its grant.
     pub tokens: u64,
+    /// One more place fitted under the learned limit right after this grant (the reported
+    /// budgets and the spacing below one in flight not asked: a refusal of theirs says when time
+    /// lifts it). A waiter that took the last place does not wake the next: only a release can
+    /// make room for it.
+    pub room: bool,
 }
 
 /// The account is full: its limit and the leases in flight.
@@ -250,7 +255,16 @@ impl AccountPacer {
         self.next_id += 1;
         self.tokens_spent = self.tokens_spent.saturating_add(u64::from(tokens.max(1)));
         self.leases.push((self.next_id, now.saturating_add(params.lease_ttl)));
-        Ok(Lease { id: self.next_id, generation: self.generation, epoch: self.epoch, n: inflight, granted: now, tokens: self.tokens_spent })
+        let room = f64::from(inflight) + 1.0 < self.limit;
+        Ok(Lease {
+            id: self.next_id,
+            generation: self.generation,
+            epoch: self.epoch,
+            n: inflight,
+            granted: now,
+            tokens: self.tokens_spent,
+            room,
+        })
     }
 
     /// Ends `lease` at `now` with `effect` and the provider's `rate` signal, if it sent one

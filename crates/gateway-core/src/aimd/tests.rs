@@ -37,6 +37,15 @@ fn starts_at_eight_or_the_ceiling_and_grows_to_the_ceiling() {
 }
 
 #[test]
+fn a_lease_says_whether_it_left_room_for_another() {
+    let mut p = AccountPacer::new(&PacerParams { ceiling: 3.0, ..PARAMS });
+    let leases = take(&mut p, 3, 1);
+    assert_eq!(leases.iter().map(|l| l.room).collect::<Vec<_>>(), [true, true, false], "the third took the last place");
+    p.release(leases[0], Nothing, None, &PARAMS, ms(2));
+    assert!(!take(&mut p, 1, 3)[0].room, "the place a release freed was the only one");
+}
+
+#[test]
 fn lone_429s_are_noise_and_a_burst_cuts_once() {
     let (mut p, mut quiet) = (AccountPacer::new(&PARAMS), AccountPacer::new(&PARAMS));
     // Other tenants' noise: a 429 now and then among successes never cuts.

@@ -148,48 +148,11 @@ async fn a_tenant_waiting_for_its_own_quota_holds_no_other_tenant_back() {
     }
 }
 
-/// The memory pacer, counting the places it refused.
-struct Counting(gateway_memory::MemoryPacer, std::sync::atomic::AtomicUsize);
-
-#[async_trait]
-impl gateway_core::ports::PacerGate for Counting {
-    async fn try_acquire(
-        &self,
-        key: &gateway_core::ports::SourceKey,
-        params: &gateway_core::aimd::PacerParams,
-        tokens: u32,
-    ) -> Result<gateway_core::ports::PaceDecision, gateway_core::ports::BackendError> {
-        let decision = self.0.try_acquire(key, params, tokens).await?;
-        if matches!(decision, gateway_core::ports::PaceDecision::Paced(_)) {
-            self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        Ok(decision)
-    }
-
-    async fn release(
-        &self,
-        lease: &gateway_core::ports::PaceLease,
-        effect: gateway_core::outcome::AimdEffect,
-        rate: Option<&gateway_core::request::RateSignal>,
-        params: &gateway_core::aimd::PacerParams,
-    ) -> Result<f64, gateway_core::ports::BackendError> {
-        self.0.release(lease, effect, rate, params).await
-    }
-
-    async fn read(
-        &self,
-        key: &gateway_core::ports::SourceKey,
-        params: &gateway_core::aimd::PacerParams,
-    ) -> Result<gateway_core::aimd::AccountReading, gateway_core::ports::BackendError> {
-        self.0.read(key, params).await
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_waiter_is_not_woken_to_be_refused_after_the_last_place_went() {
     // One account of 2 places (the scope's concurrency), six calls at once, each 100 ms long.
     let clock = Arc::new(TokioClock::new());
-    let pacer = Arc::new(Counting(gateway_memory::MemoryPacer::new(clock.clone()), Default::default()));
+    let pacer = Arc::new(support::SpyPacer::new(clock.clone(), Duration::ZERO));
     let scope = sources(1, json!({"concurrency": 2}));
     let client = GatewayClient::builder().scope(scope).upstream(Arc::new(Slow)).pacer(pacer.clone()).clock(clock).seed(5).build().unwrap();
     let client = Arc::new(client);
@@ -202,7 +165,7 @@ async fn a_waiter_is_not_woken_to_be_refused_after_the_last_place_went() {
     let start = tokio::time::Instant::now();
     // The calls that came while both places were taken were refused, and queued.
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let on_arrival = pacer.1.load(std::sync::atomic::Ordering::Relaxed);
+    let on_arrival = pacer.refused();
     assert!(on_arrival >= 1);
     let mut ends = Vec::new();
     for call in calls {
@@ -212,5 +175,5 @@ async fn a_waiter_is_not_woken_to_be_refused_after_the_last_place_went() {
     assert_eq!(ends, [100, 100, 200, 200, 300, 300].map(Duration::from_millis), "two at a time, each pair as the last ended");
     // When two places freed, the two next waiters took them, and the one that took the last
     // woke nobody (only a release makes room): no waiter was woken to be refused.
-    assert_eq!(pacer.1.load(std::sync::atomic::Ordering::Relaxed), on_arrival, "no refusal after the arrivals");
+    assert_eq!(pacer.refused(), on_arrival, "no refusal after the arrivals");
 }

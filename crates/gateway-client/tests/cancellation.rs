@@ -90,48 +90,14 @@ async fn ten_thousand_randomly_cancelled_calls_leave_nothing_held() {
     assert!(completed > 1000 && cancelled > 1000, "both paths exercised: {completed} completed, {cancelled} cancelled");
 }
 
-/// The memory pacer behind a release that takes a while, as a Redis round trip does.
-struct SlowRelease(gateway_memory::MemoryPacer);
-
-#[async_trait::async_trait]
-impl gateway_core::ports::PacerGate for SlowRelease {
-    async fn try_acquire(
-        &self,
-        key: &gateway_core::ports::SourceKey,
-        params: &gateway_core::aimd::PacerParams,
-        tokens: u32,
-    ) -> Result<gateway_core::ports::PaceDecision, gateway_core::ports::BackendError> {
-        self.0.try_acquire(key, params, tokens).await
-    }
-
-    async fn release(
-        &self,
-        lease: &gateway_core::ports::PaceLease,
-        effect: gateway_core::outcome::AimdEffect,
-        rate: Option<&gateway_core::request::RateSignal>,
-        params: &gateway_core::aimd::PacerParams,
-    ) -> Result<f64, gateway_core::ports::BackendError> {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        self.0.release(lease, effect, rate, params).await
-    }
-
-    async fn read(
-        &self,
-        key: &gateway_core::ports::SourceKey,
-        params: &gateway_core::aimd::PacerParams,
-    ) -> Result<gateway_core::aimd::AccountReading, gateway_core::ports::BackendError> {
-        self.0.read(key, params).await
-    }
-}
-
 /// A client of one source whose attempts take 100 ms and succeed, on a pacer whose release takes
 /// 10 ms; `records` bounds its records in the background (as `background_records` does).
 fn slow_release_client(
     records: Option<(usize, Duration)>,
-) -> (gateway_client::GatewayClient, std::sync::Arc<SlowRelease>, gateway_core::policy::ScopePolicy) {
+) -> (gateway_client::GatewayClient, std::sync::Arc<support::SpyPacer>, gateway_core::policy::ScopePolicy) {
     let policy = sources(1, json!({"sources": {"s1": {"timeout_s": 30}}}));
     let clock = std::sync::Arc::new(gateway_client::TokioClock::new());
-    let pacer = std::sync::Arc::new(SlowRelease(gateway_memory::MemoryPacer::new(clock.clone())));
+    let pacer = std::sync::Arc::new(support::SpyPacer::new(clock.clone(), Duration::from_millis(10)));
     let upstream = ScriptedUpstream::new();
     upstream.plan("s1", |_| (Step::Ok, Duration::from_millis(100)));
     let mut builder =

@@ -106,3 +106,58 @@ impl Harness {
         self.quota.clone()
     }
 }
+
+/// The memory pacer seen from a test: each release after `release_delay` (as a Redis round trip
+/// takes), and a count of the places it refused.
+pub struct SpyPacer {
+    pub inner: gateway_memory::MemoryPacer,
+    pub release_delay: std::time::Duration,
+    pub refused: std::sync::atomic::AtomicUsize,
+}
+
+impl SpyPacer {
+    pub fn new(clock: Arc<dyn Clock>, release_delay: std::time::Duration) -> Self {
+        SpyPacer { inner: gateway_memory::MemoryPacer::new(clock), release_delay, refused: Default::default() }
+    }
+
+    pub fn refused(&self) -> usize {
+        self.refused.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+#[async_trait::async_trait]
+impl gateway_core::ports::PacerGate for SpyPacer {
+    async fn try_acquire(
+        &self,
+        key: &SourceKey,
+        params: &gateway_core::aimd::PacerParams,
+        tokens: u32,
+    ) -> Result<gateway_core::ports::PaceDecision, gateway_core::ports::BackendError> {
+        let decision = self.inner.try_acquire(key, params, tokens).await?;
+        if matches!(decision, gateway_core::ports::PaceDecision::Paced(_)) {
+            self.refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(decision)
+    }
+
+    async fn release(
+        &self,
+        lease: &gateway_core::ports::PaceLease,
+        effect: gateway_core::outcome::AimdEffect,
+        rate: Option<&gateway_core::request::RateSignal>,
+        params: &gateway_core::aimd::PacerParams,
+    ) -> Result<f64, gateway_core::ports::BackendError> {
+        if !self.release_delay.is_zero() {
+            tokio::time::sleep(self.release_delay).await;
+        }
+        self.inner.release(lease, effect, rate, params).await
+    }
+
+    async fn read(
+        &self,
+        key: &SourceKey,
+        params: &gateway_core::aimd::PacerParams,
+    ) -> Result<gateway_core::aimd::AccountReading, gateway_core::ports::BackendError> {
+        self.inner.read(key, params).await
+    }
+}

@@ -54,7 +54,7 @@ impl Lane {
 }
 
 /// How a call leaves the line.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 enum Left {
     /// It picked a source; `room`: its admission left room for another attempt.
     Served { room: bool },
@@ -70,7 +70,8 @@ struct Line {
     lanes: HashMap<Tenant, Lane>,
     /// The pass of the lane served last.
     clock: f64,
-    /// The releases heard so far that woke a waiter here.
+    /// The releases heard so far (each wakes the head): a head that picked while one came may
+    /// not have seen the room it made.
     frees: u64,
 }
 

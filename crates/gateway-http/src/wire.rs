@@ -277,7 +277,6 @@ mod tests {
         let (uri, received) = refusing(2).await;
         let answer = direct.post(&uri, &HeaderMap::new(), &Bytes::from_static(b"{}")).await.unwrap().unwrap();
         assert_eq!((answer.status().as_u16(), received.load(Ordering::SeqCst)), (200, 3));
-        assert_eq!(answer.url().as_str(), "http://no.url.provided.local/", "the stand-in reqwest names, parsed once");
         let (uri, received) = refusing(3).await;
         let refused = direct.post(&uri, &HeaderMap::new(), &Bytes::from_static(b"{}")).await;
         assert_eq!((detail(refused), received.load(Ordering::SeqCst)), (Some("reset"), 3));

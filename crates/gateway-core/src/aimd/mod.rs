@@ -217,6 +217,11 @@ impl AccountPacer {
         self.limit
     }
 
+    /// Whether a place fits under the learned limit with `inflight` leases held.
+    fn fits(&self, inflight: u32) -> bool {
+        f64::from(inflight) < self.limit
+    }
+
     /// Cuts so far.
     pub fn generation(&self) -> u64 {
         self.generation
@@ -248,14 +253,14 @@ impl AccountPacer {
         let tokens_ready = self.tokens.and_then(|b| b.ready_at(now, self.tokens_spent, cost));
         // Time lifts a refusal of these when the last of them lifts.
         let timed = [early, requests, tokens_ready].into_iter().flatten().max();
-        if f64::from(inflight) >= self.limit || timed.is_some() {
+        if !self.fits(inflight) || timed.is_some() {
             let ready_in = timed.map(|ready| ready.saturating_since(now));
             return Err(Paced { limit: self.limit, inflight, ready_in });
         }
         self.next_id += 1;
         self.tokens_spent = self.tokens_spent.saturating_add(u64::from(tokens.max(1)));
         self.leases.push((self.next_id, now.saturating_add(params.lease_ttl)));
-        let room = f64::from(inflight) + 1.0 < self.limit;
+        let room = self.fits(inflight + 1);
         Ok(Lease {
             id: self.next_id,
             generation: self.generation,

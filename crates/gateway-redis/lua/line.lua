@@ -15,9 +15,10 @@
 --          call waiting there has waited ('' : none, and the process stands no more), ARGV[5]
 --          how long the standing lasts
 --          'freed': process ARGV[3] freed capacity; ARGV[4] '1' when a call waits in it,
---          ARGV[5] the scope's channel, ARGV[6] the grace (ms). Publishes the line id of the
---          process whose waiter is the oldest, if another's that started more than the grace
---          before ARGV[3]'s own. Nobody standing, nobody is told: every process with a call
+--          ARGV[5] the scope's channels (the prefix of each process's), ARGV[6] the grace (ms).
+--          Tells the process whose waiter is the oldest, on its own channel (ARGV[5] and its
+--          line id; the message is its line id too), if another's that started more than the
+--          grace before ARGV[3]'s own. Nobody standing, nobody is told: every process with a call
 --          waiting in line stands, renewing it at least once a fallback poll
 --
 -- Returns 1 when another process was handed the capacity, else 0.
@@ -56,5 +57,5 @@ local first = redis.call('ZRANGE', line, 0, 0, 'WITHSCORES')
 if first[1] == nil then return 0 end
 local mine = redis.call('ZSCORE', line, me)
 if first[1] == me or (mine and tonumber(mine) - tonumber(first[2]) <= tonumber(ARGV[6])) then return 0 end
-redis.call('PUBLISH', ARGV[5], first[1])
+redis.call('PUBLISH', ARGV[5] .. first[1], first[1])
 return 1

@@ -6,7 +6,7 @@
 -- ARGV[1]  the parts present, in order: 'p' the account's place, 'g' the gate's record, 's' the
 --          permit's tokens, 'r' the permit's release, 'w' the capacity freed handed on in the
 --          line across processes (line.lua's 'freed': now, the process, '1' when a call waits
---          in it, the scope's channel, the grace in ms)
+--          in it, the prefix of the scope's channels, the grace in ms)
 -- ARGV[2..] for each part, the count of its arguments, then its arguments
 -- KEYS     the pacer's two keys, the gate's HASH, the quota's four keys (once, for 's' and 'r'),
 --          the line's two keys, of the parts present

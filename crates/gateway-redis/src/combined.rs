@@ -147,7 +147,7 @@ impl AttemptGate for RedisAttempts {
         if let Some(freed) = records.freed.filter(|_| records.pace.is_some() || records.permit.is_some()) {
             plan.push('w');
             keys.extend(keys::line(key)?.map(|k| Value::String(k.into())));
-            let channel = Value::String(keys::freed_channel(&key.scope).into());
+            let channel = Value::String(keys::freed_channels(&key.scope).into());
             let (here, grace) = (Value::Integer(i64::from(freed.waiting_here)), Value::Integer(ms(freed.grace)));
             push_part(&mut args, [self.conn.now_arg(), self.conn.line_arg(), here, channel, grace]);
         }

@@ -1,10 +1,11 @@
 //! Capacity freed in another process (SPEC §6: a release made elsewhere wakes a waiter too).
 //! The settle script hands what a release frees to the process whose waiter started first in
-//! its scope's line across processes (`line.lua`), publishing that process's line id on the
-//! scope's channel (`gw:{<scope>}:freed`, the scope's hash tag); with nobody in that line,
-//! nobody is told. Each process keeps one subscriber connection on the pattern of every scope's
-//! channel and hands the scope of each message meant for it to its callback (the client's
-//! `capacity_freed`, which wakes the head of that scope's line). A process told of capacity it
+//! its scope's line across processes (`line.lua`), publishing on that process's channel of the
+//! scope (`gw:{<scope>}:freed:<line id>`, the scope's hash tag); with nobody in that line,
+//! nobody is told. Each process keeps one subscriber connection on the pattern of its own
+//! channels, so that it hears only what is handed to it (a message is a wake-up), and hands the
+//! scope of each message to its callback (the client's `capacity_freed`, which wakes the head of
+//! that scope's line). A process told of capacity it
 //! has nobody for (its waiters left since it last stood) leaves the line and passes the
 //! capacity on to the next process in it. A message lost (a reconnect, a subscriber that fell
 //! behind) costs a waiter one poll.
@@ -14,10 +15,7 @@ use crate::keys;
 use fred::prelude::*;
 use std::sync::Arc;
 
-/// The pattern every scope's channel matches.
-const PATTERN: &str = "gw:{*}:freed";
-
-/// Watches the channels of every scope on the Redis of `conn` on a task of its own, connecting
+/// Watches its process's channels of every scope on the Redis of `conn` on a task of its own, connecting
 /// as `conn` did, reconnecting and subscribing again by its policy, and calls `on_freed` with the
 /// scope of each message for `conn`'s process (its line id); `on_freed` answers whether it woke
 /// a waiter, and when it did not the capacity is passed on. From this call on, `conn`'s process
@@ -46,14 +44,13 @@ pub fn watch_freed(conn: &Arc<RedisConnection>, on_freed: impl Fn(&str) -> bool 
         // Reconnects and subscribes again for as long as the runtime lives.
         let _resubscribe = subscriber.manage_subscriptions();
         let _connection = subscriber.init().await;
-        if let Err(error) = subscriber.psubscribe(PATTERN).await {
+        if let Err(error) = subscriber.psubscribe(keys::freed_pattern(conn.line_id())).await {
             tracing::warn!(%error, "redis: the watch for capacity freed elsewhere subscribes when it reconnects");
         }
         loop {
             match messages.recv().await {
                 Ok(message) => {
-                    let for_me = message.value.as_str().is_some_and(|to| *to == **conn.line_id());
-                    if let Some(scope) = keys::freed_scope(&message.channel).filter(|_| for_me)
+                    if let Some(scope) = keys::freed_scope(&message.channel, conn.line_id())
                         && !on_freed(scope)
                     {
                         pass_on(&conn, scope).await;
@@ -71,7 +68,7 @@ pub fn watch_freed(conn: &Arc<RedisConnection>, on_freed: impl Fn(&str) -> bool 
 /// capacity goes to the next process in it (`line.lua`'s 'freed', nobody waiting here, no grace).
 async fn pass_on(conn: &RedisConnection, scope: &str) {
     let keys = keys::line_of(scope).map(|k| Value::String(k.into()));
-    let channel = Value::String(keys::freed_channel(scope).into());
+    let channel = Value::String(keys::freed_channels(scope).into());
     let args = [conn.now_arg(), Value::String("freed".into()), conn.line_arg(), Value::String("0".into()), channel, Value::Integer(0)];
     if let Err(error) = conn.run(&conn.scripts().line, &keys, &[&args], &scope).await {
         tracing::warn!(%error, scope, "redis: capacity handed to this process with nobody waiting was not passed on");

@@ -52,14 +52,22 @@ pub(crate) fn line_of(scope: &str) -> [String; 2] {
     [format!("gw:{{{scope}}}:line"), format!("gw:{{{scope}}}:line:lasts")]
 }
 
-/// The channel on which a scope's releases tell the other processes that capacity is free.
-pub(crate) fn freed_channel(scope: &str) -> String {
-    format!("gw:{{{scope}}}:freed")
+/// The channels on which a scope's releases tell one process that capacity is free: this
+/// prefix, then the process's line id (`line.lua` adds it), so that each process hears only
+/// what is handed to it.
+pub(crate) fn freed_channels(scope: &str) -> String {
+    format!("gw:{{{scope}}}:freed:")
 }
 
-/// The scope of a [`freed_channel`], if `channel` is one.
-pub(crate) fn freed_scope(channel: &str) -> Option<&str> {
-    channel.strip_prefix("gw:{")?.strip_suffix("}:freed").filter(|scope| is_key_part(scope))
+/// The pattern of every scope's channel for the process `line_id`.
+pub(crate) fn freed_pattern(line_id: &str) -> String {
+    format!("gw:{{*}}:freed:{line_id}")
+}
+
+/// The scope of a channel of [`freed_channels`] for the process `line_id`, if `channel` is one.
+pub(crate) fn freed_scope<'a>(channel: &'a str, line_id: &str) -> Option<&'a str> {
+    let scope = channel.strip_prefix("gw:{")?.strip_suffix(line_id)?.strip_suffix("}:freed:")?;
+    Some(scope).filter(|scope| is_key_part(scope))
 }
 
 /// The two keys of one account's pacer: state (limit, generation, lease sequence), leases.
@@ -92,12 +100,16 @@ mod tests {
     }
 
     #[test]
-    fn a_freed_channel_names_its_scope_and_nothing_else_is_read_as_one() {
-        assert_eq!(freed_channel("chat"), "gw:{chat}:freed");
-        assert_eq!(freed_scope(&freed_channel("chat")), Some("chat"));
-        assert_eq!(freed_scope("gw:{chat}:gate"), None);
-        assert_eq!(freed_scope("gw:{ch}at}:freed"), None);
-        assert_eq!(freed_scope("other"), None);
+    fn a_freed_channel_names_its_scope_and_process_and_nothing_else_is_read_as_one() {
+        let channel = format!("{}{}", freed_channels("chat"), "1f-00ab");
+        assert_eq!(channel, "gw:{chat}:freed:1f-00ab");
+        assert_eq!(freed_pattern("1f-00ab"), "gw:{*}:freed:1f-00ab");
+        assert_eq!(freed_scope(&channel, "1f-00ab"), Some("chat"));
+        assert_eq!(freed_scope(&channel, "2e-00ab"), None, "another process's");
+        assert_eq!(freed_scope("gw:{chat}:gate", "1f-00ab"), None);
+        assert_eq!(freed_scope("gw:{ch}at}:freed:1f-00ab", "1f-00ab"), None);
+        assert_eq!(freed_scope("gw:{chat}:freed", "1f-00ab"), None, "the channel of before");
+        assert_eq!(freed_scope("other", "1f-00ab"), None);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 -- admit.lua: an attempt's admission in one script (gateway_core::combined): the account's place
 -- (pacer_acquire.lua), the gate (gate.lua's enter), a quota permit (quota_acquire.lua), each
--- its own whole script as a function of its KEYS and ARGV (scripts.rs builds them above this),
+-- its own whole script as a function of its KEYS and ARGV (scripts.rs builds them above this,
+-- then now.lua and parts.lua),
 -- in that order; the first refusal ends it and hands back what the parts before it took, as the
 -- client would: a probe lease released (gate.lua's release), then the account's place with no
 -- effect (pacer_release.lua). A part that fails hands back the same before the error goes on.
@@ -20,19 +21,6 @@
 --          parts present
 --
 -- Returns { the account's reply or false, the gate's reply or false, the quota's or false }.
-
-local plan = ARGV[1]
-local next_key, next_arg = 1, 2
-local function has(p) return string.find(plan, p, 1, true) ~= nil end
-local function part(count)
-  local keys, args = {}, {}
-  for i = 1, count do keys[i] = KEYS[next_key + i - 1] end
-  next_key = next_key + count
-  local n = tonumber(ARGV[next_arg])
-  for i = 1, n do args[i] = ARGV[next_arg + i] end
-  next_arg = next_arg + n + 1
-  return keys, args
-end
 
 local pace, entry, permit = false, false, false
 local line_keys, line_args
@@ -80,7 +68,8 @@ if has('p') then
   end
 end
 
-gate_keys, gate_args = part(1)
+-- The gate's enter reads the time only on its slow path.
+gate_keys, gate_args = part(1, false, true)
 local ok, reply = pcall(gate, gate_keys, gate_args)
 if not ok or type(reply) ~= 'string' then
   hand_back(false)

@@ -54,8 +54,8 @@ end
 for _, process in ipairs(redis.call('ZRANGEBYSCORE', lasts, '-inf', now)) do leave(process) end
 if ARGV[4] ~= '1' then leave(me) end
 local first = redis.call('ZRANGE', line, 0, 0, 'WITHSCORES')
-if first[1] == nil then return 0 end
+if first[1] == nil or first[1] == me then return 0 end
 local mine = redis.call('ZSCORE', line, me)
-if first[1] == me or (mine and tonumber(mine) - tonumber(first[2]) <= tonumber(ARGV[6])) then return 0 end
+if mine and tonumber(mine) - tonumber(first[2]) <= tonumber(ARGV[6]) then return 0 end
 redis.call('PUBLISH', ARGV[5] .. first[1], first[1])
 return 1

@@ -18,11 +18,15 @@ local key_ttl = tonumber(ARGV[2])
 local state, leases = KEYS[1], KEYS[2]
 local function fmt(x) return string.format('%.17g', x) end
 
+-- Literal tables: a script builds whatever it builds again on every run.
 local BUDGET = { 'rem', 'refill', 'full', 'lim', 'by', 'at', 'spent', 'till' }
-local FIELDS = { 'limit', 'gen', 'w', 'held', 'ep', 'srtt', 't429', 'r1', 'r2', 'ready', 'tk' }
-for _, prefix in ipairs({ 'rq_', 'tk_' }) do
-  for _, name in ipairs(BUDGET) do FIELDS[#FIELDS + 1] = prefix .. name end
-end
+local FIELDS = { 'limit', 'gen', 'w', 'held', 'ep', 'srtt', 't429', 'r1', 'r2', 'ready', 'tk',
+  'rq_rem', 'rq_refill', 'rq_full', 'rq_lim', 'rq_by', 'rq_at', 'rq_spent', 'rq_till',
+  'tk_rem', 'tk_refill', 'tk_full', 'tk_lim', 'tk_by', 'tk_at', 'tk_spent', 'tk_till', 'seq' }
+-- store() writes the fields before seq (the lease ids, HINCRBY's).
+local STORED = 27
+-- How each of the first 11 fields is written ('%.17g' past them, held as its text).
+local FORMATS = { '%.17g', '%d', '%d', false, '%d', '%.17g', '%.17g', '%d', '%d', '%d', '%d' }
 local stored = redis.call('HMGET', state, unpack(FIELDS))
 local limit = tonumber(stored[1]) or tonumber(ARGV[3])
 local gen = tonumber(stored[2]) or 0
@@ -63,25 +67,28 @@ local function ready_at(b, t, spent, need)
   return b.till
 end
 
-local function int(x) if x == nil then return nil end return string.format('%d', x) end
-local function flt(x) if x == nil then return nil end return fmt(x) end
-
--- Writes the fields that differ from what is stored; deletes those that became none.
+-- Writes the fields that differ from what is stored; deletes those that became none. A value
+-- is formatted only when it differs from the stored one as a number (a format, like a parse,
+-- costs more than most steps of a script; an unchanged value formats to the text stored).
 local function store()
-  local now_values = { fmt(limit), int(gen), int(w), w and (held and '1' or '0') or nil, int(ep), flt(srtt), flt(t429), int(r1), int(r2), int(ready), int(tokens_spent) }
-  -- By index: the table has holes, so its length is no guide.
+  local values = { limit, gen, w, w and (held and '1' or '0') or nil, ep, srtt, t429, r1, r2, ready, tokens_spent }
   for k, b in ipairs({ requests or false, tokens or false }) do
     for j, name in ipairs(BUDGET) do
-      if b then now_values[11 + (k - 1) * #BUDGET + j] = flt(b[name]) end
+      if b then values[11 + (k - 1) * #BUDGET + j] = b[name] end
     end
   end
   local set, del = {}, {}
-  for i, name in ipairs(FIELDS) do
-    local v = now_values[i]
-    local old = stored[i]
+  -- By index: the table has holes, so its length is no guide.
+  for i = 1, STORED do
+    local name, v, old = FIELDS[i], values[i], stored[i]
     if old == false then old = nil end
-    if v ~= old then
-      if v == nil then del[#del + 1] = name else set[#set + 1] = name; set[#set + 1] = v end
+    if v == nil then
+      if old ~= nil then del[#del + 1] = name end
+    elseif type(v) == 'string' then
+      if v ~= old then set[#set + 1] = name; set[#set + 1] = v end
+    elseif old == nil or v ~= tonumber(old) then
+      local text = string.format(FORMATS[i] or '%.17g', v)
+      if text ~= old then set[#set + 1] = name; set[#set + 1] = text end
     end
   end
   if #set > 0 then redis.call('HSET', state, unpack(set)) end

@@ -5,7 +5,7 @@
 redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
 local inflight = redis.call('ZCARD', leases)
 local cost = math.max(tonumber(ARGV[5]), 1)
-local seq = tonumber(redis.call('HGET', state, 'seq')) or 0
+local seq = tonumber(stored[#FIELDS]) or 0
 -- Time lifts a refusal of these when the last of them lifts.
 local timed = nil
 local function later(t) if t ~= nil and (timed == nil or t > timed) then timed = t end end

@@ -1,7 +1,8 @@
 -- settle.lua: an attempt's records in one script (gateway_core::combined): the account's place
 -- (pacer_release.lua), the gate's record (gate.lua), the permit's actual tokens and its release
 -- (quota_settle.lua, quota_release.lua). Each part is its own script, whole, as a function of
--- its KEYS and ARGV (scripts.rs builds them above this), run in that order.
+-- its KEYS and ARGV (scripts.rs builds them above this, then now.lua and parts.lua), run in
+-- that order.
 --
 -- ARGV[1]  the parts present, in order: 'p' the account's place, 'g' the gate's record, 's' the
 --          permit's tokens, 'r' the permit's release, 'w' the capacity freed handed on in the
@@ -14,23 +15,9 @@
 -- Returns { the limit after the release or false, the gate's reply or false, 1 when another
 -- process was handed the capacity freed else 0 }.
 
-local plan = ARGV[1]
-local next_key, next_arg = 1, 2
-local function has(p) return string.find(plan, p, 1, true) ~= nil end
--- The next part's keys and arguments; `again`: its keys are the next part's too.
-local function part(count, again)
-  local keys, args = {}, {}
-  for i = 1, count do keys[i] = KEYS[next_key + i - 1] end
-  if not again then next_key = next_key + count end
-  local n = tonumber(ARGV[next_arg])
-  for i = 1, n do args[i] = ARGV[next_arg + i] end
-  next_arg = next_arg + n + 1
-  return keys, args
-end
-
 local limit, reply, elsewhere = false, false, 0
 if has('p') then limit = pacer_release(part(2)) end
-if has('g') then reply = gate(part(1)) end
+if has('g') then reply = gate(part(1, false, true)) end
 if has('s') then quota_settle(part(4, has('r'))) end
 if has('r') then quota_release(part(4)) end
 if has('w') then

@@ -5,19 +5,18 @@
 //! nobody is told. Each process keeps one subscriber connection on the pattern of its own
 //! channels, so that it hears only what is handed to it (a message is a wake-up), and hands the
 //! scope of each message to its callback (the client's `capacity_freed`, which wakes the head of
-//! that scope's line). A process told of capacity it
-//! has nobody for (its waiters left since it last stood) leaves the line and passes the
-//! capacity on to the next process in it. A message lost (a reconnect, a subscriber that fell
-//! behind) costs a waiter one poll.
+//! that scope's line). A process told of capacity it has nobody for (its waiters left since it
+//! last stood) leaves the line and passes the capacity on to the next process in it. A message
+//! lost (a reconnect, a subscriber that fell behind) costs a waiter one poll.
 
 use crate::connection::RedisConnection;
 use crate::keys;
 use fred::prelude::*;
 use std::sync::Arc;
 
-/// Watches its process's channels of every scope on the Redis of `conn` on a task of its own, connecting
-/// as `conn` did, reconnecting and subscribing again by its policy, and calls `on_freed` with the
-/// scope of each message for `conn`'s process (its line id); `on_freed` answers whether it woke
+/// Watches the channels of `conn`'s process (its line id) in every scope on the Redis of `conn`
+/// on a task of its own, connecting as `conn` did, reconnecting and subscribing again by its
+/// policy, and calls `on_freed` with the scope of each message; `on_freed` answers whether it woke
 /// a waiter, and when it did not the capacity is passed on. From this call on, `conn`'s process
 /// stands in the lines it waits in. The task ends with the runtime.
 pub fn watch_freed(conn: &Arc<RedisConnection>, on_freed: impl Fn(&str) -> bool + Send + Sync + 'static) -> tokio::task::JoinHandle<()> {

@@ -1,7 +1,8 @@
 //! The Lua scripts: the shared clock and retry_after rule (`now.lua`), a shared prelude
 //! (`quota.lua`, `pacer.lua`) where several operations share one, then the body; with the SHA1
-//! each is called by; `admit` runs an attempt's admission, `settle` its records, each in one. Every breaker operation is one script, `gate.lua`, as every one is
-//! `Gate::apply` in gateway-core.
+//! each is called by; `admit` runs an attempt's admission, `settle` its records, each in one
+//! (their bodies open with `parts.lua`). Every breaker operation is one script, `gate.lua`, as
+//! every one is `Gate::apply` in gateway-core.
 
 use fred::util::sha1_hash;
 
@@ -27,13 +28,14 @@ impl Script {
 
     /// A script that runs other scripts' operations in one: each of `parts` (a function name,
     /// and a script's prelude and body) becomes a local function of its own `KEYS` and `ARGV`,
-    /// the whole script it is on its own, and `body` calls them.
+    /// the whole script it is on its own, and `body` calls them, reading their keys and
+    /// arguments with `parts.lua`.
     fn combined(name: &'static str, parts: &[(&str, &str, &str)], body: &str) -> Self {
         let mut lua = String::new();
         for (function, prelude, part) in parts {
             lua.push_str(&format!("local function {function}(KEYS, ARGV)\n{}\n{prelude}\n{part}\nend\n", include_str!("../lua/now.lua")));
         }
-        lua.push_str(body);
+        lua.push_str(&format!("{}\n{}\n{body}", include_str!("../lua/now.lua"), include_str!("../lua/parts.lua")));
         Self::named(name, lua)
     }
 }

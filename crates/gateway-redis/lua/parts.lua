@@ -12,7 +12,8 @@ local function has(p) return string.find(plan, p, 1, true) ~= nil end
 local server_now = nil
 
 -- The next part's keys and arguments; `again`: its keys are the next part's too; `lazily`: a
--- now of '' is left to the part unless the time was read already (a part that may not need it).
+-- now of '' is left to the part unless the time was read already (a part that may not need it:
+-- the gate's enter, whose fast path reads no time).
 local function part(count, again, lazily)
   local keys, args = {}, {}
   for i = 1, count do keys[i] = KEYS[next_key + i - 1] end

@@ -17,7 +17,7 @@
 
 local limit, reply, elsewhere = false, false, 0
 if has('p') then limit = pacer_release(part(2)) end
-if has('g') then reply = gate(part(1, false, true)) end
+if has('g') then reply = gate(part(1)) end
 if has('s') then quota_settle(part(4, has('r'))) end
 if has('r') then quota_release(part(4)) end
 if has('w') then

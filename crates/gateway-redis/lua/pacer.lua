@@ -23,8 +23,6 @@ local BUDGET = { 'rem', 'refill', 'full', 'lim', 'by', 'at', 'spent', 'till' }
 local FIELDS = { 'limit', 'gen', 'w', 'held', 'ep', 'srtt', 't429', 'r1', 'r2', 'ready', 'tk',
   'rq_rem', 'rq_refill', 'rq_full', 'rq_lim', 'rq_by', 'rq_at', 'rq_spent', 'rq_till',
   'tk_rem', 'tk_refill', 'tk_full', 'tk_lim', 'tk_by', 'tk_at', 'tk_spent', 'tk_till', 'seq' }
--- store() writes the fields before seq (the lease ids, HINCRBY's).
-local STORED = 27
 -- How each of the first 11 fields is written ('%.17g' past them, held as its text).
 local FORMATS = { '%.17g', '%d', '%d', false, '%d', '%.17g', '%.17g', '%d', '%d', '%d', '%d' }
 local stored = redis.call('HMGET', state, unpack(FIELDS))
@@ -69,17 +67,24 @@ end
 
 -- Writes the fields that differ from what is stored; deletes those that became none. A value
 -- is formatted only when it differs from the stored one as a number (a format, like a parse,
--- costs more than most steps of a script; an unchanged value formats to the text stored).
+-- costs more than most steps of a script; an unchanged value formats to the text stored). A
+-- budget's fields are looked at only when it is kept now or its rem is stored: a budget, once
+-- kept, stays, and its rem is never absent (budget_at, kept).
 local function store()
   local values = { limit, gen, w, w and (held and '1' or '0') or nil, ep, srtt, t429, r1, r2, ready, tokens_spent }
+  local last = 11
   for k, b in ipairs({ requests or false, tokens or false }) do
-    for j, name in ipairs(BUDGET) do
-      if b then values[11 + (k - 1) * #BUDGET + j] = b[name] end
+    local base = 11 + (k - 1) * #BUDGET
+    if b or stored[base + 1] then
+      if b then
+        for j, name in ipairs(BUDGET) do values[base + j] = b[name] end
+      end
+      last = base + #BUDGET
     end
   end
   local set, del = {}, {}
   -- By index: the table has holes, so its length is no guide.
-  for i = 1, STORED do
+  for i = 1, last do
     local name, v, old = FIELDS[i], values[i], stored[i]
     if old == false then old = nil end
     if v == nil then

@@ -110,9 +110,9 @@ impl Harness {
 /// The memory pacer seen from a test: each release after `release_delay` (as a Redis round trip
 /// takes), and a count of the places it refused.
 pub struct SpyPacer {
-    pub inner: gateway_memory::MemoryPacer,
-    pub release_delay: std::time::Duration,
-    pub refused: std::sync::atomic::AtomicUsize,
+    inner: gateway_memory::MemoryPacer,
+    release_delay: std::time::Duration,
+    refused: std::sync::atomic::AtomicUsize,
 }
 
 impl SpyPacer {

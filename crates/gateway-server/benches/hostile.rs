@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 #[path = "support/binary.rs"]
 mod binary;
-use binary::Proxy;
+use binary::{Proxy, Usage};
 
 /// `ENDLESS` streams 16 KiB events forever; anything else is answered whole at once.
 async fn provider() -> MockServer {
@@ -97,7 +97,7 @@ fn main() {
         let http = reqwest::Client::new();
         healthy(&http, &proxy.base, Duration::from_millis(100)).await;
         let (idle_median, idle_p99) = healthy(&http, &proxy.base, alone).await;
-        let (cpu_before, _) = proxy.usage();
+        let cpu_before = proxy.usage().cpu;
         let (stop, read, ended) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         let streams: Vec<_> =
             (0..8).map(|_| tokio::spawn(endless(proxy.base.clone(), stop.clone(), read.clone(), ended.clone()))).collect();
@@ -109,7 +109,7 @@ fn main() {
         for stream in streams {
             let _ = stream.await;
         }
-        let (cpu_after, peak) = proxy.usage();
+        let Usage { cpu: cpu_after, peak_kib: peak, .. } = proxy.usage();
         println!("| healthy caller | median ms | p99 ms |");
         println!("|---|---|---|");
         println!("| alone | {:.3} | {:.3} |", ms(idle_median), ms(idle_p99));

@@ -4,7 +4,8 @@
 //! calls wait in line for the account's learned limit. Three times: one proxy on the in-process
 //! backend, one on Redis (what Redis costs, apart from a second process), then two proxies
 //! sharing Redis (the callers split between them). For each it reports the proxies' CPU time per
-//! call (from `/proc`), the Redis commands per attempt (Redis's own `INFO commandstats`, every
+//! call and their threads' context switches per call (from `/proc`: a count, steadier than the
+//! CPU time, which moves with whatever else this VM does), the Redis commands per attempt (Redis's own `INFO commandstats`, every
 //! client's: the commands sent, scripts counted once, and all the commands run, a script's own
 //! included), and the wake-up lag: how long after an answer left the provider (its slot freed)
 //! the next attempt arrived there, the time a waiter takes to notice, be admitted and send. Its
@@ -133,9 +134,9 @@ async fn start_proxy(provider: &MockServer, scope: &str, redis: Option<&str>, n:
     Proxy::start(&format!("wait-{n}"), &tables).await
 }
 
-/// The proxies' CPU time so far, together.
-fn cpu(proxies: &[Proxy]) -> Duration {
-    proxies.iter().map(|p| p.usage().0).sum()
+/// The proxies' CPU time and context switches so far, together.
+fn usage(proxies: &[Proxy]) -> (Duration, u64) {
+    proxies.iter().map(Proxy::usage).fold((Duration::ZERO, 0), |(cpu, switches), u| (cpu + u.cpu, switches + u.switches))
 }
 
 /// The commands Redis at `addr` has run so far (every client's), by name, from `INFO
@@ -197,11 +198,12 @@ async fn run(name: &str, processes: usize, redis: Option<&str>, warm: Duration, 
     let tasks = callers(&bases, &scope, &stop, &calls);
     tokio::time::sleep(warm).await;
     let redis_addr = redis.map(|url| url.trim_start_matches("redis://").trim_end_matches('/').to_owned());
-    let (cpu_before, calls_before) = (cpu(&proxies), calls.load(Ordering::Relaxed));
+    let (used_before, calls_before) = (usage(&proxies), calls.load(Ordering::Relaxed));
     let commands_before = redis_addr.as_deref().map(redis_commands);
     account.reset();
     tokio::time::sleep(span).await;
-    let cpu = cpu(&proxies) - cpu_before;
+    let used = usage(&proxies);
+    let (cpu, switches) = (used.0 - used_before.0, used.1.saturating_sub(used_before.1));
     let commands = redis_addr.as_deref().map(redis_commands).zip(commands_before).map(|(after, before)| {
         after
             .into_iter()
@@ -220,6 +222,7 @@ async fn run(name: &str, processes: usize, redis: Option<&str>, warm: Duration, 
     lags.sort();
     let at = |q: f64| lags.get(((lags.len() as f64 * q) as usize).min(lags.len().saturating_sub(1))).map_or(0.0, |d| d.as_secs_f64() * 1e3);
     let per_call = cpu.as_secs_f64() * 1e3 / answered.max(1) as f64;
+    let switches_per_call = switches as f64 / answered.max(1) as f64;
     // What a client sends (INFO commandstats counts the commands a script runs too).
     let sent = |name: &str| name.starts_with("eval") || name.starts_with("script") || name.contains("publish") || name == "ping";
     let by_name = |c: &BTreeMap<String, u64>| {
@@ -236,10 +239,11 @@ async fn run(name: &str, processes: usize, redis: Option<&str>, warm: Duration, 
     };
     let commands = commands.as_ref().map_or("–".to_owned(), by_name);
     println!(
-        "| {name} | {:.1} | {:.0} | {refused} | {:.3} | {commands} | {:.2} / {:.2} / {:.2} | {:.0} % |",
+        "| {name} | {:.1} | {:.0} | {refused} | {:.3} | {:.2} | {commands} | {:.2} / {:.2} / {:.2} | {:.0} % |",
         answered as f64 / span.as_secs_f64(),
         attempts as f64 / span.as_secs_f64(),
         per_call,
+        switches_per_call,
         at(0.5),
         at(0.99),
         at(1.0),
@@ -257,9 +261,9 @@ fn main() {
     println!("{CALLERS} closed-loop callers, one account of {SLOTS} slots, answers after {} ms", ANSWER.as_millis());
     println!();
     println!(
-        "| backend | calls/s | attempts/s | 429s | proxy CPU ms a call | Redis commands an attempt | wake-up lag ms p50 / p99 / max | frees within 1 ms of the last |"
+        "| backend | calls/s | attempts/s | 429s | proxy CPU ms a call | proxy context switches a call | Redis commands an attempt | wake-up lag ms p50 / p99 / max | frees within 1 ms of the last |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     runtime.block_on(async {
         run("memory, one process", 1, None, warm, span).await;
         let addr = redis.trim_start_matches("redis://").trim_end_matches('/').to_owned();
@@ -267,7 +271,7 @@ fn main() {
             run("Redis, one process", 1, Some(&redis), warm, span).await;
             run("Redis, two processes", 2, Some(&redis), warm, span).await;
         } else {
-            println!("| Redis | skipped: nothing answers at {redis} (set GATEWAY_REDIS_URL) | | | | | | |");
+            println!("| Redis | skipped: nothing answers at {redis} (set GATEWAY_REDIS_URL) | | | | | | | |");
         }
     });
 }

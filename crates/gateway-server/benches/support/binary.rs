@@ -1,6 +1,9 @@
 //! The proxy binary in its own process, as deployed, for the benches that read what it costs
-//! (`hostile`, `wait`): started on a free port with a configuration of the bench's, its CPU time
-//! and peak resident set read from `/proc`, killed when dropped.
+//! (`hostile`, `wait`): started on a free port with a configuration of the bench's, its CPU time,
+//! peak resident set and context switches read from `/proc`, killed when dropped.
+
+// Each bench reads the part of the usage it reports.
+#![allow(dead_code)]
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -38,15 +41,39 @@ impl Proxy {
         proxy
     }
 
-    /// The proxy's CPU time so far (user + system) and its peak resident set in KiB.
-    pub fn usage(&self) -> (Duration, u64) {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
+    /// What the proxy has used so far.
+    pub fn usage(&self) -> Usage {
+        let pid = self.child.id();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
         let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split_whitespace().collect();
         let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
         let peak = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).unwrap().split_whitespace().next().unwrap().parse().unwrap();
-        (Duration::from_millis(ticks * 10), peak)
+        // Every thread's own (a process's status counts its first thread's only).
+        let switches = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("status")).ok())
+            .flat_map(|status| {
+                status
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("voluntary_ctxt_switches:").or_else(|| l.strip_prefix("nonvoluntary_ctxt_switches:")))
+                    .map(|n| n.trim().parse::<u64>().unwrap())
+                    .collect::<Vec<_>>()
+            })
+            .sum();
+        Usage { cpu: Duration::from_millis(ticks * 10), peak_kib: peak, switches }
     }
+}
+
+/// A proxy's use of the machine so far.
+pub struct Usage {
+    /// CPU time, user and system (10 ms ticks).
+    pub cpu: Duration,
+    /// Peak resident set, KiB.
+    pub peak_kib: u64,
+    /// Context switches of its threads alive now, voluntary and not: a count, where the CPU time
+    /// of a few hundred microseconds a call moves with whatever else the machine does.
+    pub switches: u64,
 }
 
 impl Drop for Proxy {

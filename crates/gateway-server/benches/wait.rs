@@ -5,13 +5,14 @@
 //! backend, one on Redis (what Redis costs, apart from a second process), then two proxies
 //! sharing Redis (the callers split between them). For each it reports the proxies' CPU time per
 //! call and their threads' context switches per call (from `/proc`: a count, steadier than the
-//! CPU time, which moves with whatever else this VM does), the Redis commands per attempt (Redis's own `INFO commandstats`, every
-//! client's: the commands sent, scripts counted once, and all the commands run, a script's own
-//! included), and the wake-up lag: how long after an answer left the provider (its slot freed)
-//! the next attempt arrived there, the time a waiter takes to notice, be admitted and send. Its
-//! tail is read beside the share of frees that came within 1 ms of the one before: answers that
-//! all take 100 ms keep the slots freeing in bursts, and a burst's waiters are admitted one after
-//! another (only the line's head picks), so the last of a burst waits for the others' work.
+//! CPU time, which moves with whatever else this VM does), the Redis commands per attempt
+//! (Redis's own `INFO commandstats`, every client's: the commands sent, scripts counted once, and
+//! all the commands run, a script's own included), and the wake-up lag: how long after an answer
+//! left the provider (its slot freed) the next attempt arrived there, the time a waiter takes to
+//! notice, be admitted and send. Its tail is read beside the share of frees that came within 1 ms
+//! of the one before: answers that all take 100 ms keep the slots freeing in bursts, and a
+//! burst's waiters are admitted one after another (only the line's head picks), so the last of a
+//! burst waits for the others' work.
 //! `cargo bench -p gateway-server --bench wait`; the figures go to docs/PERFORMANCE.md. Redis is
 //! `GATEWAY_REDIS_URL` (default `redis://127.0.0.1:6379`); without it the Redis rows say they
 //! were skipped and why.

@@ -131,7 +131,7 @@ impl Slot {
 
     /// Whether its admission may have left room for the next waiter in line, who then tries at
     /// once: room on its account (always, when the scope does not pace), or another account in
-    /// the scope (the next waiter may go there: only the head picks, whatever it waits for).
+    /// the scope (the next waiter may go there: a waiter goes whatever it waits for).
     pub(crate) fn left_room(&self) -> bool {
         self.pace.as_ref().is_none_or(|pace| pace.lease.room) || self.scope.accounts.keys.len() > 1
     }

@@ -8,19 +8,19 @@
 //! (weight 4) behind a bronze flood (weight 1) gets four freed slots to bronze's one, and a lone
 //! tenant is served exactly first come, first served.
 //!
-//! Only the head of the line picks; a freed slot (a release, a permit returned, a limit raised)
-//! wakes it; a call that would not be the head may not take a slot a waiter can use, so it
-//! queues. A head that picked passes the turn on at once only when its admission left room for
-//! another (`aimd::Lease::room`) or a release came while it picked; otherwise the next release
-//! wakes the new head, which is not woken to be refused (on Redis a refusal is a round trip).
+//! The head of the line picks; each freed slot (a release, a permit returned, a limit raised)
+//! lets the next waiter in the line's order that is not picking already go, and wakes it, so
+//! that the slots a burst of releases frees are taken at once, not one pick after another (on
+//! Redis a pick is a round trip); a call that would not be the head may not take a slot a waiter
+//! can use, so it queues. A waiter that picked passes the turn on at once only when its
+//! admission left room for another (`aimd::Lease::room`); otherwise the next release lets the
+//! next waiter go, which is not woken to be refused (on Redis a refusal is a round trip).
 //! Capacity freed by another process reaches the head through `freed_elsewhere` when a shared
 //! backend tells of it (Redis: a message), or through its poll.
 
 use gateway_core::time::Timestamp;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
 use tokio::sync::Notify;
 
 /// A call's place within its tenant's lane: its start and id.
@@ -29,9 +29,18 @@ type Order = (Timestamp, u64);
 /// A tenant's lane (`None`: calls made for no tenant).
 pub(crate) type Tenant = Option<Arc<str>>;
 
+/// A call in a lane: what wakes it, and whether it picks now (it headed the line, or a freed
+/// slot let it go) until it is served or waits again.
+struct Waiter {
+    wake: Arc<Notify>,
+    picking: bool,
+}
+
 /// One tenant's waiters, oldest first, and its standing between tenants.
 struct Lane {
-    waiting: BTreeMap<Order, Arc<Notify>>,
+    waiting: BTreeMap<Order, Waiter>,
+    /// Its waiters picking now.
+    picking: usize,
     /// The virtual time at which the lane is next served.
     pass: f64,
     weight: f64,
@@ -46,9 +55,9 @@ impl Lane {
     /// be its quota's).
     fn wake_own_block(&self) {
         if self.own_block
-            && let Some((_, wake)) = self.waiting.first_key_value()
+            && let Some((_, waiter)) = self.waiting.first_key_value()
         {
-            wake.notify_one();
+            waiter.wake.notify_one();
         }
     }
 }
@@ -70,9 +79,6 @@ struct Line {
     lanes: HashMap<Tenant, Lane>,
     /// The pass of the lane served last.
     clock: f64,
-    /// The releases heard so far (each wakes the head): a head that picked while one came may
-    /// not have seen the room it made.
-    frees: u64,
 }
 
 impl Line {
@@ -87,9 +93,44 @@ impl Line {
         self.lanes
             .iter()
             .filter(|(_, lane)| !lane.own_block)
-            .filter_map(|(tenant, lane)| lane.waiting.first_key_value().map(|(order, wake)| (self.pass(lane), tenant, *order, wake)))
+            .filter_map(|(tenant, lane)| lane.waiting.first_key_value().map(|(order, w)| (self.pass(lane), tenant, *order, &w.wake)))
             .min_by(|a, b| a.0.total_cmp(&b.0).then(a.2.cmp(&b.2)))
             .map(|(_, tenant, order, wake)| (tenant, order, wake))
+    }
+
+    /// The first waiter in the line's order that is not picking: each lane competes with the
+    /// pass it will have once its waiters picking now are served.
+    fn next_to_go(&self) -> Option<(&Tenant, Order)> {
+        self.lanes
+            .iter()
+            .filter(|(_, lane)| !lane.own_block)
+            .filter_map(|(tenant, lane)| {
+                let (order, _) = lane.waiting.iter().find(|(_, w)| !w.picking)?;
+                Some((self.pass(lane) + lane.picking as f64 / lane.weight, tenant, *order))
+            })
+            .min_by(|a, b| a.0.total_cmp(&b.0).then(a.2.cmp(&b.2)))
+            .map(|(_, tenant, order)| (tenant, order))
+    }
+
+    /// A freed slot (or room a pick left) lets the next waiter that is not picking go, and
+    /// wakes it.
+    fn let_next_go(&mut self) {
+        if let Some((tenant, order)) = self.next_to_go().map(|(t, o)| (t.clone(), o))
+            && let Some(waiter) = self.set_picking(&tenant, order, true)
+        {
+            waiter.notify_one();
+        }
+    }
+
+    /// Marks the waiter of `tenant` at `order` picking or not; returns what wakes it.
+    fn set_picking(&mut self, tenant: &Tenant, order: Order, picking: bool) -> Option<&Notify> {
+        let lane = self.lanes.get_mut(tenant)?;
+        let waiter = lane.waiting.get_mut(&order)?;
+        if waiter.picking != picking {
+            waiter.picking = picking;
+            lane.picking = if picking { lane.picking + 1 } else { lane.picking - 1 };
+        }
+        Some(&waiter.wake)
     }
 
     fn head_key(&self) -> Option<Head> {
@@ -100,11 +141,14 @@ impl Line {
         self.lanes.get(tenant).and_then(|lane| lane.waiting.first_key_value().map(|(order, _)| *order))
     }
 
-    /// Whether the waiter of `tenant` at `order` may pick: it heads the line, or it is the first
-    /// of a lane that waits for its own limits only.
+    /// Whether the waiter of `tenant` at `order` may pick: it heads the line, a freed slot let it
+    /// go, or it is the first of a lane that waits for its own limits only.
     fn may_go(&self, tenant: &Tenant, order: Order) -> bool {
-        let own = self.lanes.get(tenant).is_some_and(|lane| lane.own_block);
-        (own && self.first_of(tenant) == Some(order)) || self.head().is_some_and(|(t, o, _)| t == tenant && o == order)
+        let lane = self.lanes.get(tenant);
+        let own = lane.is_some_and(|lane| lane.own_block);
+        lane.and_then(|lane| lane.waiting.get(&order)).is_some_and(|w| w.picking)
+            || (own && self.first_of(tenant) == Some(order))
+            || self.head().is_some_and(|(t, o, _)| t == tenant && o == order)
     }
 
     fn wake_head(&self) {
@@ -144,8 +188,13 @@ impl Line {
     /// debt that took a slot while nobody waited does not reorder those who came since).
     fn charge(&mut self, tenant: &Tenant, weight: f64) {
         let (clock, lowest) = (self.clock, self.head_pass());
-        let lane =
-            self.lanes.entry(tenant.clone()).or_insert_with(|| Lane { waiting: BTreeMap::new(), pass: clock, weight, own_block: false });
+        let lane = self.lanes.entry(tenant.clone()).or_insert_with(|| Lane {
+            waiting: BTreeMap::new(),
+            picking: 0,
+            pass: clock,
+            weight,
+            own_block: false,
+        });
         let pass = lane.pass.max(clock);
         lane.pass = pass + 1.0 / lane.weight;
         lane.own_block = false;
@@ -153,19 +202,28 @@ impl Line {
     }
 
     /// The call of `tenant` at `order` leaves the line, as `left` says: one served is charged
-    /// for its slot. If the head changed, the new head is woken (the turn passes on), unless the
-    /// leaver took the last room there was. Lanes with nobody waiting and no pass ahead of the
-    /// clock are forgotten.
+    /// for its slot, and lets the next waiter go if it left room and nobody else picks (the
+    /// room is theirs first, and their admissions will tell whether any is left); one unserved
+    /// passes on the slot it was let go for, or the turn if it headed the line. Lanes with nobody waiting and
+    /// no pass ahead of the clock are forgotten.
     fn leave(&mut self, tenant: &Tenant, order: Order, left: Left) {
         let before = self.head_key();
-        let was_present = self.lanes.get_mut(tenant).is_some_and(|lane| lane.waiting.remove(&order).is_some());
-        if matches!(left, Left::Served { .. }) && was_present {
+        let removed = self.lanes.get_mut(tenant).and_then(|lane| {
+            let waiter = lane.waiting.remove(&order)?;
+            lane.picking -= usize::from(waiter.picking);
+            Some(waiter)
+        });
+        let Some(waiter) = removed else { return };
+        if matches!(left, Left::Served { .. }) {
             let weight = self.lanes.get(tenant).map_or(1.0, |lane| lane.weight);
             self.charge(tenant, weight);
         }
         self.forget_idle();
-        if !matches!(left, Left::Served { room: false }) {
-            self.wake_if_new_head(before);
+        match left {
+            Left::Served { room: true } if !self.lanes.values().any(|lane| lane.picking > 0 && !lane.own_block) => self.let_next_go(),
+            Left::Served { .. } => {}
+            Left::Unserved if waiter.picking => self.let_next_go(),
+            Left::Unserved => self.wake_if_new_head(before),
         }
     }
 
@@ -188,8 +246,6 @@ pub(crate) struct Place {
     tenant: Tenant,
     order: Order,
     wake: Arc<Notify>,
-    /// `Line::frees` when it last was let pick.
-    picked_at: AtomicU64,
 }
 
 impl Turns {
@@ -208,13 +264,12 @@ impl Turns {
         self.lock().lanes.values().any(|lane| !lane.waiting.is_empty())
     }
 
-    /// Capacity was freed in another process (its release said so, not whose): the head of the
-    /// line tries again, and so does the first of every lane that waits for its own limits (the
-    /// place may be its tenant's quota). Answers whether anyone was woken.
+    /// Capacity was freed in another process (its release said so, not whose): the next waiter
+    /// goes, and so does the first of every lane that waits for its own limits (the place may be
+    /// its tenant's quota). Answers whether anyone was woken.
     pub(crate) fn freed_elsewhere(&self) -> bool {
         let mut line = self.lock();
-        line.frees += 1;
-        line.wake_head();
+        line.let_next_go();
         line.lanes.values().for_each(Lane::wake_own_block);
         line.lanes.values().any(|lane| !lane.waiting.is_empty())
     }
@@ -249,15 +304,18 @@ impl Turns {
                 let clock = line.clock;
                 let lane = line.lanes.entry(tenant.clone()).or_insert_with(|| Lane {
                     waiting: BTreeMap::new(),
+                    picking: 0,
                     pass: clock,
                     weight: 1.0,
                     own_block: false,
                 });
                 lane.weight = f64::from(weight.max(1));
-                lane.waiting.insert(order, wake.clone());
-                Place { turns: self.clone(), tenant: tenant.clone(), order, wake, picked_at: AtomicU64::new(0) }
+                lane.waiting.insert(order, Waiter { wake: wake.clone(), picking: false });
+                Place { turns: self.clone(), tenant: tenant.clone(), order, wake }
             }
         };
+        // A call that waits again picks no more: the next freed slot may be its own again.
+        line.set_picking(tenant, order, false);
         // What the lane waits for is what its first waiter last found.
         if line.first_of(tenant) == Some(order)
             && let Some(lane) = line.lanes.get_mut(tenant)
@@ -268,14 +326,13 @@ impl Turns {
         place
     }
 
-    /// A slot of `tenant`'s was freed: the head of the line tries again (`head`: unless the
-    /// shared backend handed the place to an older waiter of another process), and so does the
-    /// first of `tenant`'s lane if it waits for its own limits (the slot may be its quota's).
+    /// A slot of `tenant`'s was freed: the next waiter goes (`head`: unless the shared backend
+    /// handed the place to an older waiter of another process), and so does the first of
+    /// `tenant`'s lane if it waits for its own limits (the slot may be its quota's).
     pub(crate) fn freed(&self, tenant: &Tenant, head: bool) {
         let mut line = self.lock();
         if head {
-            line.frees += 1;
-            line.wake_head();
+            line.let_next_go();
         }
         if let Some(lane) = line.lanes.get(tenant) {
             lane.wake_own_block();
@@ -284,14 +341,14 @@ impl Turns {
 }
 
 impl Place {
-    /// Whether this call may pick: it heads the line (or its lane waits for its own limits
-    /// only, and it is the lane's first). If so, the releases heard so far are noted: one heard
-    /// while it picks may have made room its admission did not see.
+    /// Whether this call may pick: it heads the line, a freed slot let it go (or its lane waits
+    /// for its own limits only, and it is the lane's first). If so it picks until it is served
+    /// or waits again: a release meanwhile lets the next waiter go.
     pub(crate) fn is_first(&self) -> bool {
-        let line = self.turns.lock();
+        let mut line = self.turns.lock();
         let go = line.may_go(&self.tenant, self.order);
         if go {
-            self.picked_at.store(line.frees, Ordering::Relaxed);
+            line.set_picking(&self.tenant, self.order, true);
         }
         go
     }
@@ -302,13 +359,9 @@ impl Place {
     }
 
     /// The call picked a source: it leaves the line, its lane charged for the slot; `room`: its
-    /// admission left room for another, and the next head is woken to try. So is it when a
-    /// release woke this call while it was picking (a wake it did not use: the room that release
-    /// made may have come after its admission).
+    /// admission left room for another, and the next waiter is let go.
     fn served(self, room: bool) {
-        let mut line = self.turns.lock();
-        let freed_meanwhile = line.frees != self.picked_at.load(Ordering::Relaxed);
-        line.leave(&self.tenant, self.order, Left::Served { room: room || freed_meanwhile });
+        self.turns.lock().leave(&self.tenant, self.order, Left::Served { room });
     }
 }
 
@@ -336,82 +389,8 @@ impl Drop for Place {
     }
 }
 
-/// One call's standing in its scope's line: who it is, and its place while it has one.
-pub(crate) struct Turn {
-    tenant: Tenant,
-    weight: u32,
-    place: Option<Place>,
-    /// Its last pick found only its tenant's own limits full (no account refused it).
-    own_block: bool,
-}
-
-impl Turn {
-    /// The standing of a call in `tenant`'s lane, whose tier weighs `weight`.
-    pub(crate) fn new(tenant: Tenant, weight: u32) -> Self {
-        Turn { tenant, weight, place: None, own_block: false }
-    }
-
-    /// Whether the call of `order` may pick now. A call that would not head the line queues;
-    /// a waiter that is not the head waits until woken, at most `patience`, and is told no (the
-    /// machine is asked again: its stall bound may have passed).
-    pub(crate) async fn may_pick(
-        &mut self,
-        turns: &Arc<Turns>,
-        order: Order,
-        patience: Duration,
-        span: impl FnOnce() -> tracing::Span,
-    ) -> bool {
-        use tracing::Instrument;
-        if self.place.is_none() && !turns.may_pick(&self.tenant, order) {
-            self.place = Some(turns.join(&self.tenant, self.weight, order, None, self.own_block));
-        }
-        let Some(waiting) = self.place.as_ref().filter(|place| !place.is_first()) else { return true };
-        let wait = async {
-            tokio::select! {
-                biased;
-                () = waiting.woken() => {}
-                () = tokio::time::sleep(patience) => {}
-            }
-        };
-        wait.instrument(span()).await;
-        false
-    }
-
-    /// The call's pick found no source: `account_bound`, an account's limit refused one (the
-    /// shared capacity the line orders); otherwise only the tenant's own limits (a quota of its
-    /// own) or the breaker did.
-    pub(crate) fn blocked(&mut self, account_bound: bool) {
-        self.own_block = !account_bound;
-    }
-
-    /// The call picked a source: a waiter's lane is charged for it, and the turn passes on to
-    /// the next head, which tries at once if the admission left `room` for it (else the next
-    /// release wakes it).
-    pub(crate) fn leave(&mut self, turns: &Turns, room: bool) {
-        match self.place.take() {
-            Some(place) => place.served(room),
-            None => turns.picked_directly(&self.tenant, self.weight, room),
-        }
-    }
-
-    /// Sleeps `duration`. `in_line`: the call waits for capacity, keeping (or taking) its place
-    /// and woken early when a slot frees; otherwise (the breaker side, a back-off, a 429's
-    /// pushback) it waits out of line, which is no turn for capacity.
-    pub(crate) async fn sleep(&mut self, turns: &Arc<Turns>, order: Order, duration: Duration, in_line: bool) {
-        if !in_line {
-            self.place = None;
-            tokio::time::sleep(duration).await;
-            return;
-        }
-        let waiting = turns.join(&self.tenant, self.weight, order, self.place.take(), self.own_block);
-        tokio::select! {
-            biased;
-            () = waiting.woken() => {}
-            () = tokio::time::sleep(duration) => {}
-        }
-        self.place = Some(waiting);
-    }
-}
+mod turn;
+pub(crate) use turn::Turn;
 
 #[cfg(test)]
 mod tests;

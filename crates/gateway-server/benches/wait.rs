@@ -10,9 +10,9 @@
 //! all the commands run, a script's own included), and the wake-up lag: how long after an answer
 //! left the provider (its slot freed) the next attempt arrived there, the time a waiter takes to
 //! notice, be admitted and send. Its tail is read beside the share of frees that came within 1 ms
-//! of the one before: answers that all take 100 ms keep the slots freeing in bursts, and a
-//! burst's waiters are admitted one after another (only the line's head picks), so the last of a
-//! burst waits for the others' work.
+//! of the one before: answers that all take 100 ms keep the slots freeing in bursts, and the last
+//! of a burst's waiters waits for the others' work (each freed slot lets one waiter go: on
+//! Redis their admissions overlap, in process they run one after another on a worker).
 //! `cargo bench -p gateway-server --bench wait`; the figures go to docs/PERFORMANCE.md. Redis is
 //! `GATEWAY_REDIS_URL` (default `redis://127.0.0.1:6379`); without it the Redis rows say they
 //! were skipped and why.

@@ -1,6 +1,7 @@
 //! The line's order: first come, first served within a tenant, weighted fair queuing between.
 
 use super::*;
+use std::time::Duration;
 
 fn at(ms: u64, id: u64) -> Order {
     (Timestamp::from_millis(ms), id)
@@ -8,6 +9,11 @@ fn at(ms: u64, id: u64) -> Order {
 
 fn tenant(name: &str) -> Tenant {
     Some(Arc::from(name))
+}
+
+/// Whether `place` heads the line (asked without letting it pick, as `is_first` does).
+fn heads(turns: &Turns, place: &Place) -> bool {
+    turns.lock().head_key() == Some((place.tenant.clone(), place.order))
 }
 
 #[test]
@@ -127,11 +133,11 @@ fn a_new_head_is_woken_when_a_direct_pick_or_a_leaver_hands_it_the_turn() {
     let turns = Arc::new(Turns::default());
     let a1 = turns.join(&tenant("a"), 1, at(10, 1), None, false);
     let b1 = turns.join(&tenant("b"), 1, at(20, 2), None, false);
-    assert!(a1.is_first() && !b1.is_first());
+    assert!(heads(&turns, &a1) && !b1.is_first());
     // An older call of a's picks without waiting (back from a back-off): a's lane is charged,
     // and b1 heads the line now. It must hear so, not wait out its patience.
     turns.picked_directly(&tenant("a"), 1, true);
-    assert!(b1.is_first() && !a1.is_first());
+    assert!(heads(&turns, &b1) && !a1.is_first());
     assert!(b1.woken().now_or_never().is_some(), "the new head was woken");
     // A served place that no longer headed the line is charged all the same.
     a1.served(true);
@@ -192,22 +198,72 @@ fn a_call_that_took_the_last_room_wakes_nobody() {
     first.served(false);
     assert!(second.is_first(), "the turn is the second's");
     assert!(second.woken().now_or_never().is_none(), "but only a release can make room for it: it is not woken to be refused");
+    // Its pick was refused (it tried on its own, at its patience's end): it waits again.
+    let second = turns.join(&None, 1, at(2, 2), Some(second), false);
     turns.freed(&None, true);
     assert!(second.woken().now_or_never().is_some(), "the next release wakes it");
-    // A release that woke a head while it was picking made room its admission did not see: the
-    // head passes that wake on, whatever its admission said.
+    // A release that came while the head was picking made room its admission did not see: it
+    // lets the next waiter go at once, whatever the head's admission says.
     let third = turns.join(&None, 1, at(3, 3), None, false);
     assert!(second.is_first(), "it picks");
     turns.freed(&None, true);
+    assert!(third.woken().now_or_never().is_some() && third.is_first(), "the release the second did not wait for is the third's");
     second.served(false);
-    assert!(third.woken().now_or_never().is_some(), "the wake the second did not use is the third's");
     // A call that picked without waiting and left no room hands the turn on without a wake.
     let turns = Arc::new(Turns::default());
     let a1 = turns.join(&tenant("a"), 1, at(1, 1), None, false);
     let b1 = turns.join(&tenant("b"), 1, at(2, 2), None, false);
-    assert!(a1.is_first());
+    assert!(heads(&turns, &a1));
     turns.picked_directly(&tenant("a"), 1, false);
-    assert!(b1.is_first() && b1.woken().now_or_never().is_none());
+    assert!(heads(&turns, &b1) && b1.woken().now_or_never().is_none());
     turns.freed(&None, true);
     assert!(b1.woken().now_or_never().is_some());
+}
+
+#[test]
+fn each_freed_slot_lets_the_next_waiter_go_in_the_lines_order() {
+    use futures_util::FutureExt;
+    let turns = Arc::new(Turns::default());
+    let a1 = turns.join(&tenant("a"), 1, at(1, 1), None, false);
+    let a2 = turns.join(&tenant("a"), 1, at(2, 2), None, false);
+    let b1 = turns.join(&tenant("b"), 1, at(3, 3), None, false);
+    let a3 = turns.join(&tenant("a"), 1, at(4, 4), None, false);
+    // A burst of three releases: the three next waiters go at once, not one pick after another,
+    // and between tenants in the weighted order (a1 is a's slot, then b's turn, then a's again).
+    for _ in 0..3 {
+        turns.freed(&None, true);
+    }
+    for place in [&a1, &b1, &a2] {
+        assert!(place.woken().now_or_never().is_some() && place.is_first());
+    }
+    assert!(a3.woken().now_or_never().is_none() && !a3.is_first(), "three slots, three waiters");
+    // Served without room, they wake nobody; one that gives its place up passes its slot on.
+    a1.served(false);
+    b1.served(false);
+    assert!(a3.woken().now_or_never().is_none());
+    drop(a2);
+    assert!(a3.woken().now_or_never().is_some() && a3.is_first(), "a2's slot is a3's");
+    // One refused waits again, for the next release.
+    let a3 = turns.join(&tenant("a"), 1, at(4, 4), Some(a3), false);
+    let a4 = turns.join(&tenant("a"), 1, at(5, 5), None, false);
+    assert!(heads(&turns, &a3) && !a4.is_first());
+    turns.freed(&None, true);
+    assert!(a3.woken().now_or_never().is_some() && a4.woken().now_or_never().is_none(), "the head's slot");
+    turns.freed_elsewhere();
+    assert!(a4.woken().now_or_never().is_some() && a4.is_first(), "one freed in another process goes to the next");
+}
+
+#[test]
+fn room_left_while_others_pick_is_theirs_first() {
+    use futures_util::FutureExt;
+    let turns = Arc::new(Turns::default());
+    let places: Vec<Place> = (1..=3).map(|n| turns.join(&None, 1, at(n, n), None, false)).collect();
+    let [first, second, third] = <[Place; 3]>::try_from(places).ok().unwrap();
+    turns.freed(&None, true);
+    turns.freed(&None, true);
+    assert!(first.is_first() && second.is_first());
+    first.served(true);
+    assert!(third.woken().now_or_never().is_none(), "the room the first saw may be the second's slot");
+    second.served(true);
+    assert!(third.woken().now_or_never().is_some() && third.is_first(), "room after both: the third goes");
 }

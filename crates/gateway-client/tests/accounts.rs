@@ -177,3 +177,32 @@ async fn a_waiter_is_not_woken_to_be_refused_after_the_last_place_went() {
     // woke nobody (only a release makes room): no waiter was woken to be refused.
     assert_eq!(pacer.refused(), on_arrival, "no refusal after the arrivals");
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_places_a_burst_frees_are_taken_at_once_not_one_admission_after_another() {
+    // One account of 4 places, eight calls at once, each 100 ms long; an admission takes 5 ms
+    // (a round trip, as on Redis). The four places the first calls free together go to the four
+    // waiters together: their admissions overlap, and they all end 5 ms + 100 ms later, not one
+    // admission after another (110, 115, 120 and 125 ms after the frees).
+    let clock = Arc::new(TokioClock::new());
+    let pacer = Arc::new(support::SpyPacer::new(clock.clone(), Duration::ZERO).acquiring_in(Duration::from_millis(5)));
+    let scope = sources(1, json!({"concurrency": 4}));
+    let client = GatewayClient::builder().scope(scope).upstream(Arc::new(Slow)).pacer(pacer.clone()).clock(clock).seed(5).build().unwrap();
+    let client = Arc::new(client);
+    let start = tokio::time::Instant::now();
+    let calls: Vec<_> = (0..8)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move { client.call("chat", &said("hi")).await.map(|_| tokio::time::Instant::now()) })
+        })
+        .collect();
+    let mut ends = Vec::new();
+    for call in calls {
+        ends.push(call.await.unwrap().unwrap().duration_since(start));
+    }
+    ends.sort();
+    let (first, second) = ends.split_at(4);
+    assert!(first.iter().all(|end| *end == first[0]), "the first four together: {ends:?}");
+    assert!(second.iter().all(|end| *end == second[0]), "the four waiters together: {ends:?}");
+    assert_eq!(second[0] - first[0], Duration::from_millis(105), "one admission after the frees: {ends:?}");
+}

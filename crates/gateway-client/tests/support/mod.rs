@@ -112,12 +112,24 @@ impl Harness {
 pub struct SpyPacer {
     inner: gateway_memory::MemoryPacer,
     release_delay: std::time::Duration,
+    /// How long an admission takes (a round trip, as on Redis).
+    acquire_delay: std::time::Duration,
     refused: std::sync::atomic::AtomicUsize,
 }
 
 impl SpyPacer {
     pub fn new(clock: Arc<dyn Clock>, release_delay: std::time::Duration) -> Self {
-        SpyPacer { inner: gateway_memory::MemoryPacer::new(clock), release_delay, refused: Default::default() }
+        SpyPacer {
+            inner: gateway_memory::MemoryPacer::new(clock),
+            release_delay,
+            acquire_delay: Default::default(),
+            refused: Default::default(),
+        }
+    }
+
+    /// Each admission takes `delay`.
+    pub fn acquiring_in(self, delay: std::time::Duration) -> Self {
+        SpyPacer { acquire_delay: delay, ..self }
     }
 
     pub fn refused(&self) -> usize {
@@ -133,6 +145,9 @@ impl gateway_core::ports::PacerGate for SpyPacer {
         params: &gateway_core::aimd::PacerParams,
         tokens: u32,
     ) -> Result<gateway_core::ports::PaceDecision, gateway_core::ports::BackendError> {
+        if !self.acquire_delay.is_zero() {
+            tokio::time::sleep(self.acquire_delay).await;
+        }
         let decision = self.inner.try_acquire(key, params, tokens).await?;
         if matches!(decision, gateway_core::ports::PaceDecision::Paced(_)) {
             self.refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -51,6 +51,11 @@ struct Lane {
 }
 
 impl Lane {
+    /// A lane with nobody waiting yet, that competes from `pass`.
+    fn new(pass: f64, weight: f64) -> Self {
+        Lane { waiting: BTreeMap::new(), picking: 0, pass, weight, own_block: false }
+    }
+
     /// Wakes its first waiter if it waits for its tenant's own limits only (a freed place may
     /// be its quota's).
     fn wake_own_block(&self) {
@@ -188,13 +193,7 @@ impl Line {
     /// debt that took a slot while nobody waited does not reorder those who came since).
     fn charge(&mut self, tenant: &Tenant, weight: f64) {
         let (clock, lowest) = (self.clock, self.head_pass());
-        let lane = self.lanes.entry(tenant.clone()).or_insert_with(|| Lane {
-            waiting: BTreeMap::new(),
-            picking: 0,
-            pass: clock,
-            weight,
-            own_block: false,
-        });
+        let lane = self.lanes.entry(tenant.clone()).or_insert_with(|| Lane::new(clock, weight));
         let pass = lane.pass.max(clock);
         lane.pass = pass + 1.0 / lane.weight;
         lane.own_block = false;
@@ -204,8 +203,8 @@ impl Line {
     /// The call of `tenant` at `order` leaves the line, as `left` says: one served is charged
     /// for its slot, and lets the next waiter go if it left room and nobody else picks (the
     /// room is theirs first, and their admissions will tell whether any is left); one unserved
-    /// passes on the slot it was let go for, or the turn if it headed the line. Lanes with nobody waiting and
-    /// no pass ahead of the clock are forgotten.
+    /// passes on the slot it was let go for, or the turn if it headed the line. Lanes with
+    /// nobody waiting and no pass ahead of the clock are forgotten.
     fn leave(&mut self, tenant: &Tenant, order: Order, left: Left) {
         let before = self.head_key();
         let removed = self.lanes.get_mut(tenant).and_then(|lane| {
@@ -302,13 +301,7 @@ impl Turns {
             None => {
                 let wake = Arc::new(Notify::new());
                 let clock = line.clock;
-                let lane = line.lanes.entry(tenant.clone()).or_insert_with(|| Lane {
-                    waiting: BTreeMap::new(),
-                    picking: 0,
-                    pass: clock,
-                    weight: 1.0,
-                    own_block: false,
-                });
+                let lane = line.lanes.entry(tenant.clone()).or_insert_with(|| Lane::new(clock, 1.0));
                 lane.weight = f64::from(weight.max(1));
                 lane.waiting.insert(order, Waiter { wake: wake.clone(), picking: false });
                 Place { turns: self.clone(), tenant: tenant.clone(), order, wake }

@@ -46,23 +46,23 @@ impl Open {
         self.watches.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&id);
     }
 
-    /// Asks the connection idle the longest (no request in flight, none arriving) to close. One
-    /// already asked is passed over: its place is promised to the newcomer that asked, so each
-    /// newcomer frees a place of its own.
-    fn close_longest_idle(&self) -> bool {
+    /// Asks the connection idle the longest (no request in flight, none arriving) to close, and
+    /// answers which. One already asked is passed over: its place is promised to the newcomer
+    /// that asked, so each newcomer frees a place of its own.
+    fn close_longest_idle(&self) -> Option<u64> {
         let watches = self.watches.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let idlest = watches
-            .values()
-            .filter(|w| !w.close.is_cancelled())
-            .filter_map(|w| w.idle_since().map(|since| (since, w)))
-            .min_by_key(|(since, _)| *since);
-        match idlest {
-            Some((_, watch)) => {
-                watch.close.cancel();
-                true
-            }
-            None => false,
-        }
+        let (_, id, watch) = watches
+            .iter()
+            .filter(|(_, w)| !w.close.is_cancelled())
+            .filter_map(|(id, w)| w.idle_since().map(|since| (since, *id, w)))
+            .min_by_key(|(since, _, _)| *since)?;
+        watch.close.cancel();
+        Some(id)
+    }
+
+    /// Whether the connection `id` is still open.
+    fn is_open(&self, id: u64) -> bool {
+        self.watches.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains_key(&id)
     }
 }
 
@@ -136,7 +136,9 @@ const ROOM_WAIT: Duration = Duration::from_millis(100);
 /// A place for a newcomer at the cap: the connection idle the longest is asked to close, and
 /// its place taken when it has. While no idle connection can be asked (every one is busy, or
 /// already closing for another newcomer, or just accepted and not yet counted), the newcomer
-/// asks again every few milliseconds, within [`ROOM_WAIT`].
+/// asks again every few milliseconds, within [`ROOM_WAIT`]; so it does when the one it asked has
+/// closed and it still has no place (places go to the newcomers in the order they came, and the
+/// one it freed went to a newcomer ahead that could ask none).
 async fn make_room(open: &Open, slots: Arc<Semaphore>) -> Option<tokio::sync::OwnedSemaphorePermit> {
     let acquire = slots.acquire_owned();
     let deadline = tokio::time::sleep(ROOM_WAIT);
@@ -144,9 +146,14 @@ async fn make_room(open: &Open, slots: Arc<Semaphore>) -> Option<tokio::sync::Ow
     let mut asked = open.close_longest_idle();
     loop {
         tokio::select! {
+            biased;
             slot = &mut acquire => return slot.ok(),
             () = &mut deadline => return None,
-            () = tokio::time::sleep(Duration::from_millis(5)), if !asked => asked = open.close_longest_idle(),
+            () = tokio::time::sleep(Duration::from_millis(5)) => {
+                if asked.is_none_or(|id| !open.is_open(id)) {
+                    asked = open.close_longest_idle();
+                }
+            }
         }
     }
 }
@@ -163,4 +170,40 @@ async fn refuse(mut stream: TcpStream) {
         stream.shutdown().await
     })
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A newcomer at the cap, making room; it holds the place it gets.
+    fn newcomer(open: &Arc<Open>, slots: &Arc<Semaphore>) -> tokio::task::JoinHandle<Option<tokio::sync::OwnedSemaphorePermit>> {
+        let (open, slots) = (open.clone(), slots.clone());
+        tokio::spawn(async move { make_room(&open, slots).await })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_newcomer_whose_freed_place_went_to_one_ahead_asks_again() {
+        let (open, slots) = (Arc::new(Open::default()), Arc::new(Semaphore::new(0)));
+        // A newcomer comes while no connection can be asked (none is counted yet).
+        let ahead = newcomer(&open, &slots);
+        tokio::task::yield_now().await;
+        // Two idle connections are counted; a second newcomer asks the idlest to close.
+        let first = Arc::new(Watch::new());
+        let first_id = open.add(first.clone());
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let second = Arc::new(Watch::new());
+        open.add(second.clone());
+        let behind = newcomer(&open, &slots);
+        tokio::task::yield_now().await;
+        assert!(first.close.is_cancelled() && !second.close.is_cancelled(), "the second newcomer asked the idlest");
+        // It closes: its place goes to the newcomer ahead, who could ask none.
+        open.remove(first_id);
+        slots.add_permits(1);
+        tokio::time::sleep(Duration::from_millis(6)).await;
+        let _held = ahead.await.unwrap().expect("the newcomer ahead took the place");
+        assert!(second.close.is_cancelled(), "the one behind asked again, not waiting for a place nobody frees");
+        slots.add_permits(1);
+        assert!(behind.await.unwrap().is_some(), "and got the place it freed");
+    }
 }

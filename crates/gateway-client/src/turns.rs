@@ -39,7 +39,8 @@ struct Waiter {
 /// One tenant's waiters, oldest first, and its standing between tenants.
 struct Lane {
     waiting: BTreeMap<Order, Waiter>,
-    /// Its waiters picking now.
+    /// Its waiters picking now (kept by `set_picking` and `remove`, the only writers of a
+    /// waiter's `picking`).
     picking: usize,
     /// The virtual time at which the lane is next served.
     pass: f64,
@@ -54,6 +55,23 @@ impl Lane {
     /// A lane with nobody waiting yet, that competes from `pass`.
     fn new(pass: f64, weight: f64) -> Self {
         Lane { waiting: BTreeMap::new(), picking: 0, pass, weight, own_block: false }
+    }
+
+    /// Marks its waiter at `order` picking or not; returns what wakes it.
+    fn set_picking(&mut self, order: Order, picking: bool) -> Option<&Notify> {
+        let waiter = self.waiting.get_mut(&order)?;
+        if waiter.picking != picking {
+            waiter.picking = picking;
+            self.picking = if picking { self.picking + 1 } else { self.picking - 1 };
+        }
+        Some(&waiter.wake)
+    }
+
+    /// Takes its waiter at `order` out.
+    fn remove(&mut self, order: Order) -> Option<Waiter> {
+        let waiter = self.waiting.remove(&order)?;
+        self.picking -= usize::from(waiter.picking);
+        Some(waiter)
     }
 
     /// Wakes its first waiter if it waits for its tenant's own limits only (a freed place may
@@ -121,21 +139,15 @@ impl Line {
     /// wakes it.
     fn let_next_go(&mut self) {
         if let Some((tenant, order)) = self.next_to_go().map(|(t, o)| (t.clone(), o))
-            && let Some(waiter) = self.set_picking(&tenant, order, true)
+            && let Some(wake) = self.set_picking(&tenant, order, true)
         {
-            waiter.notify_one();
+            wake.notify_one();
         }
     }
 
     /// Marks the waiter of `tenant` at `order` picking or not; returns what wakes it.
     fn set_picking(&mut self, tenant: &Tenant, order: Order, picking: bool) -> Option<&Notify> {
-        let lane = self.lanes.get_mut(tenant)?;
-        let waiter = lane.waiting.get_mut(&order)?;
-        if waiter.picking != picking {
-            waiter.picking = picking;
-            lane.picking = if picking { lane.picking + 1 } else { lane.picking - 1 };
-        }
-        Some(&waiter.wake)
+        self.lanes.get_mut(tenant)?.set_picking(order, picking)
     }
 
     fn head_key(&self) -> Option<Head> {
@@ -207,12 +219,7 @@ impl Line {
     /// nobody waiting and no pass ahead of the clock are forgotten.
     fn leave(&mut self, tenant: &Tenant, order: Order, left: Left) {
         let before = self.head_key();
-        let removed = self.lanes.get_mut(tenant).and_then(|lane| {
-            let waiter = lane.waiting.remove(&order)?;
-            lane.picking -= usize::from(waiter.picking);
-            Some(waiter)
-        });
-        let Some(waiter) = removed else { return };
+        let Some(waiter) = self.lanes.get_mut(tenant).and_then(|lane| lane.remove(order)) else { return };
         if matches!(left, Left::Served { .. }) {
             let weight = self.lanes.get(tenant).map_or(1.0, |lane| lane.weight);
             self.charge(tenant, weight);

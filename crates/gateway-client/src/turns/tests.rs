@@ -11,6 +11,13 @@ fn tenant(name: &str) -> Tenant {
     Some(Arc::from(name))
 }
 
+/// Every lane's count of waiters picking is what its waiters say.
+fn counts_agree(turns: &Turns) {
+    for lane in turns.lock().lanes.values() {
+        assert_eq!(lane.picking, lane.waiting.values().filter(|w| w.picking).count());
+    }
+}
+
 /// Whether `place` heads the line (asked without letting it pick, as `is_first` does).
 fn heads(turns: &Turns, place: &Place) -> bool {
     turns.lock().head_key() == Some((place.tenant.clone(), place.order))
@@ -236,6 +243,7 @@ fn each_freed_slot_lets_the_next_waiter_go_in_the_lines_order() {
     for place in [&a1, &b1, &a2] {
         assert!(place.woken().now_or_never().is_some() && place.is_first());
     }
+    counts_agree(&turns);
     assert!(a3.woken().now_or_never().is_none() && !a3.is_first(), "three slots, three waiters");
     // Served without room, they wake nobody; one that gives its place up passes its slot on.
     a1.served(false);
@@ -251,6 +259,9 @@ fn each_freed_slot_lets_the_next_waiter_go_in_the_lines_order() {
     assert!(a3.woken().now_or_never().is_some() && a4.woken().now_or_never().is_none(), "the head's slot");
     turns.freed_elsewhere();
     assert!(a4.woken().now_or_never().is_some() && a4.is_first(), "one freed in another process goes to the next");
+    counts_agree(&turns);
+    drop((a3, a4));
+    assert!(turns.lock().lanes.values().all(|lane| lane.picking == 0), "nobody left picks");
 }
 
 #[test]
@@ -266,4 +277,5 @@ fn room_left_while_others_pick_is_theirs_first() {
     assert!(third.woken().now_or_never().is_none(), "the room the first saw may be the second's slot");
     second.served(true);
     assert!(third.woken().now_or_never().is_some() && third.is_first(), "room after both: the third goes");
+    counts_agree(&turns);
 }

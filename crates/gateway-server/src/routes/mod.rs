@@ -22,7 +22,8 @@ use crate::AppState;
 use crate::openai::{self, ApiError};
 use axum::body::Bytes;
 use axum::extract::{Path, Request as HttpRequest, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::header::CONTENT_TYPE;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use gateway_client::CallError;
 use gateway_core::request::{Kind, Object, Request, Response as GatewayResponse, Target};
@@ -30,6 +31,12 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+
+// Names made once, at compile time: a name given as a string is checked on every answer.
+const GATEWAY_SCOPE: HeaderName = HeaderName::from_static("x-gateway-scope");
+const GATEWAY_ATTEMPTS: HeaderName = HeaderName::from_static("x-gateway-attempts");
+const GATEWAY_SOURCE: HeaderName = HeaderName::from_static("x-gateway-source");
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 fn json_response(value: &Value) -> Response {
     ([("content-type", "application/json")], value.to_string()).into_response()
@@ -39,29 +46,28 @@ fn json_response(value: &Value) -> Response {
 /// served it: `x-gateway-source`, `x-gateway-attempts`, `x-gateway-scope`, and the provider's
 /// `x-request-id`.
 fn answer(scope: &str, response: GatewayResponse) -> Response {
-    let mut headers = vec![("x-gateway-scope", scope.to_owned()), ("x-gateway-attempts", response.attempts().to_string())];
-    if let Some(source) = response.source() {
-        headers.push(("x-gateway-source", source.to_owned()));
-    }
-    if let Some(id) = response.request_id() {
-        headers.push(("x-request-id", id.to_owned()));
-    }
+    let served = [
+        (GATEWAY_SCOPE, HeaderValue::from_str(scope).ok()),
+        (GATEWAY_ATTEMPTS, Some(HeaderValue::from(response.attempts()))),
+        (GATEWAY_SOURCE, response.source().and_then(|source| HeaderValue::from_str(source).ok())),
+        (REQUEST_ID, response.request_id().and_then(|id| HeaderValue::from_str(id).ok())),
+    ];
     let mut http = match response.raw_body() {
         Some(raw) => {
             let mut http = Response::new(axum::body::Body::from(raw.bytes.clone()));
             if let Ok(kind) = HeaderValue::from_str(&raw.content_type) {
-                http.headers_mut().insert("content-type", kind);
+                http.headers_mut().insert(CONTENT_TYPE, kind);
             }
             http
         }
         None => match response.sent() {
             // The provider's JSON as it wrote it (its numbers' digits, escapes and spacing).
-            Some(sent) => ([("content-type", "application/json")], sent.clone()).into_response(),
+            Some(sent) => ([(CONTENT_TYPE, HeaderValue::from_static("application/json"))], sent.clone()).into_response(),
             None => json_response(&Value::Object(response.into_body())),
         },
     };
-    for (name, value) in headers {
-        if let Ok(value) = HeaderValue::from_str(&value) {
+    for (name, value) in served {
+        if let Some(value) = value {
             http.headers_mut().insert(name, value);
         }
     }

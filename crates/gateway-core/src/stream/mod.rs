@@ -207,6 +207,10 @@ pub(crate) fn fails_from_its_opening(structured: Option<&Structured>, text: &str
 /// at a stream's commit point (by the call loop, whatever the transport) and of a whole answer
 /// (by each upstream adapter, before any fuller check).
 pub fn opening_failure<'a>(structured: Option<&Structured>, mut texts: impl Iterator<Item = &'a str>) -> Option<Outcome> {
+    // Without a JSON Schema check no opening fails: the texts are not worked out.
+    if !matches!(structured, Some(Structured::JsonSchema(_))) {
+        return None;
+    }
     texts.any(|text| fails_from_its_opening(structured, text)).then(|| Outcome::new(OutcomeClass::ResultInvalid, "not_json"))
 }
 

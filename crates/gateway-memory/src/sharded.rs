@@ -9,8 +9,8 @@
 //! swept, so expiry is never observable where the Redis gates would still hold the key.
 //!
 //! Keys are hashed with foldhash (randomly seeded per map, hashbrown's default), not std's
-//! SipHash: a call hashes its key twice per operation (shard, then map) several times, and
-//! SipHash's cost was ~3.6k instructions a proxied call in the proxy bench's profile.
+//! SipHash: each operation hashes its key twice (the shard, then the shard's map), a proxied
+//! call makes four, and SipHash's cost was ~3.6k instructions a call in the proxy bench's profile.
 
 use foldhash::fast::RandomState;
 use gateway_core::ports::SourceKey;

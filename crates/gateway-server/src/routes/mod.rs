@@ -43,15 +43,10 @@ fn json_response(value: &Value) -> Response {
 }
 
 /// A provider's answer, unchanged (JSON, or bytes with the provider's content type), with who
-/// served it: `x-gateway-source`, `x-gateway-attempts`, `x-gateway-scope`, and the provider's
-/// `x-request-id`.
+/// served it ([`ServedHeaders`]).
 fn answer(scope: &str, response: GatewayResponse) -> Response {
-    let served = [
-        (GATEWAY_SCOPE, HeaderValue::from_str(scope).ok()),
-        (GATEWAY_ATTEMPTS, Some(HeaderValue::from(response.attempts()))),
-        (GATEWAY_SOURCE, response.source().and_then(|source| HeaderValue::from_str(source).ok())),
-        (REQUEST_ID, response.request_id().and_then(|id| HeaderValue::from_str(id).ok())),
-    ];
+    let served = Served { source: response.source(), attempts: response.attempts(), request_id: response.request_id() };
+    let served = ServedHeaders::of(scope, Some(served));
     let mut http = match response.raw_body() {
         Some(raw) => {
             let mut http = Response::new(axum::body::Body::from(raw.bytes.clone()));
@@ -66,12 +61,44 @@ fn answer(scope: &str, response: GatewayResponse) -> Response {
             None => json_response(&Value::Object(response.into_body())),
         },
     };
-    for (name, value) in served {
-        if let Some(value) = value {
-            http.headers_mut().insert(name, value);
+    served.insert_into(http.headers_mut());
+    http
+}
+
+/// Who served a call: the source, the attempts the call made, the provider's request id.
+struct Served<'a> {
+    source: Option<&'a str>,
+    attempts: u32,
+    request_id: Option<&'a str>,
+}
+
+/// Who served an answer, as its headers: `x-gateway-scope`, and once it is known who serves it
+/// `x-gateway-attempts`, `x-gateway-source` and the provider's `x-request-id`. A value that
+/// cannot be a header's is left out.
+struct ServedHeaders([(HeaderName, Option<HeaderValue>); 4]);
+
+impl ServedHeaders {
+    fn of(scope: &str, served: Option<Served<'_>>) -> ServedHeaders {
+        let value = |v: Option<&str>| v.and_then(|v| HeaderValue::from_str(v).ok());
+        let (source, attempts, request_id) = match served {
+            Some(served) => (served.source, Some(HeaderValue::from(served.attempts)), served.request_id),
+            None => (None, None, None),
+        };
+        ServedHeaders([
+            (GATEWAY_SCOPE, value(Some(scope))),
+            (GATEWAY_ATTEMPTS, attempts),
+            (GATEWAY_SOURCE, value(source)),
+            (REQUEST_ID, value(request_id)),
+        ])
+    }
+
+    fn insert_into(self, headers: &mut HeaderMap) {
+        for (name, value) in self.0 {
+            if let Some(value) = value {
+                headers.insert(name, value);
+            }
         }
     }
-    http
 }
 
 /// Reads the body within the time and size limits. A body too large or too slow is answered

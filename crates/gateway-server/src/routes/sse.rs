@@ -10,7 +10,7 @@
 //! error event and the stream closes without a clean end. The call runs inside the body, so a
 //! dropped connection drops the call.
 
-use super::{cut, governed};
+use super::{Served, ServedHeaders, cut, governed};
 use crate::AppState;
 use crate::openai::{self, ApiError, Framing};
 use axum::body::Body;
@@ -45,17 +45,18 @@ pub(crate) async fn sse(
     let mut calling = start_stream(state.clone(), scope.clone(), tenant, request);
     let (relay, served) = match tokio::time::timeout(keepalive, &mut calling).await {
         Ok(Ok(stream)) => {
-            let served = served_by(&stream);
+            let served = Served { source: Some(stream.source()), attempts: stream.attempts(), request_id: stream.request_id() };
+            let served = ServedHeaders::of(&scope, Some(served));
             (Relay::Streaming(stream), served)
         }
         Ok(Err(error)) => return Err(error),
-        Err(_) => (Relay::Calling(calling), Vec::new()),
+        Err(_) => (Relay::Calling(calling), ServedHeaders::of(&scope, None)),
     };
     let body = futures_util::stream::unfold((relay, framing), move |(relay, framing)| {
         let state = state.clone();
         async move { next_event(relay, framing, &state, keepalive).await }
     });
-    Ok(event_stream(Body::from_stream(body), scope, served))
+    Ok(event_stream(Body::from_stream(body), served))
 }
 
 /// Starts the streamed call of `request` on `scope` (in `tenant`'s partition, if given), under
@@ -75,17 +76,6 @@ fn start_stream(
         })
         .await
     })
-}
-
-/// Who serves a committed stream: `x-gateway-source`, `x-gateway-attempts` and, when the
-/// provider sent one, its `x-request-id`.
-fn served_by(stream: &ChatStream) -> Vec<(&'static str, String)> {
-    let served = [
-        ("x-gateway-source", Some(stream.source().to_owned())),
-        ("x-gateway-attempts", Some(stream.attempts().to_string())),
-        ("x-request-id", stream.request_id().map(str::to_owned)),
-    ];
-    served.into_iter().filter_map(|(name, value)| Some((name, value?))).collect()
 }
 
 type Event = Option<(Result<String, Infallible>, (Relay, Framing))>;
@@ -126,17 +116,13 @@ async fn next_event(mut relay: Relay, mut framing: Framing, state: &AppState, ke
     }
 }
 
-/// The `text/event-stream` answer of `body`, with who serves it: `x-gateway-scope` and what
-/// `served` names.
-fn event_stream(body: Body, scope: String, served: Vec<(&'static str, String)>) -> Response {
+/// The `text/event-stream` answer of `body`, with who serves it (only the scope while the call
+/// has not committed).
+fn event_stream(body: Body, served: ServedHeaders) -> Response {
     let mut response = Response::new(body);
     let headers = response.headers_mut();
     headers.insert("content-type", HeaderValue::from_static("text/event-stream"));
     headers.insert("cache-control", HeaderValue::from_static("no-cache"));
-    for (name, value) in std::iter::once(("x-gateway-scope", scope)).chain(served) {
-        if let Ok(value) = HeaderValue::from_str(&value) {
-            headers.insert(name, value);
-        }
-    }
+    served.insert_into(headers);
     response
 }

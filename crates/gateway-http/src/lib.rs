@@ -348,7 +348,10 @@ fn build_source(
     let client = wire::reqwest_client(connect_timeout).map_err(|e| invalid("base_url", format!("cannot build an HTTP client: {e}")))?;
     let base_url = base_url.trim_end_matches('/').to_owned();
     let direct = match wire::is_direct(&parsed, proxies).map_err(|e| invalid("base_url", format!("value {e}")))? {
-        true => Some(wire::Direct::new(connect_timeout).map_err(|e| invalid("base_url", e))?),
+        true => {
+            let base = wire::uri(&parsed).map_err(|e| invalid("base_url", format!("value {e}")))?;
+            Some(wire::Direct::new(connect_timeout, &base).map_err(|e| invalid("base_url", e))?)
+        }
         false => None,
     };
     let mut endpoints = Vec::with_capacity(Kind::ALL.len());

@@ -152,18 +152,20 @@ impl GatewayClient {
         };
         // The primary scope's part of the call, while a fallback is to follow.
         let mut prior = None;
-        let primary =
-            match self.run_in::<D>(&serving, scope, tenant, request, &mut prior, fallback.is_some()).instrument(span.clone()).await {
-                Err(e) if falls_back_on(&e) => e,
-                Err(refused) if refused.result().is_none() => {
-                    // Refused before it started: no guard ended it.
-                    trace::refused(&span, &refused);
-                    return Err(refused);
-                }
-                done => return done,
-            };
+        // Each part's future is boxed (~6 KB inline: every future that awaits the call would be
+        // as large, and each move of one copies it all).
+        let primary = Box::pin(self.run_in::<D>(&serving, scope, tenant, request, &mut prior, fallback.is_some()));
+        let primary = match primary.instrument(span.clone()).await {
+            Err(e) if falls_back_on(&e) => e,
+            Err(refused) if refused.result().is_none() => {
+                // Refused before it started: no guard ended it.
+                trace::refused(&span, &refused);
+                return Err(refused);
+            }
+            done => return done,
+        };
         let Some(fallback) = fallback else { return Err(primary) };
-        let second = self.run_in::<D>(&serving, &fallback, tenant, request, &mut prior, false).instrument(span.clone()).await;
+        let second = Box::pin(self.run_in::<D>(&serving, &fallback, tenant, request, &mut prior, false)).instrument(span.clone()).await;
         if let Some(event) = prior {
             // The fallback refused the call before it started (a kind it does not serve, a
             // tenant it refuses): the primary's part is all of the call, its event and its error.

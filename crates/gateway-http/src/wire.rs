@@ -151,7 +151,8 @@ impl Direct {
             if let Some((authority, host)) = &self.host
                 && endpoint.authority() == Some(authority)
             {
-                request.headers_mut().insert(HOST, host.clone());
+                // A `Host` of the source's own configuration is kept, as hyper-util keeps it.
+                request.headers_mut().entry(HOST).or_insert_with(|| host.clone());
             }
             match self.client.request(request).await {
                 Ok(response) if response.status().is_redirection() && response.headers().contains_key(LOCATION) => return Ok(None),
@@ -260,7 +261,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_plain_http_request_carries_its_own_endpoints_host_once() {
+    async fn a_plain_http_request_carries_its_own_endpoints_host_once_unless_the_source_sets_one() {
         let answer = |_: &gateway_mock::Received| gateway_mock::Answer::json_text(200, "{}".to_owned());
         let (source, other) =
             (gateway_mock::MockServer::answering(answer).await.unwrap(), gateway_mock::MockServer::answering(answer).await.unwrap());
@@ -273,6 +274,9 @@ mod tests {
             let hosts: Vec<_> = received[0].headers.get_all(HOST).iter().collect();
             assert_eq!(hosts, [mock.addr().to_string().as_str()], "one Host, the endpoint's own");
         }
+        let configured = HeaderMap::from_iter([(HOST, HeaderValue::from_static("relay.example"))]);
+        direct.post(&endpoint(&source), &configured, &Bytes::from_static(b"{}")).await.unwrap().unwrap();
+        assert_eq!(source.received()[1].headers.get_all(HOST).iter().collect::<Vec<_>>(), ["relay.example"], "the source's own Host");
         assert_eq!(host_header(&"http://example.com:80/v1".parse().unwrap()).unwrap(), "example.com", "HTTP's own port is not named");
     }
 

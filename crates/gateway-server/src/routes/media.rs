@@ -32,14 +32,13 @@ pub(crate) async fn speech(State(state): State<Arc<AppState>>, request: HttpRequ
         async {
             let Scoped { tenant, body, model: scope, .. } = scoped_body(&state, request).await?;
             let request = openai::whole_request(Kind::Speech, body)?;
-            // Boxed, as `whole_call`'s call is.
-            let call = Box::pin(async {
+            let mut stream = governed(&state, async {
                 match tenant.as_deref() {
                     Some(tenant) => state.client.stream_as(&scope, tenant, &request).await,
                     None => state.client.stream(&scope, &request).await,
                 }
-            });
-            let mut stream = governed(&state, call).await?;
+            })
+            .await?;
             // The commit point is the first piece of audio: its content type heads the answer.
             let first = stream.next().await.transpose().map_err(|broken| openai::stream_broken(&broken, state.http().as_deref()))?;
             let kind = first.as_ref().and_then(bytes::content_type).unwrap_or("application/octet-stream").to_owned();

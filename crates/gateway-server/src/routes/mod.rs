@@ -175,18 +175,12 @@ async fn governed<T>(state: &AppState, call: impl Future<Output = Result<T, Call
 
 /// The call of `request` in `scope` (in `tenant`'s partition, if given), answered whole.
 async fn whole_call(state: &AppState, scope: &str, tenant: Option<&str>, request: &Request) -> Result<GatewayResponse, ApiError> {
-    // Boxed: the call's future (6.2 KB; 12.6 KB under `governed`) is moved once, into the box.
-    // Inline, it made the handler's future as large, and axum's layers moved that eight times a
-    // request (~15 k instructions of a proxied call in the proxy bench's profile).
-    governed(
-        state,
-        Box::pin(async {
-            match tenant {
-                Some(tenant) => state.client.call_as(scope, tenant, request).await,
-                None => state.client.call(scope, request).await,
-            }
-        }),
-    )
+    governed(state, async {
+        match tenant {
+            Some(tenant) => state.client.call_as(scope, tenant, request).await,
+            None => state.client.call(scope, request).await,
+        }
+    })
     .await
 }
 

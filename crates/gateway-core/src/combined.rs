@@ -236,6 +236,9 @@ pub trait AttemptGate: Send + Sync {
 
     /// Makes `records` in order. An error says none of them may have been made (a backend that
     /// makes them one by one goes on past a part that failed, and answers for those made).
+    /// A backend that answers later runs one scope's operations in the order they were sent: an
+    /// admission asked after this future was first polled finds what these records freed (the
+    /// next waiter goes as soon as they are on their way, SPEC §6).
     async fn record(&self, records: &Records<'_>) -> Result<Recorded, BackendError>;
 
     /// Whether this process stands in its scopes' lines across processes (a shared backend that

@@ -284,7 +284,7 @@ impl RedisConnection {
         let mut argv = Vec::with_capacity(1 + args.len());
         argv.push(Value::String(key.into()));
         argv.extend(args);
-        self.pool.with_options(&self.options).custom(CustomCommand::new(name, slot, false), argv).await.map_err(|e| {
+        self.client_for(slot).with_options(&self.options).custom(CustomCommand::new(name, slot, false), argv).await.map_err(|e| {
             let detail = format!("{name}: {e}");
             if is_script_error(&e) {
                 BackendError::Malformed { backend: "redis", key: key.to_owned(), detail }
@@ -316,7 +316,21 @@ impl RedisConnection {
         for part in args {
             argv.extend(part.iter().cloned());
         }
-        self.pool.with_options(&self.options).custom(CustomCommand::new("EVALSHA", slot, false), argv).await
+        self.client_for(slot).with_options(&self.options).custom(CustomCommand::new("EVALSHA", slot, false), argv).await
+    }
+
+    /// The pool's client a command on `slot` goes to. One scope's keys share a slot, so its
+    /// commands go on one connection, and Redis runs them in the order they were sent: a
+    /// release sent before a waiter's admission is made before it (the waiter goes as soon as
+    /// the release is on its way, `AttemptGate::record`), and commands sent together go out
+    /// together. Another connected client when that one is not connected; commands without a
+    /// key, round the pool.
+    fn client_for(&self, slot: Option<u16>) -> &Client {
+        let clients = self.pool.clients();
+        match slot.and_then(|slot| clients.get(usize::from(slot) % clients.len().max(1))) {
+            Some(client) if client.is_connected() => client,
+            _ => self.pool.next_connected(),
+        }
     }
 
     /// Loads `script`: on the one server; on a cluster, on the primary of `slot`, or on every
@@ -328,7 +342,7 @@ impl RedisConnection {
         let sha: String = if self.clustered && slot.is_none() {
             self.pool.script_load_cluster(script.lua.as_str()).await?
         } else {
-            self.pool
+            self.client_for(slot)
                 .with_options(&self.options)
                 .custom(CustomCommand::new("SCRIPT", slot, false), vec!["LOAD", script.lua.as_str()])
                 .await?

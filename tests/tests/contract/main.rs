@@ -46,6 +46,9 @@ const CASES: &[(&str, Case)] = &[
         Box::pin(concurrency::concurrent_try_enter_on_an_expired_open_gate_grants_one_probe(b))
     }),
     ("two_processes_see_one_gate", |b| Box::pin(concurrency::two_processes_see_one_gate(b))),
+    ("a_release_sent_before_an_admission_is_made_before_it", |b| {
+        Box::pin(concurrency::a_release_sent_before_an_admission_is_made_before_it(b))
+    }),
     ("quota_concurrency_frees_on_release", |b| Box::pin(quota::quota_concurrency_frees_on_release(b))),
     ("quota_leases_of_a_crashed_worker_expire", |b| Box::pin(quota::quota_leases_of_a_crashed_worker_expire(b))),
     ("quota_rpm_hints_when_the_oldest_start_leaves", |b| Box::pin(quota::quota_rpm_hints_when_the_oldest_start_leaves(b))),

@@ -182,8 +182,41 @@ pub(crate) async fn hand_back(
 ) {
     let records =
         Records { freed: Some(freed(scope)), ..ask_of(scope, source, 0, None).hand_back(lease.as_ref(), entry.as_ref(), permit.as_ref()) };
-    let recorded = holders.attempts.record(&records).await.unwrap_or_default();
-    scope.turns().freed(&scope.tenant, !recorded.elsewhere);
+    let (recorded, went) = release(holders, scope, &records).await;
+    if !went {
+        scope.turns().freed(&scope.tenant, !recorded.elsewhere);
+    }
+}
+
+/// Makes `records`, which free capacity in `scope` (records the backend cannot take are logged
+/// and counted by the adapter; the call goes on), and answers what was recorded and whether the
+/// next waiter here went already. A backend that answers later (Redis) runs one scope's
+/// operations in the order they were sent, so the next waiter goes as soon as the records are
+/// on their way: its admission, sent after them, finds what they freed, and the two round trips
+/// overlap instead of following each other (SPEC §6). Only while the scope's last release
+/// stayed in this process: once one went to an older waiter of another process, the next
+/// waiter here waits for the answer to say where this one went (the caller then lets it go,
+/// or not). An in-process backend answers at once, and the caller lets the waiter go.
+pub(crate) async fn release(holders: &Holders, scope: &Partition, records: &Records<'_>) -> (gateway_core::combined::Recorded, bool) {
+    let mut recording = holders.attempts.record(records);
+    let first = std::future::poll_fn(|cx| {
+        Poll::Ready(match recording.as_mut().poll(cx) {
+            Poll::Ready(answer) => Some(answer),
+            Poll::Pending => None,
+        })
+    })
+    .await;
+    let went = first.is_none() && !scope.turns().released_elsewhere();
+    if went {
+        scope.turns().freed(&scope.tenant, true);
+    }
+    let recorded = match first {
+        Some(answer) => answer,
+        None => recording.await,
+    }
+    .unwrap_or_default();
+    scope.turns().heard_release(recorded.elsewhere);
+    (recorded, went)
 }
 
 pub(crate) struct SourceAdmission {

@@ -120,13 +120,26 @@ pub(crate) struct Slot {
     permit: Option<Permit>,
     /// Its records handed what it freed to an older waiter of another process.
     freed_elsewhere: bool,
+    /// The next waiter went when its records were sent (`admission::release`).
+    next_went: bool,
 }
 
 impl Slot {
     /// A slot holding the local in-flight count of `source` (already counted by the caller) and,
     /// when the scope paces, its account's lease, before the gate is asked.
     pub(crate) fn counted(scope: Arc<Partition>, holders: Arc<Holders>, source: usize, pace: Option<PaceLease>) -> Self {
-        Slot { scope, holders, source, entry: None, inflight: true, pace, probe: false, permit: None, freed_elsewhere: false }
+        Slot {
+            scope,
+            holders,
+            source,
+            entry: None,
+            inflight: true,
+            pace,
+            probe: false,
+            permit: None,
+            freed_elsewhere: false,
+            next_went: false,
+        }
     }
 
     /// Whether its admission may have left room for the next waiter in line, who then tries at
@@ -245,9 +258,9 @@ impl Slot {
                 permit: self.permit.as_ref().map(|permit| PermitRecord { permit, actual_tokens }),
                 freed: Some(crate::admission::freed(&self.scope)),
             };
-            // Records the backend cannot take are logged and counted by the adapter; the call
-            // goes on.
-            self.holders.attempts.record(&records).await.unwrap_or_default()
+            let (recorded, went) = crate::admission::release(&self.holders, &self.scope, &records).await;
+            self.next_went = went;
+            recorded
         };
         if let Some(limit) = recorded.limit {
             // A 429 is what the pacer reads as noise or as our own load.
@@ -277,7 +290,7 @@ impl Drop for Slot {
         // capacity is free once what it still holds is released, and the oldest waiter's turn.
         let made = self.entry.is_some();
         if probe.is_none() && permit.is_none() && pace.is_none() {
-            if made {
+            if made && !self.next_went {
                 self.scope.turns().freed(&self.scope.tenant, !self.freed_elsewhere);
             }
             return;

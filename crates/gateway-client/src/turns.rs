@@ -20,6 +20,7 @@
 
 use gateway_core::time::Timestamp;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::Notify;
 
@@ -243,6 +244,9 @@ impl Line {
 #[derive(Default)]
 pub(crate) struct Turns {
     line: Mutex<Line>,
+    /// The last release answered in this scope handed what it freed to an older waiter of
+    /// another process.
+    released_elsewhere: AtomicBool,
 }
 
 /// A call's place in the line; dropping it leaves the line (and passes the turn on when it was
@@ -263,6 +267,17 @@ impl Turns {
     pub(crate) fn waiting(&self) -> Vec<(Tenant, usize)> {
         let line = self.lock();
         line.lanes.iter().filter(|(_, lane)| !lane.waiting.is_empty()).map(|(tenant, lane)| (tenant.clone(), lane.waiting.len())).collect()
+    }
+
+    /// Whether the last release answered in this scope handed what it freed to an older waiter
+    /// of another process: the next one lets a waiter here go only once it is answered.
+    pub(crate) fn released_elsewhere(&self) -> bool {
+        self.released_elsewhere.load(Ordering::Relaxed)
+    }
+
+    /// A release was answered: `elsewhere`, it handed what it freed to another process.
+    pub(crate) fn heard_release(&self, elsewhere: bool) {
+        self.released_elsewhere.store(elsewhere, Ordering::Relaxed);
     }
 
     /// Whether any call waits in the line now.

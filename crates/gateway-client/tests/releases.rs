@@ -1,0 +1,118 @@
+//! When a release lets the next waiter go (SPEC §6), on a shared backend as the client meets
+//! Redis: each operation is made when it is sent, in the order sent, and answered a round trip
+//! later. The next waiter goes as soon as a release is on its way (its admission, sent after it,
+//! finds what it freed), not a round trip later; once a release went to another process's
+//! waiter, the next one waits for its answer.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use async_trait::async_trait;
+use gateway_client::{Collector, GatewayClient, Preset, TokioClock};
+use gateway_core::combined::{Admission, Admit, AttemptGate, InOrder, Recorded, Records};
+use gateway_core::ports::BackendError;
+use gateway_core::time::Clock;
+use gateway_memory::{MemoryGates, MemoryPacer, MemoryQuota};
+use gateway_mock::{ScriptedUpstream, Step};
+use serde_json::json;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use support::{chat, sources};
+
+/// A round trip to the shared backend.
+const TRIP: Duration = Duration::from_millis(50);
+
+/// The memory backend reached as Redis is: each operation made when sent, answered `TRIP`
+/// later; the first `elsewhere` releases answer that what they freed went to another process.
+struct RoundTrips {
+    made: InOrder,
+    clock: Arc<dyn Clock>,
+    elsewhere: AtomicUsize,
+    /// When each admission was asked, in virtual ms.
+    asked: Mutex<Vec<u64>>,
+}
+
+#[async_trait]
+impl AttemptGate for RoundTrips {
+    async fn admit(&self, ask: &Admit<'_>) -> Result<Admission, BackendError> {
+        self.asked.lock().unwrap().push(self.clock.now().as_millis());
+        let admission = self.made.admit(ask).await;
+        tokio::time::sleep(TRIP).await;
+        admission
+    }
+
+    async fn record(&self, records: &Records<'_>) -> Result<Recorded, BackendError> {
+        let mut recorded = self.made.record(records).await?;
+        recorded.elsewhere = self.elsewhere.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok();
+        tokio::time::sleep(TRIP).await;
+        Ok(recorded)
+    }
+
+    fn stands_in_line(&self) -> bool {
+        true
+    }
+}
+
+/// A client on one source of one place (`max_concurrency` 1) whose answers take 500 ms, on
+/// `RoundTrips` answering `elsewhere` releases as handed to another process; waiters poll
+/// every 5 s, so that only a release wakes one within the test.
+fn client(elsewhere: usize) -> (GatewayClient, Arc<RoundTrips>) {
+    let clock = Arc::new(TokioClock::new());
+    let (gates, quota, pacer) =
+        (Arc::new(MemoryGates::new(clock.clone())), Arc::new(MemoryQuota::new(clock.clone())), Arc::new(MemoryPacer::new(clock.clone())));
+    let attempts = Arc::new(RoundTrips {
+        made: InOrder { gates: gates.clone(), quota: quota.clone(), pacer },
+        clock: clock.clone(),
+        elsewhere: AtomicUsize::new(elsewhere),
+        asked: Mutex::default(),
+    });
+    let upstream = ScriptedUpstream::new();
+    upstream.plan("s1", |_| (Step::Ok, Duration::from_millis(500)));
+    let policy = sources(1, json!({"poll_interval_s": 5, "sources": {"s1": {"max_concurrency": 1, "timeout_s": 30}}}));
+    let client = GatewayClient::builder()
+        .preset(Preset::Default)
+        .scope(policy)
+        .gates(gates)
+        .quota(quota)
+        .attempts(attempts.clone())
+        .upstream(upstream)
+        .telemetry(Arc::new(Collector::new()))
+        .clock(clock)
+        .seed(7)
+        .build()
+        .unwrap();
+    (client, attempts)
+}
+
+/// Calls started at each of `starts` (ms), all answered.
+async fn calls(client: &GatewayClient, starts: &[u64]) {
+    let calls = starts.iter().map(|&start| async move {
+        tokio::time::sleep(Duration::from_millis(start)).await;
+        client.call("chat", &chat()).await.unwrap();
+    });
+    futures_util::future::join_all(calls).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_next_waiter_goes_as_soon_as_the_release_is_on_its_way() {
+    let (client, backend) = client(0);
+    calls(&client, &[0, 10]).await;
+    // The first call is admitted at 0 (answered at 50), served until 550, and releases its
+    // place then; the second, refused at 10, asks again the moment the release is sent.
+    assert_eq!(*backend.asked.lock().unwrap(), [0, 10, 550]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_a_release_went_to_another_process_the_next_waits_for_its_answer() {
+    let (client, backend) = client(1);
+    calls(&client, &[0, 10, 20]).await;
+    // The first release (550) goes out before the client knows where it will go: the second
+    // call asks at once, and gets the place (nobody else took it). Its admission, answered at
+    // 600, lets the third try (a scope that does not pace cannot tell whether room is left; it
+    // is refused). The first release's answer (600) says it went to another process's waiter,
+    // so the second call's own release (1 100) lets the third ask again only when it is
+    // answered (1 150), and stayed here.
+    assert_eq!(*backend.asked.lock().unwrap(), [0, 10, 20, 550, 600, 1150]);
+}

@@ -9,7 +9,7 @@ use crate::partition::Partition;
 use crate::slot::{Holders, Slot};
 use gateway_core::admission::SkipReason;
 use gateway_core::breaker::Reply;
-use gateway_core::combined::{Admission, Admit, Freed, GateAsk, InLine, PaceAsk, PermitAsk, Records};
+use gateway_core::combined::{Admission, Admit, Freed, GateAsk, InLine, PaceAsk, PermitAsk, Recorded, Records};
 use gateway_core::ports::{BackendError, PaceLease, Permit, Telemetry};
 use gateway_core::select::demote;
 use gateway_core::time::{Clock, Timestamp};
@@ -150,7 +150,7 @@ impl Drop for InFlight {
         let (holders, scope, source) = (self.holders.clone(), self.scope.clone(), self.source);
         let finish = async move {
             if let Ok(Admission::Admitted { lease, entry, permit }) = admission.await {
-                hand_back(&holders, &scope, source, lease, Some(entry), permit).await;
+                hand_back(&holders, &scope, source, lease, Some(entry), permit, false).await;
             }
         };
         match tokio::runtime::Handle::try_current() {
@@ -170,8 +170,9 @@ pub(crate) fn freed(scope: &Partition) -> Freed {
 
 /// Hands back what an attempt of `source` holds and never used (its account's place, its
 /// probe lease when `entry` granted one, its permit), through the attempt gate (on Redis one
-/// script, which hands what it frees to the process whose waiter is oldest), and wakes the
-/// oldest waiter here unless another process's was told.
+/// script, which hands what it frees to the process whose waiter is oldest), and lets the next
+/// waiter here go unless another process's was told, or `next_went`: one went already for
+/// this place (the attempt's records were sent, then dropped before their answer).
 pub(crate) async fn hand_back(
     holders: &Holders,
     scope: &Partition,
@@ -179,35 +180,32 @@ pub(crate) async fn hand_back(
     lease: Option<PaceLease>,
     entry: Option<Reply>,
     permit: Option<Permit>,
+    mut next_went: bool,
 ) {
     let records =
         Records { freed: Some(freed(scope)), ..ask_of(scope, source, 0, None).hand_back(lease.as_ref(), entry.as_ref(), permit.as_ref()) };
-    let (recorded, went) = release(holders, scope, &records).await;
-    if !went {
+    let recorded = release(holders, scope, &records, &mut next_went).await;
+    if !next_went {
         scope.turns().freed(&scope.tenant, !recorded.elsewhere);
     }
 }
 
 /// Makes `records`, which free capacity in `scope` (records the backend cannot take are logged
-/// and counted by the adapter; the call goes on), and answers what was recorded and whether the
-/// next waiter here went already. A backend that answers later (Redis) runs one scope's
-/// operations in the order they were sent, so the next waiter goes as soon as the records are
-/// on their way: its admission, sent after them, finds what they freed, and the two round trips
-/// overlap instead of following each other (SPEC §6). Only while the scope's last release
-/// stayed in this process: once one went to an older waiter of another process, the next
-/// waiter here waits for the answer to say where this one went (the caller then lets it go,
-/// or not). An in-process backend answers at once, and the caller lets the waiter go.
-pub(crate) async fn release(holders: &Holders, scope: &Partition, records: &Records<'_>) -> (gateway_core::combined::Recorded, bool) {
+/// and counted by the adapter; the call goes on), and answers what was recorded. A backend that
+/// answers later (Redis) runs one scope's operations in the order they were sent, so the next
+/// waiter here goes as soon as the records are on their way: its admission, sent after them,
+/// finds what they freed, and the two round trips overlap instead of following each other
+/// (SPEC §6). Only while the scope's last release stayed in this process: once one went to an
+/// older waiter of another process, the next waiter here waits for the answer to say where
+/// this one went (the caller then lets it go, or not). An in-process backend answers at once,
+/// and the caller lets the waiter go. `next_went` is set the moment a waiter goes (a caller
+/// whose future is dropped before the answer must not let another go for the same place);
+/// already set, nobody is let go.
+pub(crate) async fn release(holders: &Holders, scope: &Partition, records: &Records<'_>, next_went: &mut bool) -> Recorded {
     let mut recording = holders.attempts.record(records);
-    let first = std::future::poll_fn(|cx| {
-        Poll::Ready(match recording.as_mut().poll(cx) {
-            Poll::Ready(answer) => Some(answer),
-            Poll::Pending => None,
-        })
-    })
-    .await;
-    let went = first.is_none() && !scope.turns().released_elsewhere();
-    if went {
+    let first = crate::slot::poll_once(recording.as_mut()).await;
+    if first.is_none() && !*next_went && !scope.turns().released_elsewhere() {
+        *next_went = true;
         scope.turns().freed(&scope.tenant, true);
     }
     let recorded = match first {
@@ -215,8 +213,11 @@ pub(crate) async fn release(holders: &Holders, scope: &Partition, records: &Reco
         None => recording.await,
     }
     .unwrap_or_default();
-    scope.turns().heard_release(recorded.elsewhere);
-    (recorded, went)
+    // Only a release of shared capacity is handed on in the line (`Records::freed`).
+    if records.pace.is_some() || records.permit.is_some() {
+        scope.turns().heard_release(recorded.elsewhere);
+    }
+    recorded
 }
 
 pub(crate) struct SourceAdmission {

@@ -86,8 +86,7 @@ impl Holders {
         mut records: Pin<Box<dyn Future<Output = ()> + Send>>,
     ) {
         // All the way on an in-process backend.
-        let done = std::future::poll_fn(|cx| Poll::Ready(records.as_mut().poll(cx).is_ready())).await;
-        if !done {
+        if poll_once(records.as_mut()).await.is_none() {
             let (holders, scope) = (self.clone(), scope.clone());
             let background = async move {
                 if tokio::time::timeout(holders.record_timeout, records).await.is_err() {
@@ -103,6 +102,18 @@ impl Holders {
         self.dropped_records.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(source = scope_name(scope, source), why, "attempt's records dropped; its leases expire by themselves");
     }
+}
+
+/// Polls `future` once: its answer if it had one then (it is not to be polled again), else
+/// `None` (what it sends on its first poll is on its way).
+pub(crate) async fn poll_once<T>(mut future: Pin<&mut (dyn Future<Output = T> + Send + '_)>) -> Option<T> {
+    std::future::poll_fn(|cx| {
+        Poll::Ready(match future.as_mut().poll(cx) {
+            Poll::Ready(answer) => Some(answer),
+            Poll::Pending => None,
+        })
+    })
+    .await
 }
 
 pub(crate) struct Slot {
@@ -258,9 +269,7 @@ impl Slot {
                 permit: self.permit.as_ref().map(|permit| PermitRecord { permit, actual_tokens }),
                 freed: Some(crate::admission::freed(&self.scope)),
             };
-            let (recorded, went) = crate::admission::release(&self.holders, &self.scope, &records).await;
-            self.next_went = went;
-            recorded
+            crate::admission::release(&self.holders, &self.scope, &records, &mut self.next_went).await
         };
         if let Some(limit) = recorded.limit {
             // A 429 is what the pacer reads as noise or as our own load.
@@ -299,7 +308,8 @@ impl Drop for Slot {
         let releases = self.holders.releases.clone();
         // The probe lease is still held only while `probe` is (the records clear it).
         let entry = self.entry.filter(|_| self.probe);
-        let release = async move { crate::admission::hand_back(&holders, &scope, source, pace, entry, permit).await };
+        let next_went = self.next_went;
+        let release = async move { crate::admission::hand_back(&holders, &scope, source, pace, entry, permit, next_went).await };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => drop(releases.spawn_on(release, &runtime)),
             // No runtime to release on: the probe lease and the permit lease expire by themselves.

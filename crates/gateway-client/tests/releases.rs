@@ -24,11 +24,16 @@ use support::{chat, sources};
 /// A round trip to the shared backend.
 const TRIP: Duration = Duration::from_millis(50);
 
-/// The memory backend reached as Redis is: each operation made when sent, answered `TRIP`
-/// later; the first `elsewhere` releases answer that what they freed went to another process.
+/// How long the client lets a record take.
+const RECORD_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// The memory backend reached as Redis is: each operation made when sent, an admission answered
+/// `TRIP` later and a release `answered` later; the first `elsewhere` releases answer that what
+/// they freed went to another process.
 struct RoundTrips {
     made: InOrder,
     clock: Arc<dyn Clock>,
+    answered: Duration,
     elsewhere: AtomicUsize,
     /// When each admission was asked, in virtual ms.
     asked: Mutex<Vec<u64>>,
@@ -46,7 +51,7 @@ impl AttemptGate for RoundTrips {
     async fn record(&self, records: &Records<'_>) -> Result<Recorded, BackendError> {
         let mut recorded = self.made.record(records).await?;
         recorded.elsewhere = self.elsewhere.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok();
-        tokio::time::sleep(TRIP).await;
+        tokio::time::sleep(self.answered).await;
         Ok(recorded)
     }
 
@@ -56,15 +61,16 @@ impl AttemptGate for RoundTrips {
 }
 
 /// A client on one source of one place (`max_concurrency` 1) whose answers take 500 ms, on
-/// `RoundTrips` answering `elsewhere` releases as handed to another process; waiters poll
-/// every 5 s, so that only a release wakes one within the test.
-fn client(elsewhere: usize) -> (GatewayClient, Arc<RoundTrips>) {
+/// `RoundTrips` answering releases `answered` later and `elsewhere` of them as handed to another
+/// process; waiters poll every 5 s, so that only a release wakes one within the test.
+fn client(elsewhere: usize, answered: Duration) -> (GatewayClient, Arc<RoundTrips>) {
     let clock = Arc::new(TokioClock::new());
     let (gates, quota, pacer) =
         (Arc::new(MemoryGates::new(clock.clone())), Arc::new(MemoryQuota::new(clock.clone())), Arc::new(MemoryPacer::new(clock.clone())));
     let attempts = Arc::new(RoundTrips {
         made: InOrder { gates: gates.clone(), quota: quota.clone(), pacer },
         clock: clock.clone(),
+        answered,
         elsewhere: AtomicUsize::new(elsewhere),
         asked: Mutex::default(),
     });
@@ -79,6 +85,7 @@ fn client(elsewhere: usize) -> (GatewayClient, Arc<RoundTrips>) {
         .attempts(attempts.clone())
         .upstream(upstream)
         .telemetry(Arc::new(Collector::new()))
+        .background_records(64, RECORD_TIMEOUT)
         .clock(clock)
         .seed(7)
         .build()
@@ -97,7 +104,7 @@ async fn calls(client: &GatewayClient, starts: &[u64]) {
 
 #[tokio::test(start_paused = true)]
 async fn the_next_waiter_goes_as_soon_as_the_release_is_on_its_way() {
-    let (client, backend) = client(0);
+    let (client, backend) = client(0, TRIP);
     calls(&client, &[0, 10]).await;
     // The first call is admitted at 0 (answered at 50), served until 550, and releases its
     // place then; the second, refused at 10, asks again the moment the release is sent.
@@ -106,7 +113,7 @@ async fn the_next_waiter_goes_as_soon_as_the_release_is_on_its_way() {
 
 #[tokio::test(start_paused = true)]
 async fn after_a_release_went_to_another_process_the_next_waits_for_its_answer() {
-    let (client, backend) = client(1);
+    let (client, backend) = client(1, TRIP);
     calls(&client, &[0, 10, 20]).await;
     // The first release (550) goes out before the client knows where it will go: the second
     // call asks at once, and gets the place (nobody else took it). Its admission, answered at
@@ -115,4 +122,15 @@ async fn after_a_release_went_to_another_process_the_next_waits_for_its_answer()
     // so the second call's own release (1 100) lets the third ask again only when it is
     // answered (1 150), and stayed here.
     assert_eq!(*backend.asked.lock().unwrap(), [0, 10, 20, 550, 600, 1150]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_release_dropped_before_its_answer_lets_nobody_else_go_for_its_place() {
+    // Releases are never answered; the client drops each after the 100 ms a record may take.
+    let (client, backend) = client(0, Duration::from_secs(3600));
+    calls(&client, &[0, 10, 20]).await;
+    // The first release (550) lets the second call go; its admission, answered at 600, lets the
+    // third try. The release, dropped at 650, hands back what it still holds and lets nobody
+    // else go for the place: the third asks again when the second call's release is sent.
+    assert_eq!(*backend.asked.lock().unwrap(), [0, 10, 20, 550, 600, 1100]);
 }

@@ -238,7 +238,8 @@ pub trait AttemptGate: Send + Sync {
     /// makes them one by one goes on past a part that failed, and answers for those made).
     /// A backend that answers later runs one scope's operations in the order they were sent: an
     /// admission asked after this future was first polled finds what these records freed (the
-    /// next waiter goes as soon as they are on their way, SPEC §6).
+    /// next waiter goes as soon as they are on their way, SPEC §6; one run out of order, as on a
+    /// script's reload, costs that waiter its fallback poll, as a lost wake-up does).
     async fn record(&self, records: &Records<'_>) -> Result<Recorded, BackendError>;
 
     /// Whether this process stands in its scopes' lines across processes (a shared backend that

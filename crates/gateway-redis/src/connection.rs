@@ -320,17 +320,15 @@ impl RedisConnection {
     }
 
     /// The pool's client a command on `slot` goes to. One scope's keys share a slot, so its
-    /// commands go on one connection, and Redis runs them in the order they were sent: a
-    /// release sent before a waiter's admission is made before it (the waiter goes as soon as
-    /// the release is on its way, `AttemptGate::record`), and commands sent together go out
-    /// together. Another connected client when that one is not connected; commands without a
-    /// key, round the pool.
+    /// commands go on one connection, and Redis runs them in the order they were sent (a release
+    /// sent before a waiter's admission is made before it: `AttemptGate::record`); while that
+    /// client is not connected, the next connected one after it, the same for every command of
+    /// the slot. Commands without a key: round the pool.
     fn client_for(&self, slot: Option<u16>) -> &Client {
         let clients = self.pool.clients();
-        match slot.and_then(|slot| clients.get(usize::from(slot) % clients.len().max(1))) {
-            Some(client) if client.is_connected() => client,
-            _ => self.pool.next_connected(),
-        }
+        let Some(first) = slot.map(|slot| usize::from(slot) % clients.len().max(1)) else { return self.pool.next_connected() };
+        let mut after = clients.iter().skip(first).chain(clients.iter().take(first));
+        after.find(|client| client.is_connected()).unwrap_or_else(|| self.pool.next_connected())
     }
 
     /// Loads `script`: on the one server; on a cluster, on the primary of `slot`, or on every

@@ -213,8 +213,8 @@ pub(crate) async fn release(holders: &Holders, scope: &Partition, records: &Reco
         None => recording.await,
     }
     .unwrap_or_default();
-    // Only a release of shared capacity is handed on in the line (`Records::freed`).
-    if records.pace.is_some() || records.permit.is_some() {
+    // Only a release of shared capacity is handed on in the line.
+    if records.handed_on().is_some() {
         scope.turns().heard_release(recorded.elsewhere);
     }
     recorded

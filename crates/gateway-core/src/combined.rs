@@ -86,6 +86,12 @@ impl Records<'_> {
     pub fn key(&self) -> Option<&SourceKey> {
         self.gate.map(|g| g.key).or(self.pace.map(|p| &p.lease.key)).or(self.permit.map(|p| &p.permit.key))
     }
+
+    /// What the records tell their scope's line across processes: `freed`, when they free
+    /// shared capacity (an account's place or a permit; a gate's record alone frees none).
+    pub fn handed_on(&self) -> Option<Freed> {
+        self.freed.filter(|_| self.pace.is_some() || self.permit.is_some())
+    }
 }
 
 /// What the records answered: the account's limit after its release and the gate's reply, each

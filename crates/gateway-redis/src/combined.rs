@@ -144,7 +144,7 @@ impl AttemptGate for RedisAttempts {
             plan.push('r');
             push_part(&mut args, self.quota.release_args(permit.permit));
         }
-        if let Some(freed) = records.freed.filter(|_| records.pace.is_some() || records.permit.is_some()) {
+        if let Some(freed) = records.handed_on() {
             plan.push('w');
             keys.extend(keys::line(key)?.map(|k| Value::String(k.into())));
             let channel = Value::String(keys::freed_channels(&key.scope).into());

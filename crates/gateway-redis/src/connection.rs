@@ -151,6 +151,8 @@ impl RedisConnection {
         let clustered = fred_config.server.is_clustered();
         let pool = Builder::from_config(fred_config)
             .with_connection_config(|c| {
+                // No Nagle: a command written behind an unacknowledged one would wait for its ACK.
+                c.tcp.nodelay = Some(true);
                 c.connection_timeout = config.connect_timeout;
                 c.internal_command_timeout = config.connect_timeout;
                 c.max_command_attempts = 1;

@@ -29,7 +29,10 @@ pub fn watch_freed(conn: &Arc<RedisConnection>, on_freed: impl Fn(&str) -> bool 
             // Not there yet: keep trying, by the policy (the first connection included).
             c.fail_fast = false;
             Builder::from_config(c)
-                .with_connection_config(|c| c.connection_timeout = connect_timeout)
+                .with_connection_config(|c| {
+                    c.connection_timeout = connect_timeout;
+                    c.tcp.nodelay = Some(true);
+                })
                 .set_policy(policy)
                 .build_subscriber_client()
         }) {

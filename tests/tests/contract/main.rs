@@ -78,6 +78,7 @@ const REDIS_CASES: &[(&str, Case)] = &[
     ("the_encoded_arguments_are_bounded_with_churning_gates", |b| {
         Box::pin(redis_only::the_encoded_arguments_are_bounded_with_churning_gates(b))
     }),
+    ("every_connection_to_redis_sends_at_once", |b| Box::pin(redis_only::every_connection_to_redis_sends_at_once(b))),
     ("freed_capacity_goes_to_the_process_whose_waiter_is_oldest", |b| {
         Box::pin(line::freed_capacity_goes_to_the_process_whose_waiter_is_oldest(b))
     }),

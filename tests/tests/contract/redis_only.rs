@@ -59,3 +59,16 @@ pub async fn the_encoded_arguments_are_bounded_with_churning_gates(b: Backend) {
     assert!(redis.encoded_len() <= 4_096, "{} gates' arguments kept", redis.encoded_len());
     assert!(redis.encoded_len() > 0);
 }
+
+/// Every connection of the pool sends at once (`TCP_NODELAY`): one scope's commands share a
+/// connection, and under Nagle's algorithm a command written while an earlier one is
+/// unacknowledged waits for that acknowledgement (on a network: a round trip, or a delayed
+/// ACK's 40 ms).
+pub async fn every_connection_to_redis_sends_at_once(b: Backend) {
+    let redis = b.redis_gates().unwrap();
+    let clients = redis.connection().pool().clients();
+    assert!(!clients.is_empty());
+    for client in clients {
+        assert_eq!(client.connection_config().tcp.nodelay, Some(true), "a pool client leaves Nagle's algorithm on");
+    }
+}

@@ -9,6 +9,7 @@
 //! promoted from a replica, SCRIPT FLUSH) is given the script again: the reload goes where the
 //! EVALSHA went.
 
+use crate::redact::redact;
 use crate::scripts::{Script, Scripts};
 use fred::prelude::*;
 use fred::types::CustomCommand;
@@ -76,24 +77,6 @@ impl std::fmt::Debug for RedisConfig {
     }
 }
 
-/// `redis://user:secret@host` → `redis://host`, and a Sentinel URL's
-/// `sentinelPassword=secret` → `sentinelPassword=***`: credentials never reach logs or errors.
-fn redact(url: &str) -> String {
-    let url = match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => format!("{}{}", &url[..scheme + 3], &url[at + 1..]),
-        _ => url.to_owned(),
-    };
-    const SENTINEL_PASSWORD: &str = "sentinelPassword=";
-    match url.find(SENTINEL_PASSWORD) {
-        Some(at) => {
-            let start = at + SENTINEL_PASSWORD.len();
-            let end = url[start..].find('&').map_or(url.len(), |len| start + len);
-            format!("{}***{}", &url[..start], &url[end..])
-        }
-        None => url,
-    }
-}
-
 /// A pool of connections to one Redis (or one Redis Cluster), with the scripts loaded. Share it
 /// (`Arc`) between the gates and the quota of a process.
 pub struct RedisConnection {
@@ -130,6 +113,14 @@ impl RedisConfig {
         let ms = |d: Duration| ms(d).min(u64::from(u32::MAX)) as u32;
         ReconnectPolicy::new_exponential(0, ms(self.reconnect_min), ms(self.reconnect_max), 2)
     }
+
+    /// What every connection made by this configuration sets (the pool's and `watch_freed`'s):
+    /// the connect timeout, and no Nagle (a command written behind an unacknowledged one would
+    /// wait for its ACK).
+    pub(crate) fn connection(&self, c: &mut ConnectionConfig) {
+        c.connection_timeout = self.connect_timeout;
+        c.tcp.nodelay = Some(true);
+    }
 }
 
 fn ms(d: Duration) -> u64 {
@@ -151,9 +142,7 @@ impl RedisConnection {
         let clustered = fred_config.server.is_clustered();
         let pool = Builder::from_config(fred_config)
             .with_connection_config(|c| {
-                // No Nagle: a command written behind an unacknowledged one would wait for its ACK.
-                c.tcp.nodelay = Some(true);
-                c.connection_timeout = config.connect_timeout;
+                config.connection(c);
                 c.internal_command_timeout = config.connect_timeout;
                 c.max_command_attempts = 1;
             })
@@ -388,7 +377,7 @@ fn is_script_error(e: &Error) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{is_script_error, redact};
+    use super::is_script_error;
     use fred::error::{Error, ErrorKind};
 
     #[test]
@@ -434,19 +423,5 @@ mod tests {
         assert!(sentinel.server.is_sentinel());
         assert_eq!(sentinel.server.hosts().len(), 2);
         assert!(Config::from_url("redis-sentinel://127.0.0.1:26379").is_err(), "the service name is required");
-    }
-
-    #[test]
-    fn credentials_are_redacted() {
-        assert_eq!(redact("redis://user:hunter2@10.0.0.1:6379/0"), "redis://10.0.0.1:6379/0");
-        assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
-        assert_eq!(
-            redact("redis-cluster://:pw@127.0.0.1:7001?node=127.0.0.1:7002&node=127.0.0.1:7003"),
-            "redis-cluster://127.0.0.1:7001?node=127.0.0.1:7002&node=127.0.0.1:7003"
-        );
-        assert_eq!(
-            redact("redis-sentinel://u:pw@s1:26379/0?sentinelServiceName=gw&sentinelPassword=hunter2&node=s2:26379"),
-            "redis-sentinel://s1:26379/0?sentinelServiceName=gw&sentinelPassword=***&node=s2:26379"
-        );
     }
 }

@@ -21,20 +21,14 @@ use std::sync::Arc;
 /// stands in the lines it waits in. The task ends with the runtime.
 pub fn watch_freed(conn: &Arc<RedisConnection>, on_freed: impl Fn(&str) -> bool + Send + Sync + 'static) -> tokio::task::JoinHandle<()> {
     let config = conn.config();
-    let (url, connect_timeout, policy) = (config.url.clone(), config.connect_timeout, config.reconnect_policy());
+    let (config, policy) = (config.clone(), config.reconnect_policy());
     let conn = conn.clone();
     conn.mark_watched();
     tokio::spawn(async move {
-        let subscriber = match Config::from_url(&url).and_then(|mut c| {
+        let subscriber = match Config::from_url(&config.url).and_then(|mut c| {
             // Not there yet: keep trying, by the policy (the first connection included).
             c.fail_fast = false;
-            Builder::from_config(c)
-                .with_connection_config(|c| {
-                    c.connection_timeout = connect_timeout;
-                    c.tcp.nodelay = Some(true);
-                })
-                .set_policy(policy)
-                .build_subscriber_client()
+            Builder::from_config(c).with_connection_config(|c| config.connection(c)).set_policy(policy).build_subscriber_client()
         }) {
             Ok(subscriber) => subscriber,
             Err(error) => {

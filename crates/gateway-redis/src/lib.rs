@@ -31,6 +31,7 @@ mod gates;
 mod keys;
 mod pacer;
 mod quota;
+mod redact;
 mod scripts;
 
 pub use connection::{RedisConfig, RedisConnection};

@@ -6,7 +6,7 @@
 use crate::call::CallState;
 use crate::error::CallError;
 use crate::partition::Partition;
-use crate::slot::{Holders, Slot};
+use crate::slot::{Carried, Holders, Slot};
 use gateway_core::admission::SkipReason;
 use gateway_core::breaker::Reply;
 use gateway_core::combined::{Admission, Admit, Freed, GateAsk, InLine, PaceAsk, PermitAsk, Recorded, Records};
@@ -100,11 +100,18 @@ async fn admit(
     holders: &Arc<Holders>,
     scope: &Arc<Partition>,
     source: usize,
-    tokens: u32,
-    line: Option<InLine>,
+    (tokens, line): (u32, Option<InLine>),
+    carried: Option<Carried>,
 ) -> Result<Admission, BackendError> {
     let (owned, partition) = (holders.clone(), scope.clone());
-    let admission = Box::pin(async move { owned.attempts.admit(&ask_of(&partition, source, tokens, line)).await });
+    let admission = Box::pin(async move {
+        let ask = ask_of(&partition, source, tokens, line);
+        match carried {
+            // The records the call was let go with, made first, in the same operation.
+            Some(carried) => carried.then_admit(owned.attempts.as_ref(), &ask).await,
+            None => owned.attempts.admit(&ask).await,
+        }
+    });
     InFlight { admission: Some(admission), holders: holders.clone(), scope: scope.clone(), source }.await
 }
 
@@ -241,7 +248,15 @@ impl SourceAdmission {
     }
 
     /// The first runnable source of the scope, in selector order, or why there is none.
-    pub(crate) async fn pick(&self, scope: &Arc<Partition>, call: &mut CallState, estimated_tokens: u32) -> Result<Pick, CallError> {
+    /// `carried`: records the call was let go with, which the first admission asked makes
+    /// (those that reach none are made on their own when dropped).
+    pub(crate) async fn pick(
+        &self,
+        scope: &Arc<Partition>,
+        call: &mut CallState,
+        estimated_tokens: u32,
+        mut carried: Option<Carried>,
+    ) -> Result<Pick, CallError> {
         let views = scope.views();
         let mut order = Vec::with_capacity(views.len());
         scope.selector.order(&views, &mut *self.rng(), &mut order);
@@ -254,7 +269,7 @@ impl SourceAdmission {
         let (mut gate_rejections, mut pushed_back, mut paced) = (0, Vec::new(), false);
         let mut ready_in: Option<Duration> = None;
         for source in order {
-            match self.try_source(scope, call, source, estimated_tokens).await? {
+            match self.try_source(scope, call, source, estimated_tokens, &mut carried).await? {
                 Tried::Admitted(slot) => return Ok(Pick::Slot(slot)),
                 Tried::PushedBack(away) => {
                     pushed_back.push((source, away));
@@ -274,7 +289,14 @@ impl SourceAdmission {
     /// One source through memo → AIMD → gate → quota: the memo here, the rest as one admission
     /// of the backend's (`AttemptGate::admit`: on Redis one script), which hands back what a refusal's
     /// earlier parts took.
-    async fn try_source(&self, scope: &Arc<Partition>, call: &CallState, source: usize, estimated_tokens: u32) -> Result<Tried, CallError> {
+    async fn try_source(
+        &self,
+        scope: &Arc<Partition>,
+        call: &CallState,
+        source: usize,
+        estimated_tokens: u32,
+        carried: &mut Option<Carried>,
+    ) -> Result<Tried, CallError> {
         let now = self.clock.now();
         // 1. the memo, and the account's 429 pushback, under one short lock
         if let Some(refused) = away(scope, source, now, call.machine.remaining_stall(now)) {
@@ -282,23 +304,24 @@ impl SourceAdmission {
         }
         // 2.-4. the account's learned limit, the gate, the quota
         let line = self.holders.attempts.stands_in_line().then(|| in_line(scope, &scope.tenant, call.order(), now));
-        let (lease, entry, permit) = match admit(&self.holders, scope, source, estimated_tokens, line).await.map_err(|e| call.backend(e))? {
-            Admission::Paced(paced) => return Ok(Tried::Skipped { reason: SkipReason::AdaptivePaced, ready_in: paced.ready_in }),
-            Admission::Denied(entry) => {
-                self.gate_event(scope, source, &entry);
-                // retry_after is 0 unless OPEN: a HALF_OPEN denial never memoes the source.
-                scope.local().memo.note_denial(source, self.clock.now(), entry.retry_after);
-                let ready_in = Some(entry.retry_after).filter(|wait| !wait.is_zero());
-                return Ok(Tried::Skipped { reason: SkipReason::CircuitOpen, ready_in });
-            }
-            Admission::Refused { entry, retry_after, .. } => {
-                self.gate_event(scope, source, &entry);
-                // A rate window's wait; a concurrency limit alone says 0: a release frees it.
-                let ready_in = Some(retry_after).filter(|wait| !wait.is_zero());
-                return Ok(Tried::Skipped { reason: SkipReason::RateLimited, ready_in });
-            }
-            Admission::Admitted { lease, entry, permit } => (lease, entry, permit),
-        };
+        let (lease, entry, permit) =
+            match admit(&self.holders, scope, source, (estimated_tokens, line), carried.take()).await.map_err(|e| call.backend(e))? {
+                Admission::Paced(paced) => return Ok(Tried::Skipped { reason: SkipReason::AdaptivePaced, ready_in: paced.ready_in }),
+                Admission::Denied(entry) => {
+                    self.gate_event(scope, source, &entry);
+                    // retry_after is 0 unless OPEN: a HALF_OPEN denial never memoes the source.
+                    scope.local().memo.note_denial(source, self.clock.now(), entry.retry_after);
+                    let ready_in = Some(entry.retry_after).filter(|wait| !wait.is_zero());
+                    return Ok(Tried::Skipped { reason: SkipReason::CircuitOpen, ready_in });
+                }
+                Admission::Refused { entry, retry_after, .. } => {
+                    self.gate_event(scope, source, &entry);
+                    // A rate window's wait; a concurrency limit alone says 0: a release frees it.
+                    let ready_in = Some(retry_after).filter(|wait| !wait.is_zero());
+                    return Ok(Tried::Skipped { reason: SkipReason::RateLimited, ready_in });
+                }
+                Admission::Admitted { lease, entry, permit } => (lease, entry, permit),
+            };
         self.gate_event(scope, source, &entry);
         // From here the slot holds the in-flight count, the account's place, the probe lease
         // and the permit: every exit hands them back.

@@ -279,7 +279,7 @@ impl CallLoop<'_> {
                     if !turn.may_pick(scope.turns(), call.order(), patience, || wait("turn")).await {
                         continue;
                     }
-                    match self.admission.pick(scope, call, request.estimated_tokens).await? {
+                    match self.admission.pick(scope, call, request.estimated_tokens, turn.carried()).await? {
                         Pick::Slot(slot) => {
                             turn.leave(scope.turns(), slot.left_room());
                             waiting_for = "backoff";

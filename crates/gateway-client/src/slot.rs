@@ -16,7 +16,7 @@
 
 use crate::partition::Partition;
 use gateway_core::breaker::{Fence, Reply};
-use gateway_core::combined::{AttemptGate, GateRecord, PaceRecord, PermitRecord, Records};
+use gateway_core::combined::{AttemptGate, GateRecord, PaceRecord, PermitRecord, Recorded, Records};
 use gateway_core::outcome::{AimdEffect, NextStep, OutcomeClass};
 use gateway_core::ports::Telemetry;
 use gateway_core::ports::{BreakerGate, PaceLease, PacerGate, Permit};
@@ -231,13 +231,14 @@ impl Slot {
         self.end_inflight();
         let (scope, holders, source) = (self.scope.clone(), self.holders.clone(), self.source);
         let paced = self.pace.is_some();
-        match holders.room(&scope, source) {
-            Some(room) => {
-                holders
-                    .off_the_path(room, &scope, source, Box::pin(self.records(class, responsiveness, actual_tokens, rate.copied())))
-                    .await
-            }
-            None => self.forsake(),
+        let ended = Ended { class, responsiveness, actual_tokens, rate: rate.copied() };
+        // On a backend where each operation is a round trip, the next waiter here carries the
+        // records with its admission (one script, one reply); else, or with nobody to let go,
+        // they are made now.
+        let carry = holders.attempts.carries_records() && self.entry.is_some() && !scope.turns().released_elsewhere();
+        let alone = if carry { scope.turns().hand_over(&scope.tenant, Carried::new(self, ended)) } else { Some(Carried::new(self, ended)) };
+        if let Some(carried) = alone {
+            carried.make().await;
         }
         // The account's learned limit as this process last heard it (this attempt's release, on
         // an in-process backend).
@@ -245,42 +246,77 @@ impl Slot {
         Finished { health, aimd_limit }
     }
 
-    /// The records of an attempt that ended with `class`, as one `AttemptGate::record` (in
-    /// order: the account's place, the gate's record, the permit); the slot goes at their end.
-    async fn records(mut self, class: OutcomeClass, responsiveness: Duration, actual_tokens: Option<u32>, rate: Option<RateSignal>) {
-        let effects = class.effects();
-        let (key, params) = &self.scope.gates[self.source];
-        let op = self.entry.and_then(|entry| effects.gate_op(&entry, responsiveness, self.scope.policy.breaker.slow_call));
+    /// The records of the attempt that `ended`, as one `AttemptGate::record` (in order: the
+    /// account's place, the gate's record, the permit); the slot goes at their end.
+    async fn records(mut self, ended: Ended) {
         // The outcome settles the probe: cleared before the await, so a records future dropped
         // while the records are in flight does not also release the lease (the next prober's,
         // by then). The account's place and the permit are cleared only after it: a call
         // dropped meanwhile releases them again from `Drop` (a second release of one lease or
         // permit changes nothing).
-        self.probe = false;
+        let op = self.settles_probe(&ended);
         let recorded = {
-            let records = Records {
-                pace: self.pace.as_ref().zip(self.scope.pacer.as_ref()).map(|(lease, params)| PaceRecord {
-                    lease,
-                    effect: effects.aimd,
-                    rate: rate.as_ref(),
-                    params,
-                }),
-                gate: op.map(|op| GateRecord { key, params, op }),
-                permit: self.permit.as_ref().map(|permit| PermitRecord { permit, actual_tokens }),
-                freed: Some(crate::admission::freed(&self.scope)),
-            };
+            let records = records_of(&self.scope, self.source, (self.pace.as_ref(), self.permit.as_ref()), op, &ended);
             crate::admission::release(&self.holders, &self.scope, &records, &mut self.next_went).await
         };
+        self.heard(recorded, ended.class);
+    }
+
+    /// The gate's record of the attempt that `ended` (its probe, if any, settled by it: the
+    /// slot no longer releases it).
+    fn settles_probe(&mut self, ended: &Ended) -> Option<gateway_core::breaker::GateOp> {
+        self.probe = false;
+        let effects = ended.class.effects();
+        self.entry.and_then(|entry| effects.gate_op(&entry, ended.responsiveness, self.scope.policy.breaker.slow_call))
+    }
+
+    /// What the records of an attempt that ended with `class` answered: the account's limit and
+    /// the gate's transition heard; the place and the permit are released.
+    fn heard(&mut self, recorded: Recorded, class: OutcomeClass) {
         if let Some(limit) = recorded.limit {
             // A 429 is what the pacer reads as noise or as our own load.
-            self.scope.heard_aimd_limit(self.source, limit, effects.aimd == AimdEffect::Decrease);
+            self.scope.heard_aimd_limit(self.source, limit, class.effects().aimd == AimdEffect::Decrease);
         }
         if let Some(reply) = &recorded.gate {
-            self.holders.gate_event(key, reply);
+            self.holders.gate_event(&self.scope.gates[self.source].0, reply);
         }
         self.freed_elsewhere = recorded.elsewhere;
         (self.pace, self.permit) = (None, None);
     }
+}
+
+/// The records of `source`'s attempt in `scope` that `ended`, holding `pace` and `permit`, with
+/// the gate's record `op`.
+fn records_of<'a>(
+    scope: &'a Partition,
+    source: usize,
+    (pace, permit): (Option<&'a PaceLease>, Option<&'a Permit>),
+    op: Option<gateway_core::breaker::GateOp>,
+    ended: &'a Ended,
+) -> Records<'a> {
+    let (key, params) = &scope.gates[source];
+    let effects = ended.class.effects();
+    Records {
+        pace: pace.zip(scope.pacer.as_ref()).map(|(lease, params)| PaceRecord {
+            lease,
+            effect: effects.aimd,
+            rate: ended.rate.as_ref(),
+            params,
+        }),
+        gate: op.map(|op| GateRecord { key, params, op }),
+        permit: permit.map(|permit| PermitRecord { permit, actual_tokens: ended.actual_tokens }),
+        freed: Some(crate::admission::freed(scope)),
+    }
+}
+
+/// How an attempt ended, as its records tell it.
+#[derive(Clone, Copy)]
+pub(crate) struct Ended {
+    class: OutcomeClass,
+    /// The whole attempt, or a stream's time to its commit point.
+    responsiveness: Duration,
+    actual_tokens: Option<u32>,
+    rate: Option<RateSignal>,
 }
 
 /// What settling an attempt left at once: the source's health after the outcome and its
@@ -321,3 +357,6 @@ impl Drop for Slot {
 fn scope_name(scope: &Partition, source: usize) -> String {
     format!("{}/{}", scope.policy.name, scope.source_name(source))
 }
+
+mod carried;
+pub(crate) use carried::Carried;

@@ -16,10 +16,13 @@
 //! admission left room for another (`aimd::Lease::room`); otherwise the next release lets the
 //! next waiter go, which is not woken to be refused (on Redis a refusal is a round trip).
 //! Capacity freed by another process reaches the head through `freed_elsewhere` when a shared
-//! backend tells of it (Redis: a message), or through its poll.
+//! backend tells of it (Redis: a message), or through its poll. On a backend where each
+//! operation is a round trip, the records of the attempt that freed a slot go with the waiter
+//! it lets go (`hand_over`), whose admission makes them (`crate::slot::Carried`).
 
+use crate::slot::Carried;
 use gateway_core::time::Timestamp;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::Notify;
@@ -29,62 +32,6 @@ type Order = (Timestamp, u64);
 
 /// A tenant's lane (`None`: calls made for no tenant).
 pub(crate) type Tenant = Option<Arc<str>>;
-
-/// A call in a lane: what wakes it, and whether it picks now (it headed the line, or a freed
-/// slot let it go) until it is served or waits again.
-struct Waiter {
-    wake: Arc<Notify>,
-    picking: bool,
-}
-
-/// One tenant's waiters, oldest first, and its standing between tenants.
-struct Lane {
-    waiting: BTreeMap<Order, Waiter>,
-    /// Its waiters picking now (kept by `set_picking` and `remove`, the only writers of a
-    /// waiter's `picking`).
-    picking: usize,
-    /// The virtual time at which the lane is next served.
-    pass: f64,
-    weight: f64,
-    /// Its first waiter last found only its tenant's own limits full (a quota of its own, not
-    /// the account): the lane does not hold the others back, and its first waiter may pick
-    /// whenever it likes (its own quota is nobody else's capacity).
-    own_block: bool,
-}
-
-impl Lane {
-    /// A lane with nobody waiting yet, that competes from `pass`.
-    fn new(pass: f64, weight: f64) -> Self {
-        Lane { waiting: BTreeMap::new(), picking: 0, pass, weight, own_block: false }
-    }
-
-    /// Marks its waiter at `order` picking or not; returns what wakes it.
-    fn set_picking(&mut self, order: Order, picking: bool) -> Option<&Notify> {
-        let waiter = self.waiting.get_mut(&order)?;
-        if waiter.picking != picking {
-            waiter.picking = picking;
-            self.picking = if picking { self.picking + 1 } else { self.picking - 1 };
-        }
-        Some(&waiter.wake)
-    }
-
-    /// Takes its waiter at `order` out.
-    fn remove(&mut self, order: Order) -> Option<Waiter> {
-        let waiter = self.waiting.remove(&order)?;
-        self.picking -= usize::from(waiter.picking);
-        Some(waiter)
-    }
-
-    /// Wakes its first waiter if it waits for its tenant's own limits only (a freed place may
-    /// be its quota's).
-    fn wake_own_block(&self) {
-        if self.own_block
-            && let Some((_, waiter)) = self.waiting.first_key_value()
-        {
-            waiter.wake.notify_one();
-        }
-    }
-}
 
 /// How a call leaves the line.
 #[derive(Clone, Copy)]
@@ -137,13 +84,22 @@ impl Line {
     }
 
     /// A freed slot (or room a pick left) lets the next waiter that is not picking go, and
-    /// wakes it.
-    fn let_next_go(&mut self) {
-        if let Some((tenant, order)) = self.next_to_go().map(|(t, o)| (t.clone(), o))
-            && let Some(wake) = self.set_picking(&tenant, order, true)
-        {
-            wake.notify_one();
-        }
+    /// wakes it, handing it `carried` (the records of the attempt that freed it); with nobody
+    /// to let go, `carried` comes back.
+    fn let_next_go(&mut self, carried: Option<Carried>) -> Option<Carried> {
+        let Some((tenant, order)) = self.next_to_go().map(|(t, o)| (t.clone(), o)) else { return carried };
+        let Some(waiter) = self.lanes.get_mut(&tenant).and_then(|lane| {
+            lane.set_picking(order, true);
+            lane.waiting.get_mut(&order)
+        }) else {
+            return carried;
+        };
+        waiter.carried = carried.map(|mut carried| {
+            carried.went();
+            carried
+        });
+        waiter.wake.notify_one();
+        None
     }
 
     /// Marks the waiter of `tenant` at `order` picking or not; returns what wakes it.
@@ -217,21 +173,26 @@ impl Line {
     /// for its slot, and lets the next waiter go if it left room and nobody else picks (the
     /// room is theirs first, and their admissions will tell whether any is left); one unserved
     /// passes on the slot it was let go for, or the turn if it headed the line. Lanes with
-    /// nobody waiting and no pass ahead of the clock are forgotten.
-    fn leave(&mut self, tenant: &Tenant, order: Order, left: Left) {
+    /// nobody waiting and no pass ahead of the clock are forgotten. Answers the records it was
+    /// handed and did not carry (the caller drops them outside the lock: they are made on
+    /// their own).
+    fn leave(&mut self, tenant: &Tenant, order: Order, left: Left) -> Option<Carried> {
         let before = self.head_key();
-        let Some(waiter) = self.lanes.get_mut(tenant).and_then(|lane| lane.remove(order)) else { return };
+        let mut waiter = self.lanes.get_mut(tenant).and_then(|lane| lane.remove(order))?;
         if matches!(left, Left::Served { .. }) {
             let weight = self.lanes.get(tenant).map_or(1.0, |lane| lane.weight);
             self.charge(tenant, weight);
         }
         self.forget_idle();
         match left {
-            Left::Served { room: true } if !self.lanes.values().any(|lane| lane.picking > 0 && !lane.own_block) => self.let_next_go(),
+            Left::Served { room: true } if !self.lanes.values().any(|lane| lane.picking > 0 && !lane.own_block) => {
+                self.let_next_go(None);
+            }
             Left::Served { .. } => {}
-            Left::Unserved if waiter.picking => self.let_next_go(),
+            Left::Unserved if waiter.picking => return self.let_next_go(waiter.carried.take()),
             Left::Unserved => self.wake_if_new_head(before),
         }
+        waiter.carried.take()
     }
 
     fn forget_idle(&mut self) {
@@ -290,7 +251,7 @@ impl Turns {
     /// its tenant's quota). Answers whether anyone was woken.
     pub(crate) fn freed_elsewhere(&self) -> bool {
         let mut line = self.lock();
-        line.let_next_go();
+        line.let_next_go(None);
         line.lanes.values().for_each(Lane::wake_own_block);
         line.lanes.values().any(|lane| !lane.waiting.is_empty())
     }
@@ -325,7 +286,7 @@ impl Turns {
                 let clock = line.clock;
                 let lane = line.lanes.entry(tenant.clone()).or_insert_with(|| Lane::new(clock, 1.0));
                 lane.weight = f64::from(weight.max(1));
-                lane.waiting.insert(order, Waiter { wake: wake.clone(), picking: false });
+                lane.waiting.insert(order, Waiter { wake: wake.clone(), picking: false, carried: None });
                 Place { turns: self.clone(), tenant: tenant.clone(), order, wake }
             }
         };
@@ -338,6 +299,12 @@ impl Turns {
             lane.own_block = own_block;
         }
         line.wake_if_new_head(before);
+        // Records it was handed and did not carry go on with the slot they free (to this call
+        // again, if it is next).
+        let carried = line.lanes.get_mut(tenant).and_then(|lane| lane.waiting.get_mut(&order)).and_then(|w| w.carried.take());
+        let uncarried = carried.and_then(|carried| line.let_next_go(Some(carried)));
+        drop(line);
+        drop(uncarried);
         place
     }
 
@@ -347,10 +314,22 @@ impl Turns {
     pub(crate) fn freed(&self, tenant: &Tenant, head: bool) {
         let mut line = self.lock();
         if head {
-            line.let_next_go();
+            line.let_next_go(None);
         }
         if let Some(lane) = line.lanes.get(tenant) {
             lane.wake_own_block();
+        }
+    }
+
+    /// A slot of `tenant`'s was freed by an attempt whose records are `carried`: the next waiter
+    /// goes with them, its admission to make them (see [`freed`](Self::freed)). With nobody to
+    /// let go they come back, to be made on their own.
+    pub(crate) fn hand_over(&self, tenant: &Tenant, carried: Carried) -> Option<Carried> {
+        let mut line = self.lock();
+        let back = line.let_next_go(Some(carried));
+        match line.lanes.get_mut(tenant) {
+            Some(lane) => lane.wake_own_block_with(back),
+            None => back,
         }
     }
 }
@@ -376,7 +355,14 @@ impl Place {
     /// The call picked a source: it leaves the line, its lane charged for the slot; `room`: its
     /// admission left room for another, and the next waiter is let go.
     fn served(self, room: bool) {
-        self.turns.lock().leave(&self.tenant, self.order, Left::Served { room });
+        let uncarried = self.turns.lock().leave(&self.tenant, self.order, Left::Served { room });
+        drop(uncarried);
+    }
+
+    /// The records it was handed with its place, which its admission is to make (taken once).
+    pub(crate) fn carried(&self) -> Option<Carried> {
+        let mut line = self.turns.lock();
+        line.lanes.get_mut(&self.tenant).and_then(|lane| lane.waiting.get_mut(&self.order)).and_then(|w| w.carried.take())
     }
 }
 
@@ -400,10 +386,13 @@ impl Turns {
 impl Drop for Place {
     fn drop(&mut self) {
         // After `served` the place is gone from the line already, and this changes nothing.
-        self.turns.lock().leave(&self.tenant, self.order, Left::Unserved);
+        let uncarried = self.turns.lock().leave(&self.tenant, self.order, Left::Unserved);
+        drop(uncarried);
     }
 }
 
+mod lane;
+use lane::{Lane, Waiter};
 mod turn;
 pub(crate) use turn::Turn;
 

@@ -37,6 +37,11 @@ struct RoundTrips {
     elsewhere: AtomicUsize,
     /// When each admission was asked, in virtual ms.
     asked: Mutex<Vec<u64>>,
+    /// Whether a release is carried by the next waiter's admission (`carries_records`).
+    carries: bool,
+    /// When records were made on their own, and carried by an admission, in virtual ms.
+    alone: Mutex<Vec<u64>>,
+    carried: Mutex<Vec<u64>>,
 }
 
 #[async_trait]
@@ -49,10 +54,33 @@ impl AttemptGate for RoundTrips {
     }
 
     async fn record(&self, records: &Records<'_>) -> Result<Recorded, BackendError> {
+        self.alone.lock().unwrap().push(self.clock.now().as_millis());
         let mut recorded = self.made.record(records).await?;
         recorded.elsewhere = self.elsewhere.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok();
         tokio::time::sleep(self.answered).await;
         Ok(recorded)
+    }
+
+    /// Both made when sent, answered one round trip later.
+    async fn record_then_admit(
+        &self,
+        records: &Records<'_>,
+        ask: &Admit<'_>,
+    ) -> (Result<Recorded, BackendError>, Result<Admission, BackendError>) {
+        let now = self.clock.now().as_millis();
+        self.carried.lock().unwrap().push(now);
+        self.asked.lock().unwrap().push(now);
+        let recorded = self.made.record(records).await.map(|mut recorded| {
+            recorded.elsewhere = self.elsewhere.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok();
+            recorded
+        });
+        let answers = (recorded, self.made.admit(ask).await);
+        tokio::time::sleep(TRIP).await;
+        answers
+    }
+
+    fn carries_records(&self) -> bool {
+        self.carries
     }
 
     fn stands_in_line(&self) -> bool {
@@ -64,24 +92,35 @@ impl AttemptGate for RoundTrips {
 /// `RoundTrips` answering releases `answered` later and `elsewhere` of them as handed to another
 /// process; waiters poll every 5 s, so that only a release wakes one within the test.
 fn client(elsewhere: usize, answered: Duration) -> (GatewayClient, Arc<RoundTrips>) {
+    let extra = json!({"poll_interval_s": 5, "sources": {"s1": {"max_concurrency": 1, "timeout_s": 30}}});
+    client_carrying(elsewhere, answered, false, extra)
+}
+
+/// [`client`], on a backend that carries a release with the next waiter's admission when
+/// `carries`, with the scope's policy `extra`.
+fn client_carrying(elsewhere: usize, answered: Duration, carries: bool, extra: serde_json::Value) -> (GatewayClient, Arc<RoundTrips>) {
     let clock = Arc::new(TokioClock::new());
     let (gates, quota, pacer) =
         (Arc::new(MemoryGates::new(clock.clone())), Arc::new(MemoryQuota::new(clock.clone())), Arc::new(MemoryPacer::new(clock.clone())));
     let attempts = Arc::new(RoundTrips {
-        made: InOrder { gates: gates.clone(), quota: quota.clone(), pacer },
+        made: InOrder { gates: gates.clone(), quota: quota.clone(), pacer: pacer.clone() },
         clock: clock.clone(),
         answered,
         elsewhere: AtomicUsize::new(elsewhere),
         asked: Mutex::default(),
+        carries,
+        alone: Mutex::default(),
+        carried: Mutex::default(),
     });
     let upstream = ScriptedUpstream::new();
     upstream.plan("s1", |_| (Step::Ok, Duration::from_millis(500)));
-    let policy = sources(1, json!({"poll_interval_s": 5, "sources": {"s1": {"max_concurrency": 1, "timeout_s": 30}}}));
+    let policy = sources(1, extra);
     let client = GatewayClient::builder()
         .preset(Preset::Default)
         .scope(policy)
         .gates(gates)
         .quota(quota)
+        .pacer(pacer)
         .attempts(attempts.clone())
         .upstream(upstream)
         .telemetry(Arc::new(Collector::new()))
@@ -133,4 +172,61 @@ async fn a_release_dropped_before_its_answer_lets_nobody_else_go_for_its_place()
     // third try. The release, dropped at 650, hands back what it still holds and lets nobody
     // else go for the place: the third asks again when the second call's release is sent.
     assert_eq!(*backend.asked.lock().unwrap(), [0, 10, 20, 550, 600, 1100]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_release_goes_with_the_admission_of_the_waiter_it_lets_go() {
+    // A quota of the source's own (the waiter's lane waits for it alone), then an account's
+    // learned limit of one place (the line's next waiter is let go; its first refusal, answered
+    // at 60, has it ask once more before it waits in line).
+    let own = json!({"poll_interval_s": 5, "sources": {"s1": {"max_concurrency": 1, "timeout_s": 30}}});
+    let account = json!({"poll_interval_s": 5, "concurrency": 1, "sources": {"s1": {"timeout_s": 30}}});
+    for (extra, asked) in [(own, vec![0, 10, 550]), (account, vec![0, 10, 60, 550])] {
+        let (client, backend) = client_carrying(0, TRIP, true, extra.clone());
+        calls(&client, &[0, 10]).await;
+        // The first call's release (550) is not sent on its own: the second call, let go for
+        // its place, sends it with its admission, in one operation; the second call's own
+        // release (1 100) finds nobody waiting and goes alone.
+        assert_eq!(*backend.asked.lock().unwrap(), asked, "{extra}");
+        assert_eq!(*backend.carried.lock().unwrap(), [550], "{extra}");
+        assert_eq!(*backend.alone.lock().unwrap(), [1100], "{extra}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_release_goes_alone_after_one_went_to_another_process() {
+    let extra = json!({"poll_interval_s": 5, "concurrency": 1, "sources": {"s1": {"timeout_s": 30}}});
+    let (client, backend) = client_carrying(1, TRIP, true, extra);
+    calls(&client, &[0, 10, 20]).await;
+    // The first release (550) is carried by the second call's admission, and answers that what
+    // it freed went to another process (the backend says so; the second call is admitted all
+    // the same, nobody else took it). The second call's own release (1 100) is then sent
+    // alone, and the third asks again only when it is answered (1 150), as without carrying;
+    // its own release (1 700) finds nobody waiting.
+    assert_eq!(*backend.carried.lock().unwrap(), [550]);
+    assert_eq!(*backend.alone.lock().unwrap(), [1100, 1700]);
+    assert_eq!(*backend.asked.lock().unwrap(), [0, 10, 20, 60, 550, 1150]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn records_handed_to_a_call_that_ends_before_it_picks_are_made_on_their_own() {
+    let own = json!({"poll_interval_s": 5, "sources": {"s1": {"max_concurrency": 1, "timeout_s": 30}}});
+    let (client, backend) = client_carrying(0, TRIP, true, own);
+    let request = chat();
+    let first = client.call("chat", &request);
+    let second = async {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        client.call("chat", &chat()).await
+    };
+    // The first call ends at 550 and hands its records to the second, which is dropped before
+    // it is polled again: they are made on their own, at once.
+    tokio::select! {
+        biased;
+        answer = first => drop(answer.unwrap()),
+        _ = second => panic!("the second call waits for the first's place"),
+    }
+    tokio::task::yield_now().await;
+    assert_eq!(*backend.asked.lock().unwrap(), [0, 10]);
+    assert!(backend.carried.lock().unwrap().is_empty());
+    assert_eq!(*backend.alone.lock().unwrap(), [550]);
 }

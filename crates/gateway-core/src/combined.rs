@@ -248,6 +248,28 @@ pub trait AttemptGate: Send + Sync {
     /// script's reload, costs that waiter its fallback poll, as a lost wake-up does).
     async fn record(&self, records: &Records<'_>) -> Result<Recorded, BackendError>;
 
+    /// Makes `records` (an attempt that ended), then admits `ask` (the next waiter's attempt in
+    /// the same scope): the release carried by the admission it frees room for (SPEC §6). A
+    /// backend where each operation is a round trip makes both in one (Redis: one script, one
+    /// reply); the answers are the same as `record` then `admit` one after the other. The
+    /// records' error says as `record`'s does; an admission not made for it (the whole exchange
+    /// failed) answers the same error.
+    async fn record_then_admit(
+        &self,
+        records: &Records<'_>,
+        ask: &Admit<'_>,
+    ) -> (Result<Recorded, BackendError>, Result<Admission, BackendError>) {
+        let recorded = self.record(records).await;
+        (recorded, self.admit(ask).await)
+    }
+
+    /// Whether an attempt's records are better carried by the next waiter's admission than made
+    /// on their own (`record_then_admit` saves a round trip and its reply). In-process backends:
+    /// never (they record at once).
+    fn carries_records(&self) -> bool {
+        false
+    }
+
     /// Whether this process stands in its scopes' lines across processes (a shared backend that
     /// hands capacity on, and hears what is handed to it): only then is an admission's
     /// [`InLine`] worth working out. In-process backends: never.

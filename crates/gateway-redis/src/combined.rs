@@ -55,14 +55,16 @@ fn push_part(args: &mut Vec<Value>, part: impl IntoIterator<Item = Value>) {
     args[at] = Value::Integer(i64::try_from(args.len() - at - 1).unwrap_or(i64::MAX));
 }
 
-#[async_trait]
-impl AttemptGate for RedisAttempts {
-    async fn admit(&self, ask: &Admit<'_>) -> Result<Admission, BackendError> {
+/// One script's keys and arguments (its plan first).
+struct Call {
+    keys: Vec<Value>,
+    args: Vec<Value>,
+}
+
+impl RedisAttempts {
+    /// `admit.lua`'s keys and arguments for `ask` (its parts of one scope).
+    fn admit_call(&self, ask: &Admit<'_>) -> Result<Call, BackendError> {
         let key = ask.gate.key;
-        let scopes = [ask.pace.map(|p| p.key), ask.permit.map(|p| p.key)];
-        if !scopes.into_iter().flatten().all(|k| k.scope == key.scope) {
-            return self.in_order.admit(ask).await;
-        }
         let (mut plan, mut keys, mut args) = (String::new(), Vec::with_capacity(9), vec![Value::Null]);
         if let Some(line) = ask.line.filter(|_| self.stands_in_line()) {
             plan.push('l');
@@ -89,40 +91,11 @@ impl AttemptGate for RedisAttempts {
             push_part(&mut args, self.quota.acquire_args(permit.limits, permit.tokens));
         }
         args[0] = Value::String(plan.into());
-        let items = match self.conn.run(&self.conn.scripts().admit, &keys, &[&args], key).await? {
-            Value::Array(items) => items,
-            other => return Err(malformed(key, format!("admit reply {other:?}"))),
-        };
-        let mut items = items.into_iter().map(|item| Some(item).filter(|v| !v.is_null()));
-        let (pace, gate, permit) = (items.next().flatten(), items.next().flatten(), items.next().flatten());
-        let lease = match (ask.pace, pace) {
-            (None, _) => None,
-            (Some(ask), Some(reply)) => match parse_place(ask.key, reply)? {
-                PaceDecision::Granted(lease) => Some(lease),
-                PaceDecision::Paced(paced) => return Ok(Admission::Paced(paced)),
-            },
-            (Some(_), None) => return Err(malformed(key, "admit reply without the account's answer".to_owned())),
-        };
-        let entry = parse_reply(key, gate.ok_or_else(|| malformed(key, "admit reply without the gate's answer".to_owned()))?)?;
-        if !entry.is_admitted() {
-            return Ok(Admission::Denied(entry));
-        }
-        let permit = match (ask.permit, permit) {
-            (None, _) => None,
-            (Some(ask), Some(reply)) => match parse_permit(ask.key, reply, ask.tokens)? {
-                QuotaDecision::Granted(permit) => Some(permit),
-                QuotaDecision::Refused { limit, retry_after } => return Ok(Admission::Refused { entry, limit, retry_after }),
-            },
-            (Some(_), None) => return Err(malformed(key, "admit reply without the quota's answer".to_owned())),
-        };
-        Ok(Admission::Admitted { lease, entry, permit })
+        Ok(Call { keys, args })
     }
 
-    async fn record(&self, records: &Records<'_>) -> Result<Recorded, BackendError> {
-        let Some(key) = records.key() else { return Ok(Recorded::default()) };
-        if !one_scope(records, key) {
-            return self.in_order.record(records).await;
-        }
+    /// `settle.lua`'s keys and arguments for `records` (their parts of one scope).
+    fn settle_call(&self, records: &Records<'_>, key: &SourceKey) -> Result<Call, BackendError> {
         let (mut plan, mut keys, mut args) = (String::new(), Vec::with_capacity(9), vec![Value::Null]);
         if let Some(pace) = records.pace {
             plan.push('p');
@@ -152,30 +125,140 @@ impl AttemptGate for RedisAttempts {
             push_part(&mut args, [self.conn.now_arg(), self.conn.line_arg(), here, channel, grace]);
         }
         args[0] = Value::String(plan.into());
-        let reply = match self.conn.run(&self.conn.scripts().settle, &keys, &[&args], key).await {
-            Ok(reply) => reply,
+        Ok(Call { keys, args })
+    }
+}
+
+/// What `admit.lua` answered for `ask`.
+fn admission_of(ask: &Admit<'_>, reply: Value) -> Result<Admission, BackendError> {
+    let key = ask.gate.key;
+    let items = match reply {
+        Value::Array(items) => items,
+        other => return Err(malformed(key, format!("admit reply {other:?}"))),
+    };
+    let mut items = items.into_iter().map(|item| Some(item).filter(|v| !v.is_null()));
+    let (pace, gate, permit) = (items.next().flatten(), items.next().flatten(), items.next().flatten());
+    let lease = match (ask.pace, pace) {
+        (None, _) => None,
+        (Some(ask), Some(reply)) => match parse_place(ask.key, reply)? {
+            PaceDecision::Granted(lease) => Some(lease),
+            PaceDecision::Paced(paced) => return Ok(Admission::Paced(paced)),
+        },
+        (Some(_), None) => return Err(malformed(key, "admit reply without the account's answer".to_owned())),
+    };
+    let entry = parse_reply(key, gate.ok_or_else(|| malformed(key, "admit reply without the gate's answer".to_owned()))?)?;
+    if !entry.is_admitted() {
+        return Ok(Admission::Denied(entry));
+    }
+    let permit = match (ask.permit, permit) {
+        (None, _) => None,
+        (Some(ask), Some(reply)) => match parse_permit(ask.key, reply, ask.tokens)? {
+            QuotaDecision::Granted(permit) => Some(permit),
+            QuotaDecision::Refused { limit, retry_after } => return Ok(Admission::Refused { entry, limit, retry_after }),
+        },
+        (Some(_), None) => return Err(malformed(key, "admit reply without the quota's answer".to_owned())),
+    };
+    Ok(Admission::Admitted { lease, entry, permit })
+}
+
+/// What `settle.lua` answered for `records` (`key`: theirs).
+fn recorded_of(records: &Records<'_>, key: &SourceKey, reply: Value) -> Result<Recorded, BackendError> {
+    let items = match reply {
+        Value::Array(items) => items,
+        other => return Err(malformed(key, format!("settle reply {other:?}"))),
+    };
+    let mut items = items.into_iter();
+    let (limit, gate, elsewhere) = (items.next(), items.next(), items.next());
+    Ok(Recorded {
+        elsewhere: matches!(elsewhere, Some(Value::Integer(1))),
+        limit: match records.pace {
+            Some(pace) => Some(limit_of(&pace.lease.key, limit.as_ref())?),
+            None => None,
+        },
+        gate: match records.gate {
+            Some(record) => Some(parse_reply(record.key, gate.unwrap_or(Value::Null))?),
+            None => None,
+        },
+    })
+}
+
+/// Whether every part `ask` asks for is of its gate's scope (one hash tag).
+fn admits_in_one_scope(ask: &Admit<'_>) -> bool {
+    let scopes = [ask.pace.map(|p| p.key), ask.permit.map(|p| p.key)];
+    scopes.into_iter().flatten().all(|k| k.scope == ask.gate.key.scope)
+}
+
+#[async_trait]
+impl AttemptGate for RedisAttempts {
+    async fn admit(&self, ask: &Admit<'_>) -> Result<Admission, BackendError> {
+        if !admits_in_one_scope(ask) {
+            return self.in_order.admit(ask).await;
+        }
+        let call = self.admit_call(ask)?;
+        let reply = self.conn.run(&self.conn.scripts().admit, &call.keys, &[&call.args], ask.gate.key).await?;
+        admission_of(ask, reply)
+    }
+
+    async fn record(&self, records: &Records<'_>) -> Result<Recorded, BackendError> {
+        let Some(key) = records.key() else { return Ok(Recorded::default()) };
+        if !one_scope(records, key) {
+            return self.in_order.record(records).await;
+        }
+        let call = self.settle_call(records, key)?;
+        let reply = self.conn.run(&self.conn.scripts().settle, &call.keys, &[&call.args], key).await.inspect_err(|error| {
+            self.conn.degrade("settle", error);
+        })?;
+        recorded_of(records, key, reply)
+    }
+
+    /// Both in one EVALSHA of `handover.lua` (`settle.lua`, then `admit.lua`) when every key is
+    /// of one scope; else one after the other.
+    async fn record_then_admit(
+        &self,
+        records: &Records<'_>,
+        ask: &Admit<'_>,
+    ) -> (Result<Recorded, BackendError>, Result<Admission, BackendError>) {
+        let key = match records.key() {
+            Some(key) if one_scope(records, key) && admits_in_one_scope(ask) && ask.gate.key.scope == key.scope => key,
+            _ => return (self.record(records).await, self.admit(ask).await),
+        };
+        let (Ok(settle), Ok(admit)) = (self.settle_call(records, key), self.admit_call(ask)) else {
+            // A key Redis cannot hold: each answers its own error.
+            return (self.record(records).await, self.admit(ask).await);
+        };
+        let keys: Vec<Value> = settle.keys.into_iter().chain(admit.keys).collect();
+        let items = match self.conn.run(&self.conn.scripts().handover, &keys, &[&settle.args, &admit.args], key).await {
+            Ok(Value::Array(items)) if items.len() == 3 => items,
+            Ok(other) => {
+                let error = malformed(key, format!("handover reply {other:?}"));
+                self.conn.degrade("settle", &error);
+                return (Err(error.clone()), Err(error));
+            }
+            // The records could not be made (the admission after them is caught in the script):
+            // the admission is asked on its own.
+            Err(error @ BackendError::Malformed { .. }) => {
+                self.conn.degrade("settle", &error);
+                return (Err(error), self.admit(ask).await);
+            }
             Err(error) => {
                 self.conn.degrade("settle", &error);
-                return Err(error);
+                return (Err(error.clone()), Err(error));
             }
         };
-        let items = match reply {
-            Value::Array(items) => items,
-            other => return Err(malformed(key, format!("settle reply {other:?}"))),
-        };
         let mut items = items.into_iter();
-        let (limit, gate, elsewhere) = (items.next(), items.next(), items.next());
-        Ok(Recorded {
-            elsewhere: matches!(elsewhere, Some(Value::Integer(1))),
-            limit: match records.pace {
-                Some(pace) => Some(limit_of(&pace.lease.key, limit.as_ref())?),
-                None => None,
-            },
-            gate: match records.gate {
-                Some(record) => Some(parse_reply(record.key, gate.unwrap_or(Value::Null))?),
-                None => None,
-            },
-        })
+        let (recorded, admission, failed) = (items.next(), items.next(), items.next());
+        let recorded = recorded_of(records, key, recorded.unwrap_or(Value::Null));
+        let admission = match failed {
+            Some(Value::String(why)) => Err(malformed(ask.gate.key, format!("handover's admission: {why}"))),
+            _ => admission_of(ask, admission.unwrap_or(Value::Null)),
+        };
+        (recorded, admission)
+    }
+
+    /// Every operation is a round trip: a release is best carried by the admission it frees
+    /// room for.
+    fn carries_records(&self) -> bool {
+        true
     }
 
     /// A process stands in the lines only while it hears what is handed to it (`watch_freed`).

@@ -58,6 +58,9 @@ pub(crate) struct Scripts {
     /// An attempt's records in one: the pacer release, the gate's record, the permit's settle
     /// and release.
     pub(crate) settle: Script,
+    /// An attempt's records, then the next waiter's admission, in one (`settle`'s body, then
+    /// `admit`'s).
+    pub(crate) handover: Script,
 }
 
 impl Scripts {
@@ -96,10 +99,28 @@ impl Scripts {
                 ],
                 include_str!("../lua/settle.lua"),
             ),
+            handover: Script::combined(
+                "handover",
+                &[
+                    ("pacer_acquire", pacer, include_str!("../lua/pacer_acquire.lua")),
+                    ("pacer_release", pacer, include_str!("../lua/pacer_release.lua")),
+                    ("gate", "", include_str!("../lua/gate.lua")),
+                    ("quota_acquire", quota, include_str!("../lua/quota_acquire.lua")),
+                    ("quota_settle", quota, include_str!("../lua/quota_settle.lua")),
+                    ("quota_release", quota, include_str!("../lua/quota_release.lua")),
+                    ("line", "", include_str!("../lua/line.lua")),
+                ],
+                &format!(
+                    "local function settled()\n{}\nend\nlocal function admitted()\n{}\nend\n{}",
+                    include_str!("../lua/settle.lua"),
+                    include_str!("../lua/admit.lua"),
+                    include_str!("../lua/handover.lua")
+                ),
+            ),
         }
     }
 
-    pub(crate) fn all(&self) -> [&Script; 11] {
+    pub(crate) fn all(&self) -> [&Script; 12] {
         [
             &self.gate,
             &self.retry_after,
@@ -112,6 +133,7 @@ impl Scripts {
             &self.line,
             &self.admit,
             &self.settle,
+            &self.handover,
         ]
     }
 }

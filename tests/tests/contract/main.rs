@@ -8,7 +8,7 @@
 //!   `…random_pacer_sequences`: the
 //!   differential suite (random operation sequences, every reply and state compared);
 //!   `redis::random_records_sequences`: an attempt's admission and records in one script each
-//!   against the same made part by part (a quarter of `CONTRACT_SEQUENCES`: each is two
+//!   (and records carried by the next admission, in one) against the same made part by part (a quarter of `CONTRACT_SEQUENCES`: each is two
 //!   backends' work);
 //! - `memory::` / `redis::<case>` for the cases a script cannot say: concurrent callers, two
 //!   processes, the pacer, the quota's leases, the affinity map; `redis::<case>` for what only Redis has (the key
@@ -79,6 +79,7 @@ const REDIS_CASES: &[(&str, Case)] = &[
         Box::pin(redis_only::the_encoded_arguments_are_bounded_with_churning_gates(b))
     }),
     ("every_connection_to_redis_sends_at_once", |b| Box::pin(redis_only::every_connection_to_redis_sends_at_once(b))),
+    ("a_carried_release_and_its_admission_fail_apart", |b| Box::pin(redis_only::a_carried_release_and_its_admission_fail_apart(b))),
     ("freed_capacity_goes_to_the_process_whose_waiter_is_oldest", |b| {
         Box::pin(line::freed_capacity_goes_to_the_process_whose_waiter_is_oldest(b))
     }),

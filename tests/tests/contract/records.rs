@@ -1,8 +1,8 @@
 //! The differential suite's combined part: random attempts admitted (the account's place, the
 //! gate, a quota permit) and ended, on two backends of one kind side by side, each on a scope of
 //! its own and the same times. One admits each attempt and makes its records with the backend's
-//! `AttemptGate` (on Redis `RedisAttempts`: `admit.lua` and
-//! `settle.lua`, one script each); the other with the ports' own operations one after another
+//! `AttemptGate` (on Redis `RedisAttempts`: `admit.lua` and `settle.lua`, one script each, and
+//! one end in four with the next admission carried in `handover.lua`); the other with the ports' own operations one after another
 //! (`InOrder`, the reference: each of those operations is held to the pure rules by the other
 //! sequences). Every admission, every record's answer (the limit
 //! after the release, to the last bit, and the gate's reply) and the state after every step (the
@@ -30,8 +30,8 @@ use std::fmt::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// One step: time advanced (ms), admit (0..4) or end (4..8), which attempt, the outcome's
-/// class, the rate report and the tokens.
+/// One step: time advanced (ms), admit (0..4), end (4..7) or end and admit in one (7), which
+/// attempt, the outcome's class, the rate report and the tokens.
 type Step = (u64, u8, usize, u8, u16, u32);
 
 const CLASSES: [OutcomeClass; 6] = [
@@ -77,19 +77,13 @@ impl Side<'_> {
     /// refusal handing back what was taken); what it came to, as text.
     async fn admit(&mut self, pacer: &PacerParams, limits: &QuotaLimits, tokens: u32) -> String {
         let p = params(breaker(), 3);
-        let ask = Admit {
-            pace: Some(PaceAsk { key: &self.account, params: pacer, tokens }),
-            gate: GateAsk { key: &self.gate, params: &p },
-            // Every other attempt asks for no permit, as a source without local limits does.
-            permit: tokens.is_multiple_of(2).then_some(PermitAsk { key: &self.gate, limits, tokens }),
-            // Some calls stand in the line across processes (a standing, no state the rules read).
-            line: tokens.is_multiple_of(3).then_some(InLine {
-                waited: Duration::from_millis(u64::from(tokens)),
-                others: tokens.is_multiple_of(2).then_some(Duration::from_millis(7)),
-                lasts: Duration::from_secs(3),
-            }),
-        };
+        let ask = ask(&self.gate, &self.account, (pacer, limits, &p), tokens);
         let admission = self.attempts.admit(&ask).await.unwrap();
+        self.admitted(admission)
+    }
+
+    /// What `admission` came to, as text; an attempt admitted is held.
+    fn admitted(&mut self, admission: Admission) -> String {
         // Without the keys (each side has its own scope) and the incarnations (drawn per handle).
         let text = match &admission {
             Admission::Admitted { lease, entry, permit } => {
@@ -105,9 +99,11 @@ impl Side<'_> {
         text
     }
 
-    /// Ends attempt `pick` with `class`: its records through the side's `AttemptGate`; the answer,
-    /// as text.
-    async fn end(&mut self, pick: usize, class: OutcomeClass, rate: u16, tokens: u32, pacer: &PacerParams) -> String {
+    /// Ends attempt `pick` with `class`: its records through the side's `AttemptGate`; with
+    /// `then_admit`, the next attempt's admission in the same operation (`record_then_admit`:
+    /// a release carried by the next waiter). The answers, as text.
+    async fn end(&mut self, pick: usize, ended: (OutcomeClass, u16, u32), pacer: &PacerParams, then_admit: Option<&QuotaLimits>) -> String {
+        let (class, rate, tokens) = ended;
         let held = self.held.swap_remove(pick % self.held.len());
         let p = params(breaker(), 3);
         let signal = report(rate);
@@ -122,8 +118,14 @@ impl Side<'_> {
             // Some settles hand what they free on in the line (a message, no state the rules read).
             freed: (!tokens.is_multiple_of(7)).then_some(Freed { waiting_here: tokens.is_multiple_of(5), grace: Duration::ZERO }),
         };
-        let recorded = self.attempts.record(&records).await.unwrap();
-        format!("limit {:?} gate {:?}", recorded.limit.map(f64::to_bits), recorded.gate.as_ref().map(shown))
+        let shown_recorded = |recorded: gateway_core::combined::Recorded| {
+            format!("limit {:?} gate {:?}", recorded.limit.map(f64::to_bits), recorded.gate.as_ref().map(shown))
+        };
+        let Some(limits) = then_admit else { return shown_recorded(self.attempts.record(&records).await.unwrap()) };
+        let ask = ask(&self.gate, &self.account, (pacer, limits, &p), tokens / 2);
+        let (recorded, admission) = self.attempts.record_then_admit(&records, &ask).await;
+        let recorded = shown_recorded(recorded.unwrap());
+        format!("{recorded}, then {}", self.admitted(admission.unwrap()))
     }
 
     /// The state after a step, as text.
@@ -142,6 +144,27 @@ impl Side<'_> {
             reading.inflight,
             reading.learned
         )
+    }
+}
+
+/// An attempt's admission on `gate` and `account`: every other asks for no permit, as a source
+/// without local limits does; some stand in the line across processes.
+fn ask<'a>(
+    gate: &'a SourceKey,
+    account: &'a SourceKey,
+    (pacer, limits, p): (&'a PacerParams, &'a QuotaLimits, &'a gateway_core::breaker::GateParams),
+    tokens: u32,
+) -> Admit<'a> {
+    Admit {
+        pace: Some(PaceAsk { key: account, params: pacer, tokens }),
+        gate: GateAsk { key: gate, params: p },
+        permit: tokens.is_multiple_of(2).then_some(PermitAsk { key: gate, limits, tokens }),
+        // A standing, no state the rules read.
+        line: tokens.is_multiple_of(3).then_some(InLine {
+            waited: Duration::from_millis(u64::from(tokens)),
+            others: tokens.is_multiple_of(2).then_some(Duration::from_millis(7)),
+            lasts: Duration::from_secs(3),
+        }),
     }
 }
 
@@ -190,8 +213,9 @@ async fn records_sequence(combined: &Backend, reference: &Backend, steps: &[Step
         let (got, expected) = if op < 4 || one.held.is_empty() {
             (one.admit(&pacer, &limits, tokens).await, two.admit(&pacer, &limits, tokens).await)
         } else {
-            let class = CLASSES[usize::from(class)];
-            (one.end(pick, class, rate, tokens, &pacer).await, two.end(pick, class, rate, tokens, &pacer).await)
+            // One end in four carries the next admission with it.
+            let (ended, then_admit) = ((CLASSES[usize::from(class)], rate, tokens), (op == 7).then_some(&limits));
+            (one.end(pick, ended, &pacer, then_admit).await, two.end(pick, ended, &pacer, then_admit).await)
         };
         let _ = writeln!(trace, "step {i}: +{advance_ms} ms → {expected}");
         if got != expected {

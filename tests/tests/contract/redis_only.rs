@@ -72,3 +72,31 @@ pub async fn every_connection_to_redis_sends_at_once(b: Backend) {
         assert_eq!(client.connection_config().tcp.nodelay, Some(true), "a pool client leaves Nagle's algorithm on");
     }
 }
+
+/// A release carried by the next admission (`handover.lua`) whose one part Redis cannot make: a
+/// broken record leaves the admission to be asked on its own (and made), a broken admission
+/// leaves the records made and answered; each error names its key.
+pub async fn a_carried_release_and_its_admission_fail_apart(b: Backend) {
+    use gateway_core::combined::{Admission, Admit, GateAsk, GateRecord, Records};
+    let p = params(seed_breaker(), 1);
+    let pool = b.redis_gates().unwrap().connection().pool().clone();
+    // A gate's HASH that is not one: every script that reads it fails with WRONGTYPE.
+    let _: () = pool.set(format!("gw:{{{}}}:gate:broken", b.scope), "x", None, None, false).await.unwrap();
+    let (broken, fine, next) = (b.key("broken"), b.key("fine"), b.key("next"));
+    let fence = b.gates.apply(&fine, &p, GateOp::TryEnter).await.unwrap().fence();
+    let success = GateOp::Success { fence, kind: SuccessKind::Real };
+    let ask = |key| Admit { pace: None, gate: GateAsk { key, params: &p }, permit: None, line: None };
+    let records = |key| Records { gate: Some(GateRecord { key, params: &p, op: success }), ..Records::default() };
+
+    let (recorded, admission) = b.attempts.record_then_admit(&records(&broken), &ask(&next)).await;
+    let error = recorded.unwrap_err().to_string();
+    assert!(error.contains("broken") && error.contains("WRONGTYPE"), "the broken record answered {error}");
+    assert!(matches!(admission, Ok(Admission::Admitted { .. })), "the admission after a broken record: {admission:?}");
+
+    let (recorded, admission) = b.attempts.record_then_admit(&records(&fine), &ask(&broken)).await;
+    let reply = recorded.unwrap().gate.unwrap();
+    assert!(!reply.fenced, "the record before a broken admission was not made: {reply:?}");
+    let error = admission.unwrap_err().to_string();
+    assert!(error.contains("broken") && error.contains("WRONGTYPE"), "the broken admission answered {error}");
+    assert_eq!(b.snapshot(&fine).await.a1 + b.snapshot(&fine).await.a0, 1, "the record was not counted once");
+}

@@ -2,6 +2,7 @@
 //! patience, picks when it may, and leaves the line served or not.
 
 use super::{Order, Place, Tenant, Turns};
+use crate::slot::Carried;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,12 +13,14 @@ pub(crate) struct Turn {
     place: Option<Place>,
     /// Its last pick found only its tenant's own limits full (no account refused it).
     own_block: bool,
+    /// The records it was let go with, which its next pick's admission makes.
+    carried: Option<Carried>,
 }
 
 impl Turn {
     /// The standing of a call in `tenant`'s lane, whose tier weighs `weight`.
     pub(crate) fn new(tenant: Tenant, weight: u32) -> Self {
-        Turn { tenant, weight, place: None, own_block: false }
+        Turn { tenant, weight, place: None, own_block: false, carried: None }
     }
 
     /// Whether the call of `order` may pick now. A call that would not head the line queues;
@@ -34,7 +37,11 @@ impl Turn {
         if self.place.is_none() && !turns.may_pick(&self.tenant, order) {
             self.place = Some(turns.join(&self.tenant, self.weight, order, None, self.own_block));
         }
-        let Some(waiting) = self.place.as_ref().filter(|place| !place.is_first()) else { return true };
+        let Some(waiting) = self.place.as_ref() else { return true };
+        if waiting.is_first() {
+            self.carried = waiting.carried();
+            return true;
+        }
         let wait = async {
             tokio::select! {
                 biased;
@@ -44,6 +51,11 @@ impl Turn {
         };
         wait.instrument(span()).await;
         false
+    }
+
+    /// The records the call was let go with (see [`Carried`]), for its pick to make.
+    pub(crate) fn carried(&mut self) -> Option<Carried> {
+        self.carried.take()
     }
 
     /// The call's pick found no source: `account_bound`, an account's limit refused one (the

@@ -72,6 +72,49 @@ impl AttemptGate for BackstopAttempts {
         Ok(recorded)
     }
 
+    /// In one operation of the shared backend when both would go there (records of its own
+    /// admission, and no degraded period). While it cannot answer, the admission is asked again
+    /// as `admit` asks it, and the records' error goes back to the caller, which makes them on
+    /// their own (`record`, asked again until the backend answers), off the waiter's path.
+    async fn record_then_admit(
+        &self,
+        records: &Records<'_>,
+        asked: &Admit<'_>,
+    ) -> (Result<Recorded, BackendError>, Result<Admission, BackendError>) {
+        if records.key().is_none() || self.any_local(records) || self.backstop.is_degraded() {
+            return (self.record(records).await, self.admit(asked).await);
+        }
+        let (recorded, admission) = self.shared.record_then_admit(records, asked).await;
+        let unavailable = [recorded.as_ref().err(), admission.as_ref().err()]
+            .into_iter()
+            .flatten()
+            .find(|error| matches!(error, BackendError::BackendUnavailable { .. }));
+        match unavailable {
+            Some(error) => {
+                self.backstop.failed(error);
+            }
+            None => self.backstop.answered(),
+        }
+        if let (Some(gate), Ok(Recorded { gate: Some(reply), .. })) = (records.gate, &recorded) {
+            self.gates.remember(gate.key, reply);
+        }
+        let admission = match admission {
+            Err(BackendError::BackendUnavailable { .. }) => self.admit(asked).await,
+            Ok(admission) => {
+                if let Admission::Admitted { entry, .. } | Admission::Denied(entry) | Admission::Refused { entry, .. } = &admission {
+                    self.gates.remember(asked.gate.key, entry);
+                }
+                Ok(admission)
+            }
+            failed => failed,
+        };
+        (recorded, admission)
+    }
+
+    fn carries_records(&self) -> bool {
+        self.shared.carries_records()
+    }
+
     fn stands_in_line(&self) -> bool {
         self.shared.stands_in_line()
     }

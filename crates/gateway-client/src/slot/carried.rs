@@ -1,0 +1,90 @@
+//! An ended attempt's records carried by the next waiter's admission (SPEC §6). On a backend
+//! where each operation is a round trip (Redis), a finished attempt does not make its records
+//! itself when a waiter here can take its place: it hands them to that waiter
+//! ([`Turns::hand_over`](crate::turns::Turns::hand_over)), whose admission makes them first and
+//! then admits it, in one operation (`AttemptGate::record_then_admit`: one script, one reply,
+//! where there were two, each waking a task). Whatever does not reach an admission (the waiter
+//! picks nothing, waits again, or its call ends) is made on its own: a `Carried` dropped makes
+//! its records in the background, as a slot's own would have been.
+
+use super::{Ended, Slot};
+use gateway_core::combined::{Admission, Admit, AttemptGate};
+use gateway_core::ports::BackendError;
+
+/// An ended attempt's slot and how it ended: its records, not made yet.
+pub(crate) struct Carried {
+    /// Taken when the records are made (or sent to be).
+    slot: Option<Slot>,
+    ended: Ended,
+}
+
+impl Carried {
+    pub(super) fn new(slot: Slot, ended: Ended) -> Self {
+        Carried { slot: Some(slot), ended }
+    }
+
+    /// A waiter was let go for the place these records free: the slot lets no other go for it.
+    pub(crate) fn went(&mut self) {
+        if let Some(slot) = &mut self.slot {
+            slot.next_went = true;
+        }
+    }
+
+    /// Makes the records on their own: as far as they go without waiting, the rest in the
+    /// background (`Holders::off_the_path`); with no room there, they are dropped and counted.
+    pub(crate) async fn make(mut self) {
+        let Some(mut slot) = self.slot.take() else { return };
+        let (holders, scope, source) = (slot.holders.clone(), slot.scope.clone(), slot.source);
+        match holders.room(&scope, source) {
+            Some(room) => holders.off_the_path(room, &scope, source, Box::pin(slot.records(self.ended))).await,
+            None => slot.forsake(),
+        }
+    }
+
+    /// Makes the records, then admits `ask`, in one operation of `attempts`; records the backend
+    /// could not take (it did not answer) are made on their own, off the waiter's path.
+    pub(crate) async fn then_admit(mut self, attempts: &dyn AttemptGate, ask: &Admit<'_>) -> Result<Admission, BackendError> {
+        let Some(mut slot) = self.slot.take() else { return attempts.admit(ask).await };
+        let (ended, probe) = (self.ended, slot.probe);
+        let op = slot.settles_probe(&ended);
+        let (recorded, handed_on, admission) = {
+            let records = super::records_of(&slot.scope, slot.source, (slot.pace.as_ref(), slot.permit.as_ref()), op, &ended);
+            let (recorded, admission) = attempts.record_then_admit(&records, ask).await;
+            (recorded, records.handed_on().is_some(), admission)
+        };
+        match recorded {
+            Err(BackendError::BackendUnavailable { .. }) => {
+                slot.probe = probe;
+                drop(Carried::new(slot, ended));
+            }
+            recorded => {
+                let recorded = recorded.unwrap_or_default();
+                if handed_on {
+                    slot.scope.turns().heard_release(recorded.elsewhere);
+                }
+                slot.heard(recorded, ended.class);
+            }
+        }
+        admission
+    }
+}
+
+impl Drop for Carried {
+    /// Records nobody carried are made on their own, in the background.
+    fn drop(&mut self) {
+        let Some(slot) = self.slot.take() else { return };
+        let releases = slot.holders.releases.clone();
+        let carried = Carried::new(slot, self.ended);
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(releases.spawn_on(carried.make(), &runtime)),
+            // No runtime to make them on: the slot's own drop warns, and its leases expire.
+            Err(_) => drop(carried.into_slot()),
+        }
+    }
+}
+
+impl Carried {
+    fn into_slot(mut self) -> Option<Slot> {
+        self.slot.take()
+    }
+}

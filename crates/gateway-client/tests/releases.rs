@@ -42,6 +42,11 @@ struct RoundTrips {
     /// When records were made on their own, and carried by an admission, in virtual ms.
     alone: Mutex<Vec<u64>>,
     carried: Mutex<Vec<u64>>,
+    /// When records made on their own held the gate's record of the attempt (not only what a
+    /// dropped attempt hands back), in virtual ms.
+    alone_gate: Mutex<Vec<u64>>,
+    /// The carried records the backend answers it could not take (not made), first ones first.
+    unavailable: AtomicUsize,
 }
 
 #[async_trait]
@@ -55,6 +60,9 @@ impl AttemptGate for RoundTrips {
 
     async fn record(&self, records: &Records<'_>) -> Result<Recorded, BackendError> {
         self.alone.lock().unwrap().push(self.clock.now().as_millis());
+        if records.gate.is_some() {
+            self.alone_gate.lock().unwrap().push(self.clock.now().as_millis());
+        }
         let mut recorded = self.made.record(records).await?;
         recorded.elsewhere = self.elsewhere.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok();
         tokio::time::sleep(self.answered).await;
@@ -70,6 +78,14 @@ impl AttemptGate for RoundTrips {
         let now = self.clock.now().as_millis();
         self.carried.lock().unwrap().push(now);
         self.asked.lock().unwrap().push(now);
+        if self.unavailable.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok() {
+            // Both made, the records' answer lost (as a command timeout after the script ran).
+            let _ = self.made.record(records).await;
+            let admission = self.made.admit(ask).await;
+            tokio::time::sleep(TRIP).await;
+            let lost = BackendError::BackendUnavailable { backend: "test", key: "s1".into(), detail: "timed out".into() };
+            return (Err(lost), admission);
+        }
         let recorded = self.made.record(records).await.map(|mut recorded| {
             recorded.elsewhere = self.elsewhere.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok();
             recorded
@@ -111,6 +127,8 @@ fn client_carrying(elsewhere: usize, answered: Duration, carries: bool, extra: s
         carries,
         alone: Mutex::default(),
         carried: Mutex::default(),
+        alone_gate: Mutex::default(),
+        unavailable: AtomicUsize::new(0),
     });
     let upstream = ScriptedUpstream::new();
     upstream.plan("s1", |_| (Step::Ok, Duration::from_millis(500)));
@@ -229,4 +247,18 @@ async fn records_handed_to_a_call_that_ends_before_it_picks_are_made_on_their_ow
     assert_eq!(*backend.asked.lock().unwrap(), [0, 10]);
     assert!(backend.carried.lock().unwrap().is_empty());
     assert_eq!(*backend.alone.lock().unwrap(), [550]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn carried_records_the_backend_could_not_take_are_made_on_their_own() {
+    let own = json!({"poll_interval_s": 5, "sources": {"s1": {"max_concurrency": 1, "timeout_s": 30}}});
+    let (client, backend) = client_carrying(0, TRIP, true, own);
+    backend.unavailable.store(1, Ordering::Relaxed);
+    calls(&client, &[0, 10]).await;
+    // The first release, carried at 550, is answered as not known to be taken (600): the
+    // second call, its admission made, makes it again on its own then, off its path (a second
+    // release of one lease or permit changes nothing; its answer still comes at 1 100).
+    assert_eq!(*backend.carried.lock().unwrap(), [550]);
+    assert_eq!(*backend.alone.lock().unwrap(), [600, 1100]);
+    assert_eq!(*backend.alone_gate.lock().unwrap(), [600, 1100], "the records made again lost the gate's record");
 }

@@ -284,3 +284,65 @@ async fn a_record_waits_for_the_backend_and_lands_when_it_answers() {
     assert_eq!(s.shared.gates.snapshot(&SourceKey::new("chat", "s1")).unwrap().failures, 1);
     assert_eq!(s.backstop.stats().dropped_records, 0);
 }
+
+/// The shared backend's attempt gate as Redis's fails: whole, while `down`.
+struct FlakyAttempts {
+    made: gateway_core::combined::InOrder,
+    shared: Arc<Flaky>,
+}
+
+#[async_trait]
+impl gateway_core::combined::AttemptGate for FlakyAttempts {
+    async fn admit(&self, ask: &gateway_core::combined::Admit<'_>) -> Result<gateway_core::combined::Admission, BackendError> {
+        self.shared.check(ask.gate.key)?;
+        self.made.admit(ask).await
+    }
+
+    async fn record(&self, records: &gateway_core::combined::Records<'_>) -> Result<gateway_core::combined::Recorded, BackendError> {
+        self.shared.check(records.key().unwrap())?;
+        self.made.record(records).await
+    }
+
+    fn carries_records(&self) -> bool {
+        true
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_carried_release_the_backend_cannot_take_comes_back_at_once_and_the_admission_goes_local() {
+    use gateway_core::combined::{Admission, Admit, AttemptGate, GateAsk, GateRecord, InOrder, Records};
+    use gateway_memory::backstop::BackstopAttempts;
+    let s = setup(OnUnavailable::Local);
+    let shared: Arc<dyn AttemptGate> = Arc::new(FlakyAttempts {
+        made: InOrder { gates: s.shared.clone(), quota: s.shared.clone(), pacer: s.shared.clone() },
+        shared: s.shared.clone(),
+    });
+    let (gates, quota, pacer) = (
+        Arc::new(BackstopGates::new(s.shared.clone(), s.backstop.clone())),
+        Arc::new(BackstopQuota::new(s.shared.clone(), s.backstop.clone())),
+        Arc::new(BackstopPacer::new(s.shared.clone(), s.backstop.clone())),
+    );
+    let attempts = BackstopAttempts::new(shared, gates, quota, pacer, s.backstop.clone());
+    assert!(attempts.carries_records(), "the backstop carries records as its shared backend does");
+    let (ended, next, p) = (SourceKey::new("chat", "s1"), SourceKey::new("chat", "s2"), params());
+    let ask = |key| Admit { pace: None, gate: GateAsk { key, params: &p }, permit: None, line: None };
+    let Admission::Admitted { entry, .. } = attempts.admit(&ask(&ended)).await.unwrap() else { panic!("refused") };
+    let success = GateOp::Success { fence: entry.fence(), kind: SuccessKind::Real };
+    let records = Records { gate: Some(GateRecord { key: &ended, params: &p, op: success }), ..Records::default() };
+
+    // Up: both made by the shared backend.
+    let (recorded, admission) = attempts.record_then_admit(&records, &ask(&next)).await;
+    assert!(!recorded.unwrap().gate.unwrap().fenced);
+    assert!(matches!(admission, Ok(Admission::Admitted { .. })));
+    assert_eq!(s.shared.gates.snapshot(&ended).unwrap().a1 + s.shared.gates.snapshot(&ended).unwrap().a0, 1);
+
+    // Down: the records' error comes back at once (the client makes them on their own, off the
+    // waiter's path), and the admission is made on the local state.
+    s.down(true);
+    let started = tokio::time::Instant::now();
+    let (recorded, admission) = attempts.record_then_admit(&records, &ask(&next)).await;
+    assert_eq!(started.elapsed(), Duration::ZERO, "the waiter's admission waited for the records");
+    assert!(unavailable(&recorded), "{recorded:?}");
+    assert!(matches!(admission, Ok(Admission::Admitted { .. })), "{admission:?}");
+    assert!(s.backstop.is_degraded());
+}

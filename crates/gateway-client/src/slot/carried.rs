@@ -54,7 +54,9 @@ impl Carried {
         };
         match recorded {
             Err(BackendError::BackendUnavailable { .. }) => {
-                slot.probe = probe;
+                // Made again on their own; what they free (once the backend takes them) lets
+                // the next waiter go, as a release of its own does.
+                (slot.probe, slot.next_went) = (probe, false);
                 drop(Carried::new(slot, ended));
             }
             recorded => {

@@ -7,7 +7,8 @@
 //! call and their threads' context switches per call (from `/proc`: a count, steadier than the
 //! CPU time, which moves with whatever else this VM does), the Redis commands per attempt
 //! (Redis's own `INFO commandstats`, every client's: the commands sent, scripts counted once, and
-//! all the commands run, a script's own included), and the wake-up lag: how long after an answer
+//! all the commands run, a script's own included), Redis's own CPU time per call (`INFO cpu`: the
+//! shared server every process waits on), and the wake-up lag: how long after an answer
 //! left the provider (its slot freed) the next attempt arrived there, the time a waiter takes to
 //! notice, be admitted and send. Its tail is read beside the share of frees that came within 1 ms
 //! of the one before: answers that all take 100 ms keep the slots freeing in bursts, and the last
@@ -140,20 +141,24 @@ fn usage(proxies: &[Proxy]) -> (Duration, u64) {
     proxies.iter().map(Proxy::usage).fold((Duration::ZERO, 0), |(cpu, switches), u| (cpu + u.cpu, switches + u.switches))
 }
 
-/// The commands Redis at `addr` has run so far (every client's), by name, from `INFO
-/// commandstats`; its own INFO not counted.
-fn redis_commands(addr: &str) -> BTreeMap<String, u64> {
+/// The section `section` of Redis's `INFO` at `addr`.
+fn redis_info(addr: &str, section: &str) -> String {
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    stream.write_all(b"*2\r\n$4\r\nINFO\r\n$12\r\ncommandstats\r\n").unwrap();
+    stream.write_all(format!("*2\r\n$4\r\nINFO\r\n${}\r\n{section}\r\n", section.len()).as_bytes()).unwrap();
     let mut reader = BufReader::new(stream);
     let mut head = String::new();
     reader.read_line(&mut head).unwrap();
     let length: usize = head.trim().strip_prefix('$').expect("a bulk string").parse().unwrap();
     let mut text = vec![0; length];
     reader.read_exact(&mut text).unwrap();
+    String::from_utf8(text).unwrap()
+}
+
+/// The commands Redis at `addr` has run so far (every client's), by name, from `INFO
+/// commandstats`; its own INFO not counted.
+fn redis_commands(addr: &str) -> BTreeMap<String, u64> {
     // cmdstat_evalsha:calls=123,usec=…
-    String::from_utf8(text)
-        .unwrap()
+    redis_info(addr, "commandstats")
         .lines()
         .filter_map(|line| {
             let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(":calls=")?;
@@ -161,6 +166,17 @@ fn redis_commands(addr: &str) -> BTreeMap<String, u64> {
         })
         .filter(|(name, _)| name != "info")
         .collect()
+}
+
+/// The CPU time Redis at `addr` has used so far (its main thread's and the others', user and
+/// system), from `INFO cpu`.
+fn redis_cpu(addr: &str) -> Duration {
+    let seconds: f64 = redis_info(addr, "cpu")
+        .lines()
+        .filter_map(|line| line.strip_prefix("used_cpu_sys:").or_else(|| line.strip_prefix("used_cpu_user:")))
+        .filter_map(|value| value.trim().parse::<f64>().ok())
+        .sum();
+    Duration::from_secs_f64(seconds)
 }
 
 /// Closed-loop callers through `bases` (split evenly) until `stop`; calls answered go to `calls`.
@@ -201,10 +217,12 @@ async fn run(name: &str, processes: usize, redis: Option<&str>, warm: Duration, 
     let redis_addr = redis.map(|url| url.trim_start_matches("redis://").trim_end_matches('/').to_owned());
     let (used_before, calls_before) = (usage(&proxies), calls.load(Ordering::Relaxed));
     let commands_before = redis_addr.as_deref().map(redis_commands);
+    let redis_cpu_before = redis_addr.as_deref().map(redis_cpu);
     account.reset();
     tokio::time::sleep(span).await;
     let used = usage(&proxies);
     let (cpu, switches) = (used.0 - used_before.0, used.1.saturating_sub(used_before.1));
+    let redis_used = redis_addr.as_deref().map(redis_cpu).zip(redis_cpu_before).map(|(after, before)| after.saturating_sub(before));
     let commands = redis_addr.as_deref().map(redis_commands).zip(commands_before).map(|(after, before)| {
         after
             .into_iter()
@@ -239,8 +257,9 @@ async fn run(name: &str, processes: usize, redis: Option<&str>, warm: Duration, 
         )
     };
     let commands = commands.as_ref().map_or("–".to_owned(), by_name);
+    let redis_per_call = redis_used.map_or("–".to_owned(), |used| format!("{:.3}", used.as_secs_f64() * 1e3 / answered.max(1) as f64));
     println!(
-        "| {name} | {:.1} | {:.0} | {refused} | {:.3} | {:.2} | {commands} | {:.2} / {:.2} / {:.2} | {:.0} % |",
+        "| {name} | {:.1} | {:.0} | {refused} | {:.3} | {:.2} | {commands} | {redis_per_call} | {:.2} / {:.2} / {:.2} | {:.0} % |",
         answered as f64 / span.as_secs_f64(),
         attempts as f64 / span.as_secs_f64(),
         per_call,
@@ -262,7 +281,7 @@ fn main() {
     println!("{CALLERS} closed-loop callers, one account of {SLOTS} slots, answers after {} ms", ANSWER.as_millis());
     println!();
     println!(
-        "| backend | calls/s | attempts/s | 429s | proxy CPU ms a call | proxy context switches a call | Redis commands an attempt | wake-up lag ms p50 / p99 / max | frees within 1 ms of the last |"
+        "| backend | calls/s | attempts/s | 429s | proxy CPU ms a call | proxy context switches a call | Redis commands an attempt | Redis CPU ms a call | wake-up lag ms p50 / p99 / max | frees within 1 ms of the last |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
     runtime.block_on(async {
@@ -272,7 +291,7 @@ fn main() {
             run("Redis, one process", 1, Some(&redis), warm, span).await;
             run("Redis, two processes", 2, Some(&redis), warm, span).await;
         } else {
-            println!("| Redis | skipped: nothing answers at {redis} (set GATEWAY_REDIS_URL) | | | | | | | |");
+            println!("| Redis | skipped: nothing answers at {redis} (set GATEWAY_REDIS_URL) | | | | | | | | |");
         }
     });
 }

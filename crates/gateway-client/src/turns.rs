@@ -76,7 +76,8 @@ impl Line {
             .iter()
             .filter(|(_, lane)| !lane.own_block)
             .filter_map(|(tenant, lane)| {
-                let (order, _) = lane.waiting.iter().find(|(_, w)| !w.picking)?;
+                // One that holds records already was let go for them, and will pick.
+                let (order, _) = lane.waiting.iter().find(|(_, w)| !w.picking && w.carried.is_none())?;
                 Some((self.pass(lane) + lane.picking as f64 / lane.weight, tenant, *order))
             })
             .min_by(|a, b| a.0.total_cmp(&b.0).then(a.2.cmp(&b.2)))

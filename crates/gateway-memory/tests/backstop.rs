@@ -345,4 +345,11 @@ async fn a_carried_release_the_backend_cannot_take_comes_back_at_once_and_the_ad
     assert!(unavailable(&recorded), "{recorded:?}");
     assert!(matches!(admission, Ok(Admission::Admitted { .. })), "{admission:?}");
     assert!(s.backstop.is_degraded());
+    // Degraded: the same, without asking the shared backend (no RECORD_WAIT on the waiter's path).
+    let asked = s.asked();
+    let (recorded, admission) = attempts.record_then_admit(&records, &ask(&next)).await;
+    assert_eq!(started.elapsed(), Duration::ZERO, "the waiter's admission waited for the records");
+    assert!(unavailable(&recorded), "{recorded:?}");
+    assert!(matches!(admission, Ok(Admission::Admitted { .. })), "{admission:?}");
+    assert_eq!(s.asked(), asked, "a degraded period asked the shared backend");
 }

@@ -1,6 +1,7 @@
 //! `AttemptGate` on Redis: an attempt's admission (the account's place, the
 //! gate, the permit) in one EVALSHA of `admit.lua`, and its records (the pacer release, the
-//! gate's record, the permit's settle and release) in one of `settle.lua`; each runs every part's
+//! gate's record, the permit's settle and release) in one of `settle.lua`, or both, an ended
+//! attempt's records and the next waiter's admission, in one of `handover.lua`; each runs every part's
 //! own script in turn, and `line.lua` for the scope's line across processes: an admission
 //! renews, moves or ends the process's standing (while its `watch_freed` runs), a settle hands
 //! what it frees to the process whose waiter is oldest (telling it). The keys of one attempt share its scope's hash tag, so one script may
@@ -250,6 +251,7 @@ impl AttemptGate for RedisAttempts {
         let recorded = recorded_of(records, key, recorded.unwrap_or(Value::Null));
         let admission = match failed {
             Some(Value::String(why)) => Err(malformed(ask.gate.key, format!("handover's admission: {why}"))),
+            Some(Value::Bytes(why)) => Err(malformed(ask.gate.key, format!("handover's admission: {}", String::from_utf8_lossy(&why)))),
             _ => admission_of(ask, admission.unwrap_or(Value::Null)),
         };
         (recorded, admission)

@@ -1,7 +1,8 @@
 //! The Lua scripts: the shared clock and retry_after rule (`now.lua`), a shared prelude
 //! (`quota.lua`, `pacer.lua`) where several operations share one, then the body; with the SHA1
 //! each is called by; `admit` runs an attempt's admission, `settle` its records, each in one
-//! (their bodies open with `parts.lua`). Every breaker operation is one script, `gate.lua`, as
+//! (their bodies open with `parts.lua`), and `handover` an ended attempt's records, then the
+//! next waiter's admission, in one. Every breaker operation is one script, `gate.lua`, as
 //! every one is `Gate::apply` in gateway-core.
 
 use fred::util::sha1_hash;

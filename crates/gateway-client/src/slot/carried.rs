@@ -72,21 +72,19 @@ impl Carried {
 }
 
 impl Drop for Carried {
-    /// Records nobody carried are made on their own, in the background.
+    /// Records nobody carried are made on their own, in the background, and what they free lets
+    /// the next waiter go once they are sent (the waiter they went with did not take it).
     fn drop(&mut self) {
-        let Some(slot) = self.slot.take() else { return };
-        let releases = slot.holders.releases.clone();
-        let carried = Carried::new(slot, self.ended);
+        let Some(mut slot) = self.slot.take() else { return };
+        slot.next_went = false;
+        let (releases, ended) = (slot.holders.releases.clone(), self.ended);
+        // The task owns the slot, not a `Carried`: a task dropped unpolled (a runtime shutting
+        // down drops what it is handed) only drops the slot, which hands back what it holds.
+        let make = async move { Carried::new(slot, ended).make().await };
         match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => drop(releases.spawn_on(carried.make(), &runtime)),
+            Ok(runtime) => drop(releases.spawn_on(make, &runtime)),
             // No runtime to make them on: the slot's own drop warns, and its leases expire.
-            Err(_) => drop(carried.into_slot()),
+            Err(_) => drop(make),
         }
-    }
-}
-
-impl Carried {
-    fn into_slot(mut self) -> Option<Slot> {
-        self.slot.take()
     }
 }

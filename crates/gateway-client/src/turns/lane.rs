@@ -59,7 +59,8 @@ impl Lane {
     /// take comes back.
     pub(super) fn wake_own_block_with(&mut self, carried: Option<Carried>) -> Option<Carried> {
         match self.waiting.first_entry() {
-            Some(mut first) if self.own_block && first.get().carried.is_none() => {
+            // Not to one picking now: its admission may be on its way already.
+            Some(mut first) if self.own_block && !first.get().picking && first.get().carried.is_none() => {
                 first.get_mut().carried = carried.map(|mut carried| {
                     carried.went();
                     carried

@@ -73,16 +73,23 @@ impl AttemptGate for BackstopAttempts {
     }
 
     /// In one operation of the shared backend when both would go there (records of its own
-    /// admission, and no degraded period). While it cannot answer, the admission is asked again
-    /// as `admit` asks it, and the records' error goes back to the caller, which makes them on
-    /// their own (`record`, asked again until the backend answers), off the waiter's path.
+    /// admission, and no degraded period). While it cannot answer (or a degraded period is on),
+    /// the admission is asked as `admit` asks it, and the records' error goes back at once to
+    /// the caller, which makes them on their own (`record`, asked again until the backend
+    /// answers), off the waiter's path.
     async fn record_then_admit(
         &self,
         records: &Records<'_>,
         asked: &Admit<'_>,
     ) -> (Result<Recorded, BackendError>, Result<Admission, BackendError>) {
-        if records.key().is_none() || self.any_local(records) || self.backstop.is_degraded() {
-            return (self.record(records).await, self.admit(asked).await);
+        let Some(key) = records.key() else { return (Ok(Recorded::default()), self.admit(asked).await) };
+        if self.any_local(records) {
+            return (self.in_order.record(records).await, self.admit(asked).await);
+        }
+        if self.backstop.is_degraded() {
+            // Not on the waiter's path: the caller makes them on their own (`record`, asked
+            // again until the backend answers).
+            return (Err(self.backstop.unavailable(key)), self.admit(asked).await);
         }
         let (recorded, admission) = self.shared.record_then_admit(records, asked).await;
         let unavailable = [recorded.as_ref().err(), admission.as_ref().err()]

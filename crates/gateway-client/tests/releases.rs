@@ -262,3 +262,23 @@ async fn carried_records_the_backend_could_not_take_are_made_on_their_own() {
     assert_eq!(*backend.alone.lock().unwrap(), [600, 1100]);
     assert_eq!(*backend.alone_gate.lock().unwrap(), [600, 1100], "the records made again lost the gate's record");
 }
+
+#[test]
+fn records_held_by_a_waiter_when_the_runtime_shuts_down_end_with_it() {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap();
+    let own = json!({"poll_interval_s": 5, "sources": {"s1": {"max_concurrency": 1, "timeout_s": 30}}});
+    let (client, backend) = runtime.block_on(async { client_carrying(0, TRIP, true, own) });
+    let client = Arc::new(client);
+    runtime.block_on(async {
+        let waiter = client.clone();
+        drop(tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let _ = waiter.call("chat", &chat()).await;
+        }));
+        // The first call ends at 550 and hands its records to the second, whose task is not
+        // polled again: the runtime shuts down with them in its line.
+        client.call("chat", &chat()).await.unwrap();
+    });
+    drop(runtime);
+    assert!(backend.carried.lock().unwrap().is_empty(), "the waiter carried them");
+}

@@ -215,11 +215,17 @@ pub(crate) async fn release(holders: &Holders, scope: &Partition, records: &Reco
         *next_went = true;
         scope.turns().freed(&scope.tenant, true);
     }
-    let recorded = match first {
+    let answer = match first {
         Some(answer) => answer,
         None => recording.await,
-    }
-    .unwrap_or_default();
+    };
+    answered(scope, records, answer)
+}
+
+/// What `records` of `scope`'s came to (nothing known when the backend failed: it logged and
+/// counted that), told to the scope's line when they freed shared capacity.
+pub(crate) fn answered(scope: &Partition, records: &Records<'_>, answer: Result<Recorded, BackendError>) -> Recorded {
+    let recorded = answer.unwrap_or_default();
     // Only a release of shared capacity is handed on in the line.
     if records.handed_on().is_some() {
         scope.turns().heard_release(recorded.elsewhere);

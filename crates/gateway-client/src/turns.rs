@@ -95,12 +95,13 @@ impl Line {
         }) else {
             return carried;
         };
-        waiter.carried = carried.map(|mut carried| {
-            carried.went();
-            carried
-        });
-        waiter.wake.notify_one();
+        waiter.let_go(carried);
         None
+    }
+
+    /// The records the waiter of `tenant` at `order` was handed, taken.
+    fn take_carried(&mut self, tenant: &Tenant, order: Order) -> Option<Carried> {
+        self.lanes.get_mut(tenant).and_then(|lane| lane.waiting.get_mut(&order)).and_then(|w| w.carried.take())
     }
 
     /// Marks the waiter of `tenant` at `order` picking or not; returns what wakes it.
@@ -302,7 +303,7 @@ impl Turns {
         line.wake_if_new_head(before);
         // Records it was handed and did not carry go on with the slot they free (to this call
         // again, if it is next).
-        let carried = line.lanes.get_mut(tenant).and_then(|lane| lane.waiting.get_mut(&order)).and_then(|w| w.carried.take());
+        let carried = line.take_carried(tenant, order);
         let uncarried = carried.and_then(|carried| line.let_next_go(Some(carried)));
         drop(line);
         drop(uncarried);
@@ -313,21 +314,22 @@ impl Turns {
     /// handed the place to an older waiter of another process), and so does the first of
     /// `tenant`'s lane if it waits for its own limits (the slot may be its quota's).
     pub(crate) fn freed(&self, tenant: &Tenant, head: bool) {
-        let mut line = self.lock();
-        if head {
-            line.let_next_go(None);
-        }
-        if let Some(lane) = line.lanes.get(tenant) {
-            lane.wake_own_block();
-        }
+        self.let_go(tenant, head, None);
     }
 
     /// A slot of `tenant`'s was freed by an attempt whose records are `carried`: the next waiter
     /// goes with them, its admission to make them (see [`freed`](Self::freed)). With nobody to
     /// let go they come back, to be made on their own.
     pub(crate) fn hand_over(&self, tenant: &Tenant, carried: Carried) -> Option<Carried> {
+        self.let_go(tenant, true, Some(carried))
+    }
+
+    /// [`freed`](Self::freed), with `carried` handed to the waiter let go (or the first of
+    /// `tenant`'s lane if it waits for its own limits and nobody else went); what nobody took
+    /// comes back (dropped by the caller, outside the lock).
+    fn let_go(&self, tenant: &Tenant, head: bool, carried: Option<Carried>) -> Option<Carried> {
         let mut line = self.lock();
-        let back = line.let_next_go(Some(carried));
+        let back = if head { line.let_next_go(carried) } else { carried };
         match line.lanes.get_mut(tenant) {
             Some(lane) => lane.wake_own_block_with(back),
             None => back,
@@ -362,8 +364,7 @@ impl Place {
 
     /// The records it was handed with its place, which its admission is to make (taken once).
     pub(crate) fn carried(&self) -> Option<Carried> {
-        let mut line = self.turns.lock();
-        line.lanes.get_mut(&self.tenant).and_then(|lane| lane.waiting.get_mut(&self.order)).and_then(|w| w.carried.take())
+        self.turns.lock().take_carried(&self.tenant, self.order)
     }
 }
 

@@ -282,3 +282,17 @@ fn records_held_by_a_waiter_when_the_runtime_shuts_down_end_with_it() {
     drop(runtime);
     assert!(backend.carried.lock().unwrap().is_empty(), "the waiter carried them");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_carried_release_lets_nobody_else_go_for_its_place() {
+    // An account's limit of one place: an admission that took the last place lets nobody go.
+    let account = json!({"poll_interval_s": 5, "concurrency": 1, "sources": {"s1": {"timeout_s": 30}}});
+    let (client, backend) = client_carrying(0, TRIP, true, account);
+    calls(&client, &[0, 10, 20]).await;
+    // Each release goes with the admission of the one waiter it lets go (550, 1 100); the third
+    // call is not woken to be refused when the second's admission and the release it carried
+    // are answered (600).
+    assert_eq!(*backend.asked.lock().unwrap(), [0, 10, 20, 60, 550, 1100]);
+    assert_eq!(*backend.carried.lock().unwrap(), [550, 1100]);
+    assert_eq!(*backend.alone.lock().unwrap(), [1650]);
+}

@@ -249,10 +249,9 @@ impl AttemptGate for RedisAttempts {
         let mut items = items.into_iter();
         let (recorded, admission, failed) = (items.next(), items.next(), items.next());
         let recorded = recorded_of(records, key, recorded.unwrap_or(Value::Null));
-        let admission = match failed {
-            Some(Value::String(why)) => Err(malformed(ask.gate.key, format!("handover's admission: {why}"))),
-            Some(Value::Bytes(why)) => Err(malformed(ask.gate.key, format!("handover's admission: {}", String::from_utf8_lossy(&why)))),
-            _ => admission_of(ask, admission.unwrap_or(Value::Null)),
+        let admission = match failed.as_ref().and_then(Value::as_str_lossy) {
+            Some(why) => Err(malformed(ask.gate.key, format!("handover's admission: {why}"))),
+            None => admission_of(ask, admission.unwrap_or(Value::Null)),
         };
         (recorded, admission)
     }

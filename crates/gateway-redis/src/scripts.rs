@@ -16,8 +16,12 @@ pub(crate) struct Script {
     pub(crate) sha_arg: fred::types::Value,
 }
 
+/// One operation's script: its name (a function's, as a part of a combined script), its prelude
+/// and its body.
+type Part = (&'static str, &'static str, &'static str);
+
 impl Script {
-    fn new(name: &'static str, prelude: &str, body: &str) -> Self {
+    fn new((name, prelude, body): Part) -> Self {
         Self::named(name, format!("{}\n{prelude}\n{body}", include_str!("../lua/now.lua")))
     }
 
@@ -31,7 +35,7 @@ impl Script {
     /// and a script's prelude and body) becomes a local function of its own `KEYS` and `ARGV`,
     /// the whole script it is on its own, and `body` calls them, reading their keys and
     /// arguments with `parts.lua`.
-    fn combined(name: &'static str, parts: &[(&str, &str, &str)], body: &str) -> Self {
+    fn combined(name: &'static str, parts: &[Part], body: &str) -> Self {
         let mut lua = String::new();
         for (function, prelude, part) in parts {
             lua.push_str(&format!("local function {function}(KEYS, ARGV)\n{}\n{prelude}\n{part}\nend\n", include_str!("../lua/now.lua")));
@@ -68,53 +72,32 @@ impl Scripts {
     pub(crate) fn new() -> Self {
         let quota = include_str!("../lua/quota.lua");
         let pacer = include_str!("../lua/pacer.lua");
+        // Each operation's script, on its own and as a part of the combined ones.
+        let gate: Part = ("gate", "", include_str!("../lua/gate.lua"));
+        let line = ("line", "", include_str!("../lua/line.lua"));
+        let quota_acquire = ("quota_acquire", quota, include_str!("../lua/quota_acquire.lua"));
+        let quota_settle = ("quota_settle", quota, include_str!("../lua/quota_settle.lua"));
+        let quota_release = ("quota_release", quota, include_str!("../lua/quota_release.lua"));
+        let pacer_acquire = ("pacer_acquire", pacer, include_str!("../lua/pacer_acquire.lua"));
+        let pacer_release = ("pacer_release", pacer, include_str!("../lua/pacer_release.lua"));
+        let (admit, settle) = (include_str!("../lua/admit.lua"), include_str!("../lua/settle.lua"));
         Scripts {
-            gate: Script::new("gate", "", include_str!("../lua/gate.lua")),
-            retry_after: Script::new("retry_after", "", include_str!("../lua/retry_after.lua")),
-            quota_acquire: Script::new("quota_acquire", quota, include_str!("../lua/quota_acquire.lua")),
-            quota_settle: Script::new("quota_settle", quota, include_str!("../lua/quota_settle.lua")),
-            quota_release: Script::new("quota_release", quota, include_str!("../lua/quota_release.lua")),
-            pacer_acquire: Script::new("pacer_acquire", pacer, include_str!("../lua/pacer_acquire.lua")),
-            pacer_release: Script::new("pacer_release", pacer, include_str!("../lua/pacer_release.lua")),
-            pacer_read: Script::new("pacer_read", pacer, include_str!("../lua/pacer_read.lua")),
-            line: Script::new("line", "", include_str!("../lua/line.lua")),
-            admit: Script::combined(
-                "admit",
-                &[
-                    ("pacer_acquire", pacer, include_str!("../lua/pacer_acquire.lua")),
-                    ("pacer_release", pacer, include_str!("../lua/pacer_release.lua")),
-                    ("gate", "", include_str!("../lua/gate.lua")),
-                    ("quota_acquire", quota, include_str!("../lua/quota_acquire.lua")),
-                    ("line", "", include_str!("../lua/line.lua")),
-                ],
-                include_str!("../lua/admit.lua"),
-            ),
-            settle: Script::combined(
-                "settle",
-                &[
-                    ("pacer_release", pacer, include_str!("../lua/pacer_release.lua")),
-                    ("gate", "", include_str!("../lua/gate.lua")),
-                    ("quota_settle", quota, include_str!("../lua/quota_settle.lua")),
-                    ("quota_release", quota, include_str!("../lua/quota_release.lua")),
-                    ("line", "", include_str!("../lua/line.lua")),
-                ],
-                include_str!("../lua/settle.lua"),
-            ),
+            gate: Script::new(gate),
+            retry_after: Script::new(("retry_after", "", include_str!("../lua/retry_after.lua"))),
+            quota_acquire: Script::new(quota_acquire),
+            quota_settle: Script::new(quota_settle),
+            quota_release: Script::new(quota_release),
+            pacer_acquire: Script::new(pacer_acquire),
+            pacer_release: Script::new(pacer_release),
+            pacer_read: Script::new(("pacer_read", pacer, include_str!("../lua/pacer_read.lua"))),
+            line: Script::new(line),
+            admit: Script::combined("admit", &[pacer_acquire, pacer_release, gate, quota_acquire, line], admit),
+            settle: Script::combined("settle", &[pacer_release, gate, quota_settle, quota_release, line], settle),
             handover: Script::combined(
                 "handover",
-                &[
-                    ("pacer_acquire", pacer, include_str!("../lua/pacer_acquire.lua")),
-                    ("pacer_release", pacer, include_str!("../lua/pacer_release.lua")),
-                    ("gate", "", include_str!("../lua/gate.lua")),
-                    ("quota_acquire", quota, include_str!("../lua/quota_acquire.lua")),
-                    ("quota_settle", quota, include_str!("../lua/quota_settle.lua")),
-                    ("quota_release", quota, include_str!("../lua/quota_release.lua")),
-                    ("line", "", include_str!("../lua/line.lua")),
-                ],
+                &[pacer_acquire, pacer_release, gate, quota_acquire, quota_settle, quota_release, line],
                 &format!(
-                    "local function settled()\n{}\nend\nlocal function admitted()\n{}\nend\n{}",
-                    include_str!("../lua/settle.lua"),
-                    include_str!("../lua/admit.lua"),
+                    "local function settled()\n{settle}\nend\nlocal function admitted()\n{admit}\nend\n{}",
                     include_str!("../lua/handover.lua")
                 ),
             ),

@@ -23,13 +23,6 @@ impl Carried {
         Carried { slot: Some(slot), ended }
     }
 
-    /// A waiter was let go for the place these records free: the slot lets no other go for it.
-    pub(crate) fn went(&mut self) {
-        if let Some(slot) = &mut self.slot {
-            slot.next_went = true;
-        }
-    }
-
     /// Makes the records on their own: as far as they go without waiting, the rest in the
     /// background (`Holders::off_the_path`); with no room there, they are dropped and counted.
     pub(crate) async fn make(mut self) {
@@ -47,24 +40,26 @@ impl Carried {
         let Some(mut slot) = self.slot.take() else { return attempts.admit(ask).await };
         let (ended, probe) = (self.ended, slot.probe);
         let op = slot.settles_probe(&ended);
-        let (recorded, handed_on, admission) = {
+        let (recorded, admission) = {
             let records = super::records_of(&slot.scope, slot.source, (slot.pace.as_ref(), slot.permit.as_ref()), op, &ended);
             let (recorded, admission) = attempts.record_then_admit(&records, ask).await;
-            (recorded, records.handed_on().is_some(), admission)
+            let recorded = match recorded {
+                Err(unavailable @ BackendError::BackendUnavailable { .. }) => Err(unavailable),
+                answered => Ok(crate::admission::answered(&slot.scope, &records, answered)),
+            };
+            (recorded, admission)
         };
         match recorded {
-            Err(BackendError::BackendUnavailable { .. }) => {
-                // Made again on their own; what they free (once the backend takes them) lets
-                // the next waiter go, as a release of its own does.
-                (slot.probe, slot.next_went) = (probe, false);
+            // Made again on their own (dropped, as any records no admission made); what they
+            // free, once the backend takes them, lets the next waiter go.
+            Err(_) => {
+                slot.probe = probe;
                 drop(Carried::new(slot, ended));
             }
-            recorded => {
-                let recorded = recorded.unwrap_or_default();
-                if handed_on {
-                    slot.scope.turns().heard_release(recorded.elsewhere);
-                }
+            Ok(recorded) => {
                 slot.heard(recorded, ended.class);
+                // The waiter that made them went for the place they freed: nobody else goes.
+                slot.next_went = true;
             }
         }
         admission
@@ -73,10 +68,10 @@ impl Carried {
 
 impl Drop for Carried {
     /// Records nobody carried are made on their own, in the background, and what they free lets
-    /// the next waiter go once they are sent (the waiter they went with did not take it).
+    /// the next waiter go once they are sent (the waiter they went with did not take it: the
+    /// slot's `next_went` is set only by the admission that carries them).
     fn drop(&mut self) {
-        let Some(mut slot) = self.slot.take() else { return };
-        slot.next_went = false;
+        let Some(slot) = self.slot.take() else { return };
         let (releases, ended) = (slot.holders.releases.clone(), self.ended);
         // The task owns the slot, not a `Carried`: a task dropped unpolled (a runtime shutting
         // down drops what it is handed) only drops the slot, which hands back what it holds.

@@ -16,6 +16,14 @@ pub(super) struct Waiter {
     pub(super) carried: Option<Carried>,
 }
 
+impl Waiter {
+    /// Wakes it, handing it `carried` (it holds none: see `Line::next_to_go`).
+    pub(super) fn let_go(&mut self, carried: Option<Carried>) {
+        self.carried = carried;
+        self.wake.notify_one();
+    }
+}
+
 /// One tenant's waiters, oldest first, and its standing between tenants.
 pub(super) struct Lane {
     pub(super) waiting: BTreeMap<Order, Waiter>,
@@ -61,11 +69,7 @@ impl Lane {
         match self.waiting.first_entry() {
             // Not to one picking now: its admission may be on its way already.
             Some(mut first) if self.own_block && !first.get().picking && first.get().carried.is_none() => {
-                first.get_mut().carried = carried.map(|mut carried| {
-                    carried.went();
-                    carried
-                });
-                first.get().wake.notify_one();
+                first.get_mut().let_go(carried);
                 None
             }
             _ => {

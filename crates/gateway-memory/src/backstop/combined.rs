@@ -38,6 +38,21 @@ impl BackstopAttempts {
         BackstopAttempts { shared, gates, quota, backstop, in_order }
     }
 
+    /// The gate's state the shared backend answered an admission of `asked` with, for a
+    /// degraded period's local gate to start from.
+    fn remember_admission(&self, asked: &Admit<'_>, answer: &Result<Admission, BackendError>) {
+        if let Ok(Admission::Admitted { entry, .. } | Admission::Denied(entry) | Admission::Refused { entry, .. }) = answer {
+            self.gates.remember(asked.gate.key, entry);
+        }
+    }
+
+    /// The gate's state the shared backend answered `records` with (see `remember_admission`).
+    fn remember_record(&self, records: &Records<'_>, answer: &Result<Recorded, BackendError>) {
+        if let (Some(gate), Ok(Recorded { gate: Some(reply), .. })) = (records.gate, answer) {
+            self.gates.remember(gate.key, reply);
+        }
+    }
+
     /// Whether a local admission made any part of `records`.
     fn any_local(&self, records: &Records<'_>) -> bool {
         records.pace.is_some_and(|p| p.lease.lease.id & LOCAL_LEASE != 0)
@@ -51,9 +66,7 @@ impl AttemptGate for BackstopAttempts {
     async fn admit(&self, asked: &Admit<'_>) -> Result<Admission, BackendError> {
         match ask(&self.backstop, self.shared.admit(asked)).await {
             Shared::Answer(answer) => {
-                if let Ok(Admission::Admitted { entry, .. } | Admission::Denied(entry) | Admission::Refused { entry, .. }) = &answer {
-                    self.gates.remember(asked.gate.key, entry);
-                }
+                self.remember_admission(asked, &answer);
                 answer
             }
             Shared::Local => self.in_order.admit(asked).await,
@@ -65,16 +78,14 @@ impl AttemptGate for BackstopAttempts {
         if self.any_local(records) {
             return self.in_order.record(records).await;
         }
-        let recorded = record(&self.backstop, key, || self.shared.record(records)).await?;
-        if let (Some(gate), Some(reply)) = (records.gate, &recorded.gate) {
-            self.gates.remember(gate.key, reply);
-        }
-        Ok(recorded)
+        let recorded = record(&self.backstop, key, || self.shared.record(records)).await;
+        self.remember_record(records, &recorded);
+        recorded
     }
 
-    /// In one operation of the shared backend when both would go there (records of its own
-    /// admission, and no degraded period). While it cannot answer (or a degraded period is on),
-    /// the admission is asked as `admit` asks it, and the records' error goes back at once to
+    /// In one operation of the shared backend, through the outage detector as `admit` asks it,
+    /// when the records are of its own admission. While it cannot answer (a degraded period),
+    /// the admission is made as `admit` makes it, and the records' error goes back at once to
     /// the caller, which makes them on their own (`record`, asked again until the backend
     /// answers), off the waiter's path.
     async fn record_then_admit(
@@ -86,36 +97,25 @@ impl AttemptGate for BackstopAttempts {
         if self.any_local(records) {
             return (self.in_order.record(records).await, self.admit(asked).await);
         }
-        if self.backstop.is_degraded() {
-            // Not on the waiter's path: the caller makes them on their own (`record`, asked
-            // again until the backend answers).
-            return (Err(self.backstop.unavailable(key)), self.admit(asked).await);
-        }
-        let (recorded, admission) = self.shared.record_then_admit(records, asked).await;
-        let unavailable = [recorded.as_ref().err(), admission.as_ref().err()]
-            .into_iter()
-            .flatten()
-            .find(|error| matches!(error, BackendError::BackendUnavailable { .. }));
-        match unavailable {
-            Some(error) => {
-                self.backstop.failed(error);
+        // Both answers, or the first that says the backend could not answer.
+        let both = async {
+            let (recorded, admission) = self.shared.record_then_admit(records, asked).await;
+            let errors = [recorded.as_ref().err(), admission.as_ref().err()];
+            let unavailable = errors.into_iter().flatten().find(|e| matches!(e, BackendError::BackendUnavailable { .. })).cloned();
+            match unavailable {
+                Some(unavailable) => Err(unavailable),
+                None => Ok((recorded, admission)),
             }
-            None => self.backstop.answered(),
-        }
-        if let (Some(gate), Ok(Recorded { gate: Some(reply), .. })) = (records.gate, &recorded) {
-            self.gates.remember(gate.key, reply);
-        }
-        let admission = match admission {
-            Err(BackendError::BackendUnavailable { .. }) => self.admit(asked).await,
-            Ok(admission) => {
-                if let Admission::Admitted { entry, .. } | Admission::Denied(entry) | Admission::Refused { entry, .. } = &admission {
-                    self.gates.remember(asked.gate.key, entry);
-                }
-                Ok(admission)
-            }
-            failed => failed,
         };
-        (recorded, admission)
+        match ask(&self.backstop, both).await {
+            Shared::Answer(Ok((recorded, admission))) => {
+                self.remember_record(records, &recorded);
+                self.remember_admission(asked, &admission);
+                (recorded, admission)
+            }
+            Shared::Answer(Err(error)) => (Err(error.clone()), Err(error)),
+            Shared::Local => (Err(self.backstop.unavailable(key)), self.admit(asked).await),
+        }
     }
 
     fn carries_records(&self) -> bool {

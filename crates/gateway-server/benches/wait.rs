@@ -14,6 +14,9 @@
 //! of the one before: answers that all take 100 ms keep the slots freeing in bursts, and the last
 //! of a burst's waiters waits for the others' work (each freed slot lets one waiter go: on
 //! Redis their admissions overlap, in process they run one after another on a worker).
+//! After the rows, the floor under the Redis ones (support/floor.rs): the CPU one round trip costs
+//! a process that does nothing else at the rows' pace, through the proxy's own connection and on
+//! a bare socket, beside what 1.5 × memory leaves for all that Redis adds to a call.
 //! `cargo bench -p gateway-server --bench wait`; the figures go to docs/PERFORMANCE.md. Redis is
 //! `GATEWAY_REDIS_URL` (default `redis://127.0.0.1:6379`); without it the Redis rows say they
 //! were skipped and why.
@@ -33,6 +36,8 @@ use std::time::{Duration, Instant};
 #[path = "support/binary.rs"]
 mod binary;
 use binary::Proxy;
+#[path = "support/floor.rs"]
+mod floor;
 
 const CALLERS: usize = 100;
 const SLOTS: usize = 16;
@@ -200,8 +205,8 @@ fn callers(bases: &[String], model: &str, stop: &Arc<AtomicBool>, calls: &Arc<At
 }
 
 /// One run: `processes` proxies (on Redis at `redis` if given), warmed up, then measured for
-/// `span`; its row of the table.
-async fn run(name: &str, processes: usize, redis: Option<&str>, warm: Duration, span: Duration) {
+/// `span`; its row of the table. Returns the proxies' CPU ms a call.
+async fn run(name: &str, processes: usize, redis: Option<&str>, warm: Duration, span: Duration) -> f64 {
     let account = Arc::new(Account::default());
     let provider = provider(account.clone()).await;
     // A scope of this run's own: Redis keys of earlier runs do not meet it.
@@ -269,6 +274,7 @@ async fn run(name: &str, processes: usize, redis: Option<&str>, warm: Duration, 
         at(1.0),
         bunched * 100.0,
     );
+    per_call
 }
 
 fn main() {
@@ -284,14 +290,35 @@ fn main() {
         "| backend | calls/s | attempts/s | 429s | proxy CPU ms a call | proxy context switches a call | Redis commands an attempt | Redis CPU ms a call | wake-up lag ms p50 / p99 / max | frees within 1 ms of the last |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
-    runtime.block_on(async {
-        run("memory, one process", 1, None, warm, span).await;
+    let memory = runtime.block_on(async {
+        let memory = run("memory, one process", 1, None, warm, span).await;
         let addr = redis.trim_start_matches("redis://").trim_end_matches('/').to_owned();
         if std::net::TcpStream::connect(&addr).is_ok() {
             run("Redis, one process", 1, Some(&redis), warm, span).await;
             run("Redis, two processes", 2, Some(&redis), warm, span).await;
+            Some(memory)
         } else {
             println!("| Redis | skipped: nothing answers at {redis} (set GATEWAY_REDIS_URL) | | | | | | | | |");
+            None
         }
     });
+    if let Some(memory) = memory {
+        // One round trip a slot's share of the pace, as the rows' calls come.
+        let gap = ANSWER / SLOTS as u32;
+        let floor = floor::measure(&redis, gap, if quick { 20 } else { 800 });
+        println!();
+        println!(
+            "The floor: a process doing nothing else, one round each {:.2} ms, used {:.3} ms of CPU a round for the timer \
+             alone, {:.3} ms with a gate's enter through the proxy's connection to Redis ({:.3} ms a round trip) and {:.3} ms \
+             with a bare command of the handover's shape on a socket of its own ({:.3} ms). Redis within 1.5 × memory's \
+             {memory:.3} ms a call leaves {:.3} ms a call for all that Redis adds.",
+            gap.as_secs_f64() * 1e3,
+            floor.timer,
+            floor.gate,
+            floor.gate - floor.timer,
+            floor.bare,
+            floor.bare - floor.timer,
+            memory / 2.0,
+        );
+    }
 }

@@ -61,6 +61,16 @@ pub fn measure(url: &str, gap: Duration, rounds: usize) -> Floor {
     .unwrap()
 }
 
+/// What a round asks of Redis after its timer.
+#[derive(Clone, Copy)]
+enum Asks {
+    Nothing,
+    /// A gate's enter through the proxy's own connection.
+    Gate,
+    /// A command of the handover's shape on a socket of its own.
+    Bare,
+}
+
 async fn rounds_on(url: &str, gap: Duration, rounds: usize) -> Floor {
     let conn = RedisConnection::connect(RedisConfig { url: url.to_owned(), ..RedisConfig::default() }).await.unwrap();
     let gates = RedisGates::new(conn);
@@ -71,36 +81,37 @@ async fn rounds_on(url: &str, gap: Duration, rounds: usize) -> Floor {
     let mut socket = tokio::net::TcpStream::connect(&addr).await.unwrap();
     socket.set_nodelay(true).unwrap();
     let bare = bare_command(&mut socket).await;
-    let mut round = async |ask: usize| {
+    let mut round = async |asks: Asks| {
         tokio::time::sleep(gap).await;
-        match ask {
-            1 => drop(gates.apply(&key, &params, GateOp::TryEnter).await.unwrap()),
-            2 => {
+        match asks {
+            Asks::Nothing => {}
+            Asks::Gate => drop(gates.apply(&key, &params, GateOp::TryEnter).await.unwrap()),
+            Asks::Bare => {
                 socket.write_all(&bare).await.unwrap();
                 let mut one = [0; 4];
                 socket.read_exact(&mut one).await.unwrap();
                 assert_eq!(&one, b":1\r\n");
             }
-            _ => {}
         }
     };
     for _ in 0..rounds.min(50) {
-        round(1).await;
-        round(2).await;
+        round(Asks::Gate).await;
+        round(Asks::Bare).await;
     }
     // In alternate blocks, so that a machine that slows down meanwhile weighs on each alike.
     let (blocks, mut used) = (4_u32, [Duration::ZERO; 3]);
+    let each = rounds / blocks as usize;
     for _ in 0..blocks {
-        for (ask, used) in used.iter_mut().enumerate() {
+        for (asks, used) in [Asks::Nothing, Asks::Gate, Asks::Bare].into_iter().zip(&mut used) {
             let before = threads_cpu();
-            for _ in 0..rounds / blocks as usize {
-                round(ask).await;
+            for _ in 0..each {
+                round(asks).await;
             }
             *used += threads_cpu() - before;
         }
     }
     gates.forget(&key).await.unwrap();
-    let per_round = |used: Duration| used.as_secs_f64() * 1e3 / ((rounds / blocks as usize).max(1) as f64 * f64::from(blocks));
+    let per_round = |used: Duration| used.as_secs_f64() * 1e3 / (each.max(1) as f64 * f64::from(blocks));
     Floor { timer: per_round(used[0]), gate: per_round(used[1]), bare: per_round(used[2]) }
 }
 

@@ -146,6 +146,11 @@ fn usage(proxies: &[Proxy]) -> (Duration, u64) {
     proxies.iter().map(Proxy::usage).fold((Duration::ZERO, 0), |(cpu, switches), u| (cpu + u.cpu, switches + u.switches))
 }
 
+/// The host:port of the Redis at `url` (`redis://host:port`).
+fn address(url: &str) -> String {
+    url.trim_start_matches("redis://").trim_end_matches('/').to_owned()
+}
+
 /// The section `section` of Redis's `INFO` at `addr`.
 fn redis_info(addr: &str, section: &str) -> String {
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
@@ -219,7 +224,7 @@ async fn run(name: &str, processes: usize, redis: Option<&str>, warm: Duration, 
     let (stop, calls) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
     let tasks = callers(&bases, &scope, &stop, &calls);
     tokio::time::sleep(warm).await;
-    let redis_addr = redis.map(|url| url.trim_start_matches("redis://").trim_end_matches('/').to_owned());
+    let redis_addr = redis.map(address);
     let (used_before, calls_before) = (usage(&proxies), calls.load(Ordering::Relaxed));
     let commands_before = redis_addr.as_deref().map(redis_commands);
     let redis_cpu_before = redis_addr.as_deref().map(redis_cpu);
@@ -292,8 +297,7 @@ fn main() {
     println!("|---|---|---|---|---|---|---|---|---|");
     let memory = runtime.block_on(async {
         let memory = run("memory, one process", 1, None, warm, span).await;
-        let addr = redis.trim_start_matches("redis://").trim_end_matches('/').to_owned();
-        if std::net::TcpStream::connect(&addr).is_ok() {
+        if std::net::TcpStream::connect(address(&redis)).is_ok() {
             run("Redis, one process", 1, Some(&redis), warm, span).await;
             run("Redis, two processes", 2, Some(&redis), warm, span).await;
             Some(memory)
@@ -305,7 +309,7 @@ fn main() {
     if let Some(memory) = memory {
         // One round trip a slot's share of the pace, as the rows' calls come.
         let gap = ANSWER / SLOTS as u32;
-        let floor = floor::measure(&redis, gap, if quick { 20 } else { 800 });
+        let floor = floor::measure(&redis, &address(&redis), gap, if quick { 20 } else { 800 });
         println!();
         println!(
             "The floor: a process doing nothing else, one round each {:.2} ms, used {:.3} ms of CPU a round for the timer \

@@ -47,14 +47,14 @@ pub struct Floor {
     pub bare: f64,
 }
 
-/// The floor on Redis at `url`, `rounds` each, one each `gap`.
-pub fn measure(url: &str, gap: Duration, rounds: usize) -> Floor {
+/// The floor on Redis at `url` (host:port `addr`), `rounds` each, one each `gap`.
+pub fn measure(url: &str, addr: &str, gap: Duration, rounds: usize) -> Floor {
     std::thread::spawn({
-        let url = url.to_owned();
+        let (url, addr) = (url.to_owned(), addr.to_owned());
         move || {
             let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name(THREADS).enable_all().build().unwrap();
             // On a worker, as the proxy's tasks run: the thread that blocks on it is not counted.
-            runtime.block_on(async move { tokio::spawn(async move { rounds_on(&url, gap, rounds).await }).await.unwrap() })
+            runtime.block_on(async move { tokio::spawn(async move { rounds_on(&url, &addr, gap, rounds).await }).await.unwrap() })
         }
     })
     .join()
@@ -71,14 +71,13 @@ enum Asks {
     Bare,
 }
 
-async fn rounds_on(url: &str, gap: Duration, rounds: usize) -> Floor {
+async fn rounds_on(url: &str, addr: &str, gap: Duration, rounds: usize) -> Floor {
     let conn = RedisConnection::connect(RedisConfig { url: url.to_owned(), ..RedisConfig::default() }).await.unwrap();
     let gates = RedisGates::new(conn);
     let policy = BreakerConfig { fail_threshold: Some(5), cooldown_s: Some(60.0), ..BreakerConfig::default() }.resolve("floor").unwrap();
     let params = gateway_core::breaker::GateParams::new(&policy, 0, Duration::from_secs(30), Duration::from_secs(30));
     let key = SourceKey::new(format!("floor{}", std::process::id()), "account");
-    let addr = url.trim_start_matches("redis://").trim_end_matches('/').to_owned();
-    let mut socket = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
     socket.set_nodelay(true).unwrap();
     let bare = bare_command(&mut socket).await;
     let mut round = async |asks: Asks| {
